@@ -1,0 +1,87 @@
+package topology
+
+import (
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// The contract's names (§1). Every other package reads these; none spells
+// them again.
+const (
+	// DeadLetterSuffix names the queue a message goes to when every attempt
+	// is used: orders.new → orders.new.dlq.
+	DeadLetterSuffix = ".dlq"
+	// ParkedSuffix names the queue a message goes to when a person must look
+	// at it: orders.new → orders.new.parked.
+	ParkedSuffix = ".parked"
+	// RetrySegment sits between a queue's name and a rung's delay:
+	// orders.new.retry.30s.
+	RetrySegment = ".retry."
+	// RetryExchange is the direct, durable exchange a retry rung
+	// dead-letters through on its way back to the queue it came from.
+	RetryExchange = "acemq.retry"
+	// DeadLetterExchange is the direct, durable exchange the dead-letter and
+	// parked queues are bound to.
+	DeadLetterExchange = "acemq.dlx"
+)
+
+// The queue arguments the contract writes (§2).
+const (
+	ArgQueueType            = "x-queue-type"
+	ArgDeadLetterExchange   = "x-dead-letter-exchange"
+	ArgDeadLetterRoutingKey = "x-dead-letter-routing-key"
+	ArgMessageTTL           = "x-message-ttl"
+	// QueueTypeQuorum is the value of x-queue-type for a quorum queue. There
+	// is deliberately no constant for classic: a classic queue is declared by
+	// leaving x-queue-type off.
+	QueueTypeQuorum = "quorum"
+)
+
+// DeadLetterQueue is where q's messages go when every attempt is used.
+func DeadLetterQueue(q string) string { return q + DeadLetterSuffix }
+
+// ParkedQueue is where q's messages go when a person must look at them.
+func ParkedQueue(q string) string { return q + ParkedSuffix }
+
+// RetryQueue is the broker rung of q that waits d: RetryQueue("orders.new",
+// 30*time.Second) is "orders.new.retry.30s".
+func RetryQueue(q string, d time.Duration) string { return q + RetrySegment + Short(d) }
+
+// Short writes a duration as the shortest thing that reads as one, in whole
+// seconds (truncated): 30s, 90s, 2m, 90m, 2h. Anything under a second is 0s.
+func Short(d time.Duration) string {
+	s := int64(d / time.Second)
+	switch {
+	case s <= 0:
+		return "0s"
+	case s%3600 == 0:
+		return strconv.FormatInt(s/3600, 10) + "h"
+	case s%60 == 0:
+		return strconv.FormatInt(s/60, 10) + "m"
+	default:
+		return strconv.FormatInt(s, 10) + "s"
+	}
+}
+
+// RungArguments is the argument table of q's rung that waits d: expired
+// messages dead-letter through RetryExchange back to q after d. This is the
+// only place the table is built; the TTL is an integer number of
+// milliseconds (a float is a different argument to the broker).
+func RungArguments(q string, d time.Duration) amqp.Table {
+	return amqp.Table{
+		ArgDeadLetterExchange:   RetryExchange,
+		ArgDeadLetterRoutingKey: q,
+		ArgMessageTTL:           d.Milliseconds(),
+	}
+}
+
+// DeadLetterArguments is what DeadLetter() adds to a source queue q: the
+// broker's own route to q.dlq for messages the library never sees.
+func DeadLetterArguments(q string) amqp.Table {
+	return amqp.Table{
+		ArgDeadLetterExchange:   DeadLetterExchange,
+		ArgDeadLetterRoutingKey: DeadLetterQueue(q),
+	}
+}
