@@ -1,0 +1,562 @@
+package mq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Broker owns one supervised connection to RabbitMQ and hands out channels.
+// Create it with New (or Dial), Start it, and Close it when done. All
+// methods are safe for concurrent use.
+type Broker struct {
+	cfg   Config
+	log   *slog.Logger
+	hooks hookSet
+
+	mu         sync.Mutex
+	state      *conn         // the live connection; nil while there is none
+	changed    chan struct{} // closed and replaced whenever state changes
+	started    bool
+	closed     bool
+	life       context.Context // ends at Close
+	endLife    context.CancelFunc
+	supDone    chan struct{}
+	next       int // index of the next URL to dial
+	gen        uint64
+	publishers map[*Publisher]struct{}
+	consumers  map[*Consumer]struct{}
+}
+
+// conn is one generation of the connection.
+type conn struct {
+	c      *amqp.Connection
+	gen    uint64
+	url    string // redacted
+	server string // host:port
+	lost   chan struct{}
+
+	blockMu   sync.Mutex
+	unblocked chan struct{} // non-nil while the broker blocks publishing
+	reason    string
+}
+
+// New returns a Broker for cfg. It does not connect: Start does.
+func New(cfg Config, opts ...Option) *Broker {
+	cfg = cfg.withDefaults()
+	b := &Broker{cfg: cfg, log: cfg.Logger, changed: make(chan struct{}),
+		publishers: map[*Publisher]struct{}{}, consumers: map[*Consumer]struct{}{}}
+	b.life, b.endLife = context.WithCancel(context.Background())
+	for _, o := range opts {
+		if o != nil {
+			o.apply(b)
+		}
+	}
+	return b
+}
+
+// Dial is New with a single URL followed by Start.
+func Dial(ctx context.Context, url string, opts ...Option) (*Broker, error) {
+	b := New(Config{URLs: []string{url}}, opts...)
+	if err := b.Start(ctx); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Logger is the logger the broker and everything built on it log to.
+func (b *Broker) Logger() *slog.Logger { return b.log }
+
+// Start connects, trying each URL in turn with backoff until one answers or
+// ctx ends; a broker that does not answer fails at ctx's deadline with the
+// last error, it does not hang. Refused credentials fail at once. Once
+// started, the connection is supervised until Close: when it is lost, it is
+// redialled forever, and publishers and consumers reopen their channels on
+// the new one.
+func (b *Broker) Start(ctx context.Context) error {
+	if err := b.cfg.validate(); err != nil {
+		return err
+	}
+	if err := b.hooks.check(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	switch {
+	case b.closed:
+		b.mu.Unlock()
+		return ErrClosed
+	case b.started:
+		b.mu.Unlock()
+		return errors.New("mq: broker already started")
+	}
+	b.started = true
+	b.mu.Unlock()
+
+	c, err := b.dialUntil(ctx)
+	if err != nil {
+		b.mu.Lock()
+		b.started = false
+		b.mu.Unlock()
+		return err
+	}
+	b.mu.Lock()
+	if b.closed { // Close ran while we dialled
+		b.mu.Unlock()
+		_ = c.c.Close()
+		return ErrClosed
+	}
+	b.supDone = make(chan struct{})
+	b.setStateLocked(c)
+	b.mu.Unlock()
+	b.log.Info("acemq.connection.open", "url", c.url, "name", b.cfg.ConnectionName)
+	go b.supervise(c)
+	return nil
+}
+
+// dialUntil tries the URLs in turn until one connects or ctx ends.
+func (b *Broker) dialUntil(ctx context.Context) (*conn, error) {
+	var last error
+	for attempt := 0; ; attempt++ {
+		c, err := b.dialNext(ctx)
+		if err == nil {
+			return c, nil
+		}
+		last = err
+		if permanent(err) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if round := (attempt + 1) / len(b.cfg.URLs); (attempt+1)%len(b.cfg.URLs) == 0 {
+			// Every URL was tried once more: back off before the next round.
+			if !sleep(ctx, b.backoff(round-1)) {
+				break
+			}
+		}
+	}
+	return nil, fmt.Errorf("mq: could not connect to %s before the deadline: %w (last error: %v)",
+		b.urlList(), ctx.Err(), last)
+}
+
+func (b *Broker) urlList() string {
+	s := ""
+	for i, u := range b.cfg.URLs {
+		if i > 0 {
+			s += ", "
+		}
+		s += Redact(u)
+	}
+	return s
+}
+
+// permanent reports whether a dial error will not go away by trying again
+// soon: refused credentials or a virtual host the user may not open.
+func permanent(err error) bool {
+	if errors.Is(err, amqp.ErrCredentials) || errors.Is(err, amqp.ErrVhost) || errors.Is(err, amqp.ErrSASL) {
+		return true
+	}
+	var ae *amqp.Error
+	return errors.As(err, &ae) && (ae.Code == codeAccessRefused || ae.Code == 530)
+}
+
+// dialNext dials the next URL in the rotation once.
+func (b *Broker) dialNext(ctx context.Context) (*conn, error) {
+	b.mu.Lock()
+	raw := b.cfg.URLs[b.next%len(b.cfg.URLs)]
+	b.next++
+	b.gen++
+	gen := b.gen
+	b.mu.Unlock()
+
+	red := Redact(raw)
+	ac, server, err := b.dial(ctx, raw)
+	if err != nil {
+		return nil, fmt.Errorf("mq: dial %s: %w", red, err)
+	}
+	return &conn{c: ac, gen: gen, url: red, server: server, lost: make(chan struct{})}, nil
+}
+
+// dial opens one AMQP connection; the TCP connect, TLS and AMQP handshakes
+// all end at ctx's end or after DialTimeout, whichever comes first.
+func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	var (
+		mu     sync.Mutex
+		netc   net.Conn
+		server string
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if netc != nil {
+			_ = netc.Close()
+		}
+	})
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName(b.cfg.ConnectionName)
+	props["product"] = "AceMQ for Go"
+	props["version"] = Version
+	acfg := amqp.Config{
+		Heartbeat:  b.cfg.Heartbeat,
+		Properties: props,
+		Locale:     "en_US",
+		Dial: func(network, addr string) (net.Conn, error) {
+			deadline := time.Now().Add(b.cfg.DialTimeout)
+			if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+				deadline = d
+			}
+			d := net.Dialer{Deadline: deadline}
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			_ = c.SetDeadline(deadline)
+			mu.Lock()
+			netc, server = c, addr
+			mu.Unlock()
+			return c, nil
+		},
+	}
+	if b.cfg.TLS != nil {
+		acfg.TLSClientConfig = b.cfg.TLS.Clone() // amqp091 writes ServerName into it
+	}
+	ac, err := amqp.DialConfig(raw, acfg)
+	if !stop() && err == nil { // ctx ended as the handshake finished
+		_ = ac.Close()
+		return nil, "", ctx.Err()
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, "", fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return nil, "", err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return ac, server, nil
+}
+
+func (b *Broker) backoff(n int) time.Duration {
+	d := b.cfg.ReconnectMin
+	for i := 0; i < n && d < b.cfg.ReconnectMax; i++ {
+		d *= 2
+	}
+	d = min(d, b.cfg.ReconnectMax)
+	// Jitter: somewhere in [d/2, d], so a fleet does not redial in step.
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// setStateLocked publishes c (nil: no connection) and wakes every waiter.
+func (b *Broker) setStateLocked(c *conn) {
+	b.state = c
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// supervise watches the live connection and redials when it is lost, until
+// Close.
+func (b *Broker) supervise(c *conn) {
+	defer close(b.supDone)
+	for {
+		err := b.watch(c)
+		b.mu.Lock()
+		if b.state == c {
+			b.setStateLocked(nil)
+		}
+		b.mu.Unlock()
+		close(c.lost)
+		c.setBlocked(false, "")
+		if b.life.Err() != nil {
+			_ = c.c.Close()
+			return
+		}
+		b.log.Warn(EventConnectionLost, "url", c.url, "error", err)
+		lostAt := time.Now()
+		for attempt := 0; ; attempt++ {
+			nc, derr := b.dialNext(b.life)
+			if derr == nil {
+				c = nc
+				break
+			}
+			if b.life.Err() != nil {
+				return
+			}
+			wait := b.backoff(attempt)
+			b.log.Warn("acemq.connection.dial.failed", "error", derr, "retry_in", wait)
+			if !sleep(b.life, wait) {
+				return
+			}
+		}
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			_ = c.c.Close()
+			return
+		}
+		b.setStateLocked(c)
+		b.mu.Unlock()
+		b.log.Info(EventConnectionRestored, "url", c.url, "after", time.Since(lostAt).Round(time.Millisecond))
+	}
+}
+
+// watch blocks until c is lost or the broker closes, tracking
+// connection.blocked on the way.
+func (b *Broker) watch(c *conn) error {
+	closes := c.c.NotifyClose(make(chan *amqp.Error, 1))
+	blocks := c.c.NotifyBlocked(make(chan amqp.Blocking, 4))
+	for {
+		select {
+		case e, ok := <-closes:
+			if !ok || e == nil {
+				return errors.New("connection closed")
+			}
+			return e
+		case bl, ok := <-blocks:
+			if !ok {
+				blocks = nil
+				continue
+			}
+			c.setBlocked(bl.Active, bl.Reason)
+			if bl.Active {
+				b.log.Warn("acemq.connection.blocked", "url", c.url, "reason", bl.Reason)
+			} else {
+				b.log.Info("acemq.connection.unblocked", "url", c.url)
+			}
+		case <-b.life.Done():
+			_ = c.c.Close()
+			return ErrClosed
+		}
+	}
+}
+
+func (c *conn) setBlocked(active bool, reason string) {
+	c.blockMu.Lock()
+	defer c.blockMu.Unlock()
+	switch {
+	case active && c.unblocked == nil:
+		c.unblocked, c.reason = make(chan struct{}), reason
+	case !active && c.unblocked != nil:
+		close(c.unblocked)
+		c.unblocked, c.reason = nil, ""
+	}
+}
+
+// waitUnblocked waits while the broker blocks publishing on c (a resource
+// alarm), bounded by ctx.
+func (c *conn) waitUnblocked(ctx context.Context) error {
+	c.blockMu.Lock()
+	ch, reason := c.unblocked, c.reason
+	c.blockMu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-c.lost:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("mq: the broker blocks publishing (%s): %w", reason, ctx.Err())
+	}
+}
+
+func (c *conn) isLost() bool {
+	select {
+	case <-c.lost:
+		return true
+	default:
+		return c.c.IsClosed()
+	}
+}
+
+// current waits for a live connection, bounded by ctx.
+func (b *Broker) current(ctx context.Context) (*conn, error) {
+	for {
+		b.mu.Lock()
+		st, changed, closed, started := b.state, b.changed, b.closed, b.started
+		b.mu.Unlock()
+		switch {
+		case closed:
+			return nil, ErrClosed
+		case !started:
+			return nil, ErrNotStarted
+		case st != nil && !st.isLost():
+			return st, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("mq: waiting for a connection to %s: %w", b.urlList(), ctx.Err())
+		}
+	}
+}
+
+// Ready reports whether the broker has a live connection now. Use it for
+// readiness checks; WaitReady waits for one.
+func (b *Broker) Ready() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state != nil && !b.state.isLost()
+}
+
+// WaitReady waits until the broker has a live connection, bounded by ctx.
+func (b *Broker) WaitReady(ctx context.Context) error {
+	_, err := b.current(ctx)
+	return err
+}
+
+// Blocked reports whether the broker currently blocks publishing on this
+// connection (connection.blocked: a memory or disk alarm).
+func (b *Broker) Blocked() bool {
+	b.mu.Lock()
+	st := b.state
+	b.mu.Unlock()
+	if st == nil {
+		return false
+	}
+	st.blockMu.Lock()
+	defer st.blockMu.Unlock()
+	return st.unblocked != nil
+}
+
+// Channel hands out a new channel on the live connection (waiting for one,
+// bounded by ctx). The caller owns it: it is nobody else's, it does not
+// survive a reconnect, and the caller must close it. Publishers, consumers,
+// declarations and inspection all get their own this way.
+func (b *Broker) Channel(ctx context.Context) (*amqp.Channel, error) {
+	ch, _, err := b.channel(ctx)
+	return ch, err
+}
+
+func (b *Broker) channel(ctx context.Context) (*amqp.Channel, *conn, error) {
+	for {
+		st, err := b.current(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		ch, err := st.c.Channel()
+		if err == nil {
+			return ch, st, nil
+		}
+		if !st.isLost() && !errors.Is(err, amqp.ErrClosed) {
+			return nil, nil, brokerError("open channel", err)
+		}
+		// The connection went as we asked; wait for the next one.
+		select {
+		case <-st.lost:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("mq: open channel: %w", ctx.Err())
+		}
+	}
+}
+
+// Close stops every consumer (draining within ctx), closes every
+// publisher, then the connection, and waits for the supervisor to end. It
+// returns ctx's error if consumers could not drain in time. Calling Close
+// again is a no-op.
+func (b *Broker) Close(ctx context.Context) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	consumers := make([]*Consumer, 0, len(b.consumers))
+	for c := range b.consumers {
+		consumers = append(consumers, c)
+	}
+	b.mu.Unlock()
+
+	var errs []error
+	for _, c := range consumers {
+		if err := c.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	b.mu.Lock()
+	b.closed = true
+	publishers := make([]*Publisher, 0, len(b.publishers))
+	for p := range b.publishers {
+		publishers = append(publishers, p)
+	}
+	st, supDone := b.state, b.supDone
+	b.mu.Unlock()
+	for _, p := range publishers {
+		p.Close()
+	}
+	b.endLife()
+	if st != nil {
+		_ = st.c.Close()
+	}
+	b.mu.Lock()
+	b.setStateLocked(nil)
+	b.mu.Unlock()
+	if supDone != nil {
+		select {
+		case <-supDone:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("mq: close: %w", ctx.Err()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Broker) register(p *Publisher, c *Consumer) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	if p != nil {
+		b.publishers[p] = struct{}{}
+	}
+	if c != nil {
+		b.consumers[c] = struct{}{}
+	}
+	return nil
+}
+
+func (b *Broker) unregister(p *Publisher, c *Consumer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.publishers, p)
+	delete(b.consumers, c)
+}
+
+// serverAddr splits "host:port" for instrumentation.
+func serverAddr(hostport string) (string, int) {
+	h, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return hostport, 0
+	}
+	n, _ := strconv.Atoi(p)
+	return h, n
+}
+
+func (b *Broker) stateNow() *conn {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state
+}

@@ -1,0 +1,145 @@
+package mq
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Version is this library's version, sent to the broker as the client's
+// product version and used as the OpenTelemetry instrumentation version.
+const Version = "0.1.0"
+
+// Defaults for Config fields left zero.
+const (
+	DefaultHeartbeat    = 10 * time.Second
+	DefaultDialTimeout  = 10 * time.Second
+	DefaultReconnectMin = 100 * time.Millisecond
+	DefaultReconnectMax = 10 * time.Second
+)
+
+// Config is what a Broker connects with.
+type Config struct {
+	// URLs are the broker addresses (amqp:// or amqps://), tried in turn,
+	// starting over after the last: give every node of a cluster. Required.
+	URLs []string
+	// ConnectionName is shown in the management UI. Default: the program's
+	// name.
+	ConnectionName string
+	// TLS configures amqps:// URLs. Default: the system's roots, with peer
+	// verification on and the URL's host as server name.
+	TLS *tls.Config
+	// Heartbeat is the AMQP heartbeat interval. Default 10 s.
+	Heartbeat time.Duration
+	// DialTimeout bounds one connection attempt (TCP, TLS and AMQP
+	// handshake), within the caller's context. Default 10 s.
+	DialTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the jittered exponential backoff
+	// between connection attempts. Defaults 100 ms and 10 s.
+	ReconnectMin time.Duration
+	ReconnectMax time.Duration
+	// Logger receives the library's log records. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.ConnectionName == "" {
+		c.ConnectionName = filepath.Base(os.Args[0])
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.ReconnectMin == 0 {
+		c.ReconnectMin = DefaultReconnectMin
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = DefaultReconnectMax
+	}
+	if c.ReconnectMax < c.ReconnectMin {
+		c.ReconnectMax = c.ReconnectMin
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if len(c.URLs) == 0 {
+		errs = append(errs, errors.New("mq: Config.URLs is empty"))
+	}
+	for i, u := range c.URLs {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "amqp" && p.Scheme != "amqps") || p.Host == "" {
+			errs = append(errs, fmt.Errorf("mq: Config.URLs[%d] %s is not an amqp:// or amqps:// URL", i, Redact(u)))
+		}
+	}
+	if c.Heartbeat < 0 || c.DialTimeout < 0 || c.ReconnectMin < 0 || c.ReconnectMax < 0 {
+		errs = append(errs, errors.New("mq: Config durations must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Redact returns u with its password replaced, safe to log: credentials
+// never appear in this library's logs, errors or span attributes. A URL
+// that does not parse is not printed at all.
+func Redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "<unparseable URL>"
+	}
+	if p.User != nil {
+		if _, has := p.User.Password(); has {
+			p.User = url.UserPassword(p.User.Username(), "xxxxx")
+		}
+	}
+	p.RawQuery = redactQuery(p.Query())
+	return p.String()
+}
+
+// redactQuery hides query parameters that can carry secrets (TLS key
+// passwords and the like) while keeping the harmless ones readable.
+func redactQuery(q url.Values) string {
+	for k := range q {
+		switch k {
+		case "heartbeat", "connection_timeout", "channel_max", "frame_max", "auth_mechanism", "server_name_indication":
+		default:
+			q[k] = []string{"xxxxx"}
+		}
+	}
+	return q.Encode()
+}
+
+// Option adjusts a Broker beyond its Config.
+type Option interface{ apply(*Broker) }
+
+type optionFunc func(*Broker)
+
+func (f optionFunc) apply(b *Broker) { f(b) }
+
+// WithLogger sets the logger (overrides Config.Logger).
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(b *Broker) {
+		if l != nil {
+			b.log = l
+		}
+	})
+}
+
+// WithHooks installs instrumentation hooks: values implementing any of
+// PublishHook, DeliveryHook, AttemptHook and EventHook. They see every
+// publish (the library's own hops included) and every delivery of every
+// consumer of the broker. Hooks run in the order given. A value that
+// implements none of the interfaces makes Start fail.
+func WithHooks(hooks ...Hook) Option {
+	return optionFunc(func(b *Broker) { b.hooks.add(hooks...) })
+}

@@ -1,0 +1,537 @@
+package mq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Consumer defaults.
+const (
+	DefaultPrefetch     = 32
+	DefaultConcurrency  = 1
+	DefaultRequeuePause = time.Second
+)
+
+// ConsumerOption configures a consumer.
+type ConsumerOption interface{ applyConsumer(*consumerConfig) }
+
+type consumerOption func(*consumerConfig)
+
+func (f consumerOption) applyConsumer(c *consumerConfig) { f(c) }
+
+type consumerConfig struct {
+	prefetch     int
+	concurrency  int
+	tag          string
+	mws          []Middleware
+	requeuePause time.Duration
+	giveUp       time.Duration
+	errs         []error
+}
+
+// WithPrefetch sets how many unacknowledged deliveries the broker sends
+// ahead (basic.qos). Default DefaultPrefetch (32), raised to the
+// concurrency if that is higher; it must be at least the concurrency.
+func WithPrefetch(n int) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) {
+		if n < 1 {
+			c.errs = append(c.errs, fmt.Errorf("WithPrefetch(%d): must be at least 1", n))
+			return
+		}
+		c.prefetch = n
+	})
+}
+
+// WithConcurrency sets how many deliveries are handled at once. Default 1,
+// which keeps the queue's order.
+func WithConcurrency(n int) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) {
+		if n < 1 {
+			c.errs = append(c.errs, fmt.Errorf("WithConcurrency(%d): must be at least 1", n))
+			return
+		}
+		c.concurrency = n
+	})
+}
+
+// WithConsumerTag sets the consumer tag. Default: connection name, queue
+// and a sequence number.
+func WithConsumerTag(tag string) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) { c.tag = tag })
+}
+
+// WithMiddleware adds middleware around the handler, the first outermost.
+// Given more than once, later middleware sits inside earlier middleware.
+// The order is exactly the order written: nothing reorders it.
+func WithMiddleware(mws ...Middleware) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) { c.mws = append(c.mws, mws...) })
+}
+
+// WithRequeuePause sets how long a message whose hop failed is held before
+// it is returned to its queue, so a missing queue does not turn into a hot
+// loop. Default DefaultRequeuePause (1 s). Cut short when the consumer stops.
+func WithRequeuePause(d time.Duration) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) { c.requeuePause = max(d, 0) })
+}
+
+// WithGiveUpAfter ends the consumer with an error (see Done and Err) once
+// it has failed to resubscribe for d without a break — a queue deleted for
+// good, say. Default: never; the consumer retries with backoff and says why
+// in the log.
+func WithGiveUpAfter(d time.Duration) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) { c.giveUp = max(d, 0) })
+}
+
+// Consumer consumes one queue with one handler and its middleware. It
+// survives connection loss: after a reconnect it runs its middleware's
+// Subscribe hooks again and resubscribes. Stop drains it.
+type Consumer struct {
+	b       *Broker
+	queue   string
+	cfg     consumerConfig
+	log     *slog.Logger
+	handler Handler
+	built   []Handler
+
+	life    context.Context // ends at Stop or Broker.Close: bounds resubscribing
+	endLife context.CancelFunc
+
+	mu      sync.Mutex
+	hop     *Publisher
+	stopCtx context.Context
+
+	stopping  chan struct{}
+	stopOnce  sync.Once
+	abort     chan struct{}
+	abortOnce sync.Once
+	done      chan struct{}
+	err       error
+}
+
+var consumerSeq atomic.Uint64
+
+// Consume subscribes h, wrapped in the consumer's middleware, to queue, and
+// returns once the first subscribe succeeded: a missing queue or refused
+// access fails here, with the reason named. The consumer then runs until
+// Stop (or Broker.Close).
+func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...ConsumerOption) (*Consumer, error) {
+	cfg := consumerConfig{requeuePause: DefaultRequeuePause}
+	for _, o := range opts {
+		if o != nil {
+			o.applyConsumer(&cfg)
+		}
+	}
+	if queue == "" {
+		cfg.errs = append(cfg.errs, errors.New("the queue name is empty"))
+	}
+	if h == nil {
+		cfg.errs = append(cfg.errs, errors.New("the handler is nil"))
+	}
+	if cfg.concurrency == 0 {
+		cfg.concurrency = DefaultConcurrency
+	}
+	if cfg.prefetch == 0 {
+		cfg.prefetch = max(DefaultPrefetch, cfg.concurrency)
+	}
+	if cfg.prefetch < cfg.concurrency {
+		cfg.errs = append(cfg.errs, fmt.Errorf("prefetch %d is below the concurrency %d: handlers would sit idle", cfg.prefetch, cfg.concurrency))
+	}
+	if cfg.tag == "" {
+		cfg.tag = fmt.Sprintf("%s.%s.%d", b.cfg.ConnectionName, queue, consumerSeq.Add(1))
+		if len(cfg.tag) > 255 {
+			cfg.tag = cfg.tag[len(cfg.tag)-255:]
+		}
+	}
+	if err := errors.Join(cfg.errs...); err != nil {
+		return nil, fmt.Errorf("mq: consume %q: %w", queue, err)
+	}
+	c := &Consumer{b: b, queue: queue, cfg: cfg, log: b.log.With("queue", queue),
+		stopping: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{})}
+	c.handler, c.built = chain(&attemptHandler{next: h, hooks: b.hooks.attempt}, cfg.mws)
+	c.life, c.endLife = context.WithCancel(b.life)
+	if err := b.register(nil, c); err != nil {
+		c.endLife()
+		return nil, err
+	}
+	sub, err := c.subscribe(ctx, false)
+	if err != nil {
+		c.endLife()
+		c.closeHops()
+		b.unregister(nil, c)
+		return nil, err
+	}
+	go c.run(sub)
+	return c, nil
+}
+
+// Queue is the queue consumed.
+func (c *Consumer) Queue() string { return c.queue }
+
+// Done is closed when the consumer has ended: stopped, or given up (see
+// WithGiveUpAfter). Err then says why.
+func (c *Consumer) Done() <-chan struct{} { return c.done }
+
+// Err is why the consumer ended: nil after Stop, the last subscribe error
+// after giving up. Valid once Done is closed.
+func (c *Consumer) Err() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// Stop drains the consumer: it cancels consumption, lets in-flight
+// handlers finish within ctx and settles them, runs the middleware's Stop
+// hooks, then closes the channel. Messages received but not yet handled go
+// back to the queue. If ctx ends first, in-flight handlers' contexts are
+// cancelled, the channel is closed (the broker requeues what was not
+// settled) and Stop returns ctx's error; Done closes when the last handler
+// has returned. Stop is idempotent.
+func (c *Consumer) Stop(ctx context.Context) error {
+	c.stopOnce.Do(func() {
+		c.mu.Lock()
+		c.stopCtx = ctx
+		c.mu.Unlock()
+		close(c.stopping)
+		c.endLife()
+	})
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		c.abortOnce.Do(func() { close(c.abort) })
+		return fmt.Errorf("mq: stop consumer of %q: handlers still running: %w", c.queue, ctx.Err())
+	}
+}
+
+func (c *Consumer) isStopping() bool {
+	select {
+	case <-c.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// subscription is one channel's worth of consuming.
+type subscription struct {
+	ch         *amqp.Channel
+	st         *conn
+	deliveries <-chan amqp.Delivery
+	closes     chan *amqp.Error
+	cancels    chan string
+	ctx        context.Context // the handlers' context
+	cancel     context.CancelFunc
+	draining   chan struct{}
+	drainOnce  sync.Once
+	closeOnce  sync.Once
+}
+
+func (s *subscription) drain() { s.drainOnce.Do(func() { close(s.draining) }) }
+func (s *subscription) close() { s.closeOnce.Do(func() { _ = s.ch.Close() }) }
+
+func (c *Consumer) subscribe(ctx context.Context, resub bool) (*subscription, error) {
+	info := &Subscription{Queue: c.queue, Broker: c.b, Logger: c.log, Resubscribe: resub, handlers: c.built}
+	for _, h := range c.built {
+		if s, ok := h.(Subscriber); ok {
+			if err := s.Subscribe(ctx, info); err != nil {
+				return nil, fmt.Errorf("mq: consumer of %q: %T before subscribing: %w", c.queue, h, err)
+			}
+		}
+	}
+	ch, st, err := c.b.channel(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mq: consumer of %q: %w", c.queue, err)
+	}
+	if err := ch.Qos(c.cfg.prefetch, 0, false); err != nil {
+		_ = ch.Close()
+		return nil, brokerError(fmt.Sprintf("set prefetch for queue %q", c.queue), err)
+	}
+	s := &subscription{ch: ch, st: st, draining: make(chan struct{}),
+		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
+		cancels: ch.NotifyCancel(make(chan string, 1))}
+	s.deliveries, err = ch.Consume(c.queue, c.cfg.tag, false, false, false, false, nil)
+	if err != nil {
+		_ = ch.Close()
+		return nil, brokerError(fmt.Sprintf("consume queue %q", c.queue), err)
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// run owns the consumer's goroutines: it serves one subscription after
+// another until Stop.
+func (c *Consumer) run(sub *subscription) {
+	var endErr error
+	defer func() { c.finish(endErr) }()
+	for {
+		why := c.serve(sub)
+		sub.close()
+		sub.cancel()
+		if c.isStopping() {
+			return
+		}
+		c.log.Warn("acemq.consumer.interrupted", "reason", why)
+		var failingSince time.Time
+		for attempt := 0; ; attempt++ {
+			ns, err := c.subscribe(c.life, true)
+			if err == nil {
+				sub = ns
+				c.log.Info("acemq.consumer.resubscribed")
+				break
+			}
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			if c.cfg.giveUp > 0 && time.Since(failingSince) >= c.cfg.giveUp {
+				endErr = fmt.Errorf("mq: consumer of %q gave up after %v: %w", c.queue, c.cfg.giveUp, err)
+				c.log.Error("acemq.consumer.gave.up", "error", err)
+				return
+			}
+			if errors.Is(err, ErrClosed) {
+				return
+			}
+			wait := c.b.backoff(attempt)
+			c.log.Warn(EventConsumerSubscribeFailed, "error", err, "retry_in", wait)
+			select {
+			case <-time.After(wait):
+			case <-c.stopping:
+				return
+			}
+		}
+	}
+}
+
+// serve runs the workers on sub until it ends or the consumer stops, and
+// returns why it ended. Every worker has returned when serve does.
+func (c *Consumer) serve(sub *subscription) string {
+	var wg sync.WaitGroup
+	for range c.cfg.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.work(sub)
+		}()
+	}
+	workersDone := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(workersDone)
+	}()
+	select {
+	case <-c.stopping:
+		sub.drain()
+		_ = sub.ch.Cancel(c.cfg.tag, false) // no new deliveries; in-flight ones still settle here
+		select {
+		case <-workersDone:
+		case <-c.abort:
+			sub.cancel()
+			sub.close() // the broker requeues what was not settled
+			<-workersDone
+		}
+		return "stopped"
+	case e := <-sub.closes:
+		// The channel (or its connection) is gone, and with it every
+		// unsettled delivery: the broker has requeued them. Stop the work.
+		sub.drain()
+		sub.cancel()
+		<-workersDone
+		if e == nil {
+			return "channel closed"
+		}
+		return e.Error()
+	case <-sub.cancels:
+		// The broker cancelled the consumer (its queue was deleted): the
+		// channel lives, so in-flight deliveries still settle on it.
+		sub.drain()
+		<-workersDone
+		return "consumer cancelled by the broker (queue deleted?)"
+	case <-workersDone:
+		sub.drain()
+		return "delivery stream ended"
+	}
+}
+
+func (c *Consumer) work(sub *subscription) {
+	for {
+		select {
+		case <-sub.draining:
+			return
+		case raw, ok := <-sub.deliveries:
+			if !ok {
+				return
+			}
+			select {
+			case <-sub.draining:
+				return // not started: the channel's close requeues it
+			default:
+			}
+			c.handle(sub, raw)
+		}
+	}
+}
+
+func (c *Consumer) handle(sub *subscription, raw amqp.Delivery) {
+	raw.Acknowledger = nil // settlement belongs to the runtime
+	d := &Delivery{Delivery: raw, queue: c.queue, attempt: AttemptOf(raw.Headers), sub: sub, c: c}
+	ctx := sub.ctx
+	hooks := c.b.hooks.delivery
+	for _, h := range hooks {
+		ctx = h.OnDelivery(ctx, d)
+	}
+	err := c.invoke(ctx, d)
+	c.settle(sub, d, err)
+	for i := len(hooks) - 1; i >= 0; i-- {
+		hooks[i].OnDeliveryDone(ctx, d, err)
+	}
+}
+
+func (c *Consumer) invoke(ctx context.Context, d *Delivery) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			pe := NewPanicError(r)
+			c.log.Error("acemq.handler.panic", "message_id", d.MessageId, "panic", fmt.Sprint(r), "stack", string(pe.Stack))
+			err = pe
+		}
+	}()
+	return c.handler.Handle(ctx, d)
+}
+
+// settle acknowledges or returns d on the channel it came on. A channel
+// that has died since is never replaced by another: the broker has already
+// requeued the delivery.
+func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
+	var serr error
+	switch {
+	case err == nil:
+		if d.outcome == "" {
+			d.outcome = OutcomeAck
+		}
+		serr = sub.ch.Ack(d.DeliveryTag, false)
+	case errors.Is(err, ErrRequeue):
+		d.outcome = OutcomeRequeue
+		if c.cfg.requeuePause > 0 {
+			t := time.NewTimer(c.cfg.requeuePause)
+			select {
+			case <-t.C:
+			case <-sub.draining:
+			}
+			t.Stop()
+		}
+		serr = sub.ch.Nack(d.DeliveryTag, false, true)
+	default:
+		d.outcome = OutcomeReject
+		c.log.Warn("acemq.message.rejected", "message_id", d.MessageId, "attempt", d.attempt, "error", err)
+		serr = sub.ch.Nack(d.DeliveryTag, false, false)
+	}
+	if serr != nil {
+		c.log.Debug("acemq.settle.skipped", "message_id", d.MessageId, "outcome", string(d.outcome), "error", serr)
+	}
+}
+
+// hops is the consumer's own publisher for the library's hops: default
+// exchange, mandatory, opened on first use.
+func (c *Consumer) hops() *Publisher {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hop == nil {
+		c.hop = c.b.Publisher("", Mandatory())
+	}
+	return c.hop
+}
+
+func (c *Consumer) closeHops() {
+	c.mu.Lock()
+	p := c.hop
+	c.mu.Unlock()
+	if p != nil {
+		p.Close()
+	}
+}
+
+func (c *Consumer) finish(err error) {
+	c.mu.Lock()
+	ctx := c.stopCtx
+	c.mu.Unlock()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for i := len(c.built) - 1; i >= 0; i-- {
+		if s, ok := c.built[i].(Stopper); ok {
+			if serr := s.Stop(ctx); serr != nil {
+				errs = append(errs, fmt.Errorf("mq: consumer of %q: %T at stop: %w", c.queue, c.built[i], serr))
+			}
+		}
+	}
+	c.closeHops()
+	c.endLife()
+	c.b.unregister(nil, c)
+	c.err = errors.Join(errs...)
+	close(c.done)
+}
+
+// attemptHandler sits between the middleware and the application's
+// handler: it numbers attempts (every call after the first is the next
+// attempt of the same delivery) and runs the AttemptHooks.
+type attemptHandler struct {
+	next  Handler
+	hooks []AttemptHook
+}
+
+func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
+	if d.calls > 0 {
+		d.attempt++
+	}
+	d.calls++
+	if len(a.hooks) == 0 {
+		return a.next.Handle(ctx, d)
+	}
+	for _, h := range a.hooks {
+		ctx = h.OnAttempt(ctx, d)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			pe := NewPanicError(r)
+			for i := len(a.hooks) - 1; i >= 0; i-- {
+				a.hooks[i].OnAttemptDone(ctx, d, pe)
+			}
+			panic(r)
+		}
+	}()
+	err = a.next.Handle(ctx, d)
+	for i := len(a.hooks) - 1; i >= 0; i-- {
+		a.hooks[i].OnAttemptDone(ctx, d, err)
+	}
+	return err
+}
+
+// PanicError is a panic recovered from a handler, as an error.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+// NewPanicError captures a recovered value and the current stack.
+func NewPanicError(v any) *PanicError { return &PanicError{Value: v, Stack: debug.Stack()} }
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// Unwrap returns the panic value if it was an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}

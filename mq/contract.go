@@ -1,0 +1,99 @@
+package mq
+
+// Headers the library writes on the messages it republishes (contract §7).
+// Other AceMQ libraries read them; they are written here once.
+const (
+	// HeaderAttempt is the attempt number the next delivery is (the first
+	// delivery has none: absent means 1).
+	HeaderAttempt = "x-acemq-attempt"
+	// HeaderSourceQueue is the queue the message failed on (retry, dead
+	// letter, park).
+	HeaderSourceQueue = "x-acemq-source-queue"
+	// HeaderReason says why a message was set aside: see the Reason values.
+	HeaderReason = "x-acemq-reason"
+	// HeaderError is the handler's error text, capped at MaxErrorHeader bytes.
+	HeaderError = "x-acemq-error"
+	// HeaderFailedAt is the AMQP timestamp of the failure.
+	HeaderFailedAt = "x-acemq-failed-at"
+	// HeaderReplayedAt is the AMQP timestamp of a replay from .dlq or
+	// .parked back to the source queue.
+	HeaderReplayedAt = "x-acemq-replayed-at"
+	// HeaderReplayedFrom is the queue a replayed message came from.
+	HeaderReplayedFrom = "x-acemq-replayed-from"
+	// HeaderHopTraceparent carries the W3C trace context of the hop that
+	// republished the message, so the next delivery can link to it while
+	// traceparent keeps pointing at the message's creation.
+	HeaderHopTraceparent = "x-acemq-hop-traceparent"
+)
+
+// MaxErrorHeader caps HeaderError, in bytes.
+const MaxErrorHeader = 4096
+
+// Reason is the value of HeaderReason.
+type Reason string
+
+// The reasons a message is set aside.
+const (
+	// ReasonExhausted: every attempt of the retry policy was used.
+	ReasonExhausted Reason = "exhausted"
+	// ReasonRejected: the handler said the failure is permanent (Reject).
+	ReasonRejected Reason = "rejected"
+	// ReasonParked: a person must look at it (Park).
+	ReasonParked Reason = "parked"
+	// ReasonRungMissing: the retry rung it was sent to does not exist.
+	ReasonRungMissing Reason = "rung-missing"
+)
+
+// Events the contract names. Each is the message of the log record that
+// reports it, so it is greppable and the same in every AceMQ library, and
+// the Name of the Event the hooks see.
+const (
+	// EventRungMissing: a retry's publish to its rung came back unroutable;
+	// the message was set aside in the dead-letter queue instead.
+	EventRungMissing = "acemq.retry.rung.missing"
+	// EventSetAsideFailed: a publish to .dlq or .parked failed; the original
+	// was returned to its queue after a pause, never dropped.
+	EventSetAsideFailed = "acemq.messages.set.aside.failed"
+	// EventRetry: a failed attempt is retried (Event.Kind says in-process
+	// or broker).
+	EventRetry = "acemq.retry"
+	// EventConnectionLost and EventConnectionRestored report the broker
+	// connection's supervisor at work.
+	EventConnectionLost     = "acemq.connection.lost"
+	EventConnectionRestored = "acemq.connection.restored"
+	// EventConsumerSubscribeFailed: a running consumer could not resubscribe
+	// and will try again.
+	EventConsumerSubscribeFailed = "acemq.consumer.subscribe.failed"
+)
+
+// Outcome is what became of a delivery.
+type Outcome string
+
+// The outcomes of a delivery.
+const (
+	// OutcomeAck: handled; acknowledged.
+	OutcomeAck Outcome = "ack"
+	// OutcomeRetry: republished to a broker rung; acknowledged.
+	OutcomeRetry Outcome = "retry"
+	// OutcomeDeadLetter: republished to .dlq; acknowledged.
+	OutcomeDeadLetter Outcome = "dead-letter"
+	// OutcomePark: republished to .parked; acknowledged.
+	OutcomePark Outcome = "park"
+	// OutcomeRequeue: returned to its queue (nack with requeue).
+	OutcomeRequeue Outcome = "requeue"
+	// OutcomeReject: rejected without requeue (the broker's own dead-letter
+	// route, if the queue has one).
+	OutcomeReject Outcome = "reject"
+)
+
+// HopKind says why the library republished a message itself.
+type HopKind string
+
+// The library's own hops (contract §7).
+const (
+	HopNone       HopKind = ""
+	HopRetry      HopKind = "retry"
+	HopDeadLetter HopKind = "dead-letter"
+	HopPark       HopKind = "park"
+	HopReplay     HopKind = "replay"
+)

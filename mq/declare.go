@@ -1,0 +1,119 @@
+package mq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/topology"
+)
+
+// Declare validates t, then declares its exchanges, queues and bindings in
+// that order, on a throwaway channel: a refusal kills only that channel,
+// never a publisher's or a consumer's. Declaring is idempotent, so a
+// service declares its topology on every boot; it never deletes anything.
+//
+// A refusal is a *BrokerError naming the item, the reply code and the
+// broker's reason: errors.Is(err, ErrPreconditionFailed) when an existing
+// queue has different arguments. A connection lost midway is waited out and
+// the declaration run again, bounded by ctx.
+func (b *Broker) Declare(ctx context.Context, t *topology.Topology) error {
+	if t == nil {
+		return errors.New("mq: declare: nil topology")
+	}
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	exchanges, queues, bindings := t.Exchanges(), t.Queues(), t.Bindings()
+	return b.onChannel(ctx, func(ch *amqp.Channel) (string, error) {
+		for _, e := range exchanges {
+			if err := ch.ExchangeDeclare(e.Name, string(e.Kind), e.Durable, e.AutoDelete, e.Internal, false, e.Args); err != nil {
+				return fmt.Sprintf("declare exchange %q", e.Name), err
+			}
+		}
+		for _, q := range queues {
+			if _, err := ch.QueueDeclare(q.Name, q.Durable, q.AutoDelete, q.Exclusive, false, q.Args); err != nil {
+				return fmt.Sprintf("declare queue %q", q.Name), err
+			}
+		}
+		for _, bd := range bindings {
+			if err := ch.QueueBind(bd.Queue, bd.Key, bd.Exchange, false, bd.Args); err != nil {
+				return fmt.Sprintf("declare binding of queue %q to exchange %q on %q", bd.Queue, bd.Exchange, bd.Key), err
+			}
+		}
+		return "", nil
+	})
+}
+
+// QueueExists reports whether queue exists (a passive declare on a
+// throwaway channel: NOT_FOUND is false; any other failure is an error).
+func (b *Broker) QueueExists(ctx context.Context, queue string) (bool, error) {
+	err := b.onChannel(ctx, func(ch *amqp.Channel) (string, error) {
+		_, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+		return fmt.Sprintf("inspect queue %q", queue), err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// MessageCount is the number of messages ready in queue: a message a
+// consumer holds unacknowledged is not counted. ErrNotFound if the queue
+// does not exist.
+func (b *Broker) MessageCount(ctx context.Context, queue string) (int, error) {
+	var n int
+	err := b.onChannel(ctx, func(ch *amqp.Channel) (string, error) {
+		q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+		n = q.Messages
+		return fmt.Sprintf("inspect queue %q", queue), err
+	})
+	return n, err
+}
+
+// DeleteQueue deletes queue and every message in it, returning how many
+// messages went with it. Destructive: for tests and tooling. Deleting a
+// queue that does not exist is not an error.
+func (b *Broker) DeleteQueue(ctx context.Context, queue string) (int, error) {
+	var n int
+	err := b.onChannel(ctx, func(ch *amqp.Channel) (string, error) {
+		var err error
+		n, err = ch.QueueDelete(queue, false, false, false)
+		return fmt.Sprintf("delete queue %q", queue), err
+	})
+	return n, err
+}
+
+// onChannel runs fn on a throwaway channel. fn returns what it was doing
+// when it failed. A channel exception is final (and named); a lost
+// connection is waited out and fn run again on the next one, bounded by
+// ctx, which also cuts a call the broker never answers.
+func (b *Broker) onChannel(ctx context.Context, fn func(*amqp.Channel) (string, error)) error {
+	for {
+		ch, st, err := b.channel(ctx)
+		if err != nil {
+			return err
+		}
+		stop := context.AfterFunc(ctx, func() { _ = ch.Close() })
+		op, err := fn(ch)
+		stop()
+		_ = ch.Close()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("mq: %s: %w", op, ctx.Err())
+		}
+		if !channelLevel(err) && st.isLost() {
+			select {
+			case <-st.lost:
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("mq: %s: %w", op, ctx.Err())
+			}
+		}
+		return brokerError(op, err)
+	}
+}

@@ -1,0 +1,147 @@
+package mq
+
+import (
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Sentinel errors, for errors.Is. Broker refusals match by reply code: a
+// *BrokerError with code 406 is ErrPreconditionFailed, and so on.
+var (
+	// ErrClosed: the broker, publisher or consumer was closed.
+	ErrClosed = errors.New("mq: closed")
+	// ErrNotStarted: the broker was used before Start.
+	ErrNotStarted = errors.New("mq: broker not started")
+	// ErrPreconditionFailed: reply code 406, e.g. a queue redeclared with
+	// different arguments.
+	ErrPreconditionFailed = errors.New("mq: precondition failed")
+	// ErrNotFound: reply code 404, e.g. a queue or exchange that does not
+	// exist.
+	ErrNotFound = errors.New("mq: not found")
+	// ErrAccessRefused: reply code 403 (permissions, or an exclusive queue
+	// owned by another connection).
+	ErrAccessRefused = errors.New("mq: access refused")
+	// ErrResourceLocked: reply code 405.
+	ErrResourceLocked = errors.New("mq: resource locked")
+	// ErrUnroutable: a mandatory publish came back (basic.return): no queue
+	// was bound for it. On the default exchange: the queue does not exist.
+	ErrUnroutable = errors.New("mq: unroutable")
+	// ErrNacked: the broker refused to take responsibility for a publish
+	// (basic.nack).
+	ErrNacked = errors.New("mq: nacked by broker")
+	// ErrRequeue marks a handler outcome that puts the message back on its
+	// queue (nack with requeue) after a pause; see Requeue.
+	ErrRequeue = errors.New("mq: requeue")
+)
+
+// AMQP reply codes this package names.
+const (
+	codeContentTooLarge    = 311
+	codeNoRoute            = 312
+	codeNoConsumers        = 313
+	codeAccessRefused      = 403
+	codeNotFound           = 404
+	codeResourceLocked     = 405
+	codePreconditionFailed = 406
+)
+
+// BrokerError is a refusal from the broker: which operation on which item,
+// the reply code and the broker's reason.
+type BrokerError struct {
+	// Op is what was refused, e.g. `declare queue "orders"`.
+	Op string
+	// Code is the AMQP reply code (406 PRECONDITION_FAILED, …); 0 when the
+	// failure did not come from the broker.
+	Code int
+	// Reason is the broker's reply text.
+	Reason string
+	// Err is the underlying error.
+	Err error
+}
+
+func (e *BrokerError) Error() string {
+	if e.Code == 0 {
+		return fmt.Sprintf("mq: %s: %v", e.Op, e.Err)
+	}
+	return fmt.Sprintf("mq: %s: refused by the broker (%d): %s", e.Op, e.Code, e.Reason)
+}
+
+// Unwrap returns the underlying error.
+func (e *BrokerError) Unwrap() error { return e.Err }
+
+// Is matches the sentinel errors by reply code.
+func (e *BrokerError) Is(target error) bool {
+	switch target {
+	case ErrPreconditionFailed:
+		return e.Code == codePreconditionFailed
+	case ErrNotFound:
+		return e.Code == codeNotFound
+	case ErrAccessRefused:
+		return e.Code == codeAccessRefused
+	case ErrResourceLocked:
+		return e.Code == codeResourceLocked
+	}
+	return false
+}
+
+// ReplyCode returns the AMQP reply code carried by err (a *BrokerError or
+// an *amqp.Error anywhere in its chain), or 0.
+func ReplyCode(err error) int {
+	var be *BrokerError
+	if errors.As(err, &be) && be.Code != 0 {
+		return be.Code
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return 0
+}
+
+// brokerError wraps err for op, lifting the reply code and reason of an
+// *amqp.Error.
+func brokerError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	be := &BrokerError{Op: op, Err: err}
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Server {
+		be.Code, be.Reason = ae.Code, ae.Reason
+	}
+	return be
+}
+
+// channelLevel reports whether an AMQP error is a channel exception (the
+// channel dies, the connection lives): the refusal is final for the call
+// that caused it, unlike a lost connection, which is worth retrying.
+func channelLevel(err error) bool {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.Code {
+	case codeContentTooLarge, codeNoRoute, codeNoConsumers, codeAccessRefused,
+		codeNotFound, codeResourceLocked, codePreconditionFailed:
+		return true
+	}
+	return false
+}
+
+type requeueError struct{ err error }
+
+func (e *requeueError) Error() string {
+	if e.err == nil {
+		return ErrRequeue.Error()
+	}
+	return "mq: requeue: " + e.err.Error()
+}
+func (e *requeueError) Unwrap() []error { return []error{ErrRequeue, e.err} }
+
+// Requeue marks err so the consumer runtime returns the message to its
+// queue (nack with requeue) after a pause instead of rejecting it. The
+// built-in middleware uses it when a hop cannot be made, so nothing is
+// dropped.
+func Requeue(err error) error { return &requeueError{err} }

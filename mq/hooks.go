@@ -1,0 +1,141 @@
+package mq
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Hook is any value implementing one or more of PublishHook, DeliveryHook,
+// AttemptHook and EventHook; install hooks with WithHooks. Hooks observe:
+// they must be quick, must not block, and must not keep the values they are
+// given past the call.
+type Hook any
+
+// PublishHook sees every publish, the library's own hops included.
+type PublishHook interface {
+	// OnPublish runs before the message is sent. It may add headers to
+	// p.Message (trace context, say). The context it returns is the one
+	// OnPublishDone gets.
+	OnPublish(ctx context.Context, p *Publishing) context.Context
+	// OnPublishDone runs once the publish is settled: confirmed (err nil),
+	// nacked, returned, or given up.
+	OnPublishDone(ctx context.Context, p *Publishing, err error)
+}
+
+// Publishing is one publish as hooks see it.
+type Publishing struct {
+	Exchange   string
+	RoutingKey string
+	Mandatory  bool
+	// Hop says why the library republished the message itself (HopNone for
+	// an application's own publish).
+	Hop HopKind
+	// Message is the message about to be sent; hooks may edit its Headers.
+	Message *Message
+	// Server is the host:port of the connection the publish went out on,
+	// when known.
+	Server string
+}
+
+// DeliveryHook sees every delivery a consumer receives.
+type DeliveryHook interface {
+	// OnDelivery runs before the middleware chain; the context it returns
+	// is the chain's.
+	OnDelivery(ctx context.Context, d *Delivery) context.Context
+	// OnDeliveryDone runs after the delivery is settled; d.Outcome() says
+	// how, err is what the chain returned.
+	OnDeliveryDone(ctx context.Context, d *Delivery, err error)
+}
+
+// AttemptHook sees every call of the application's handler: one per
+// attempt, in-process retries included (d.Attempt() numbers them).
+type AttemptHook interface {
+	OnAttempt(ctx context.Context, d *Delivery) context.Context
+	OnAttemptDone(ctx context.Context, d *Delivery, err error)
+}
+
+// EventHook sees the library's notable events (the Event* constants).
+type EventHook interface {
+	OnEvent(ctx context.Context, e Event)
+}
+
+// Event is a notable thing the library did or could not do.
+type Event struct {
+	// Name is one of the Event* constants.
+	Name string
+	// Queue is the consumer's queue.
+	Queue string
+	// Target is the queue a hop was for, when there was one.
+	Target string
+	// Attempt is the attempt that failed, when it applies.
+	Attempt int
+	// Kind qualifies the event: "in-process" or "broker" for EventRetry.
+	Kind string
+	// Wait is the retry wait, for EventRetry.
+	Wait time.Duration
+	// Err is the failure, when there was one.
+	Err error
+}
+
+type hookSet struct {
+	all      []Hook
+	publish  []PublishHook
+	delivery []DeliveryHook
+	attempt  []AttemptHook
+	event    []EventHook
+	bad      []Hook
+}
+
+func (s *hookSet) add(hooks ...Hook) {
+	for _, h := range hooks {
+		if h == nil {
+			continue
+		}
+		s.all = append(s.all, h)
+		used := false
+		if x, ok := h.(PublishHook); ok {
+			s.publish, used = append(s.publish, x), true
+		}
+		if x, ok := h.(DeliveryHook); ok {
+			s.delivery, used = append(s.delivery, x), true
+		}
+		if x, ok := h.(AttemptHook); ok {
+			s.attempt, used = append(s.attempt, x), true
+		}
+		if x, ok := h.(EventHook); ok {
+			s.event, used = append(s.event, x), true
+		}
+		if !used {
+			s.bad = append(s.bad, h)
+		}
+	}
+}
+
+func (s *hookSet) check() error {
+	if len(s.bad) > 0 {
+		return fmt.Errorf("mq: hook %T implements none of PublishHook, DeliveryHook, AttemptHook, EventHook", s.bad[0])
+	}
+	return nil
+}
+
+func (s *hookSet) emit(ctx context.Context, e Event) {
+	for _, h := range s.event {
+		h.OnEvent(ctx, e)
+	}
+}
+
+// cloneHeaders copies a header table one level deep (nested tables and
+// arrays are shared; the library never edits them).
+func cloneHeaders(t amqp.Table) amqp.Table {
+	if t == nil {
+		return nil
+	}
+	c := make(amqp.Table, len(t)+4)
+	for k, v := range t {
+		c[k] = v
+	}
+	return c
+}
