@@ -1,0 +1,135 @@
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acemq/acemq-go/mq"
+)
+
+// DefaultURL is the local broker `make broker` starts.
+const DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+// URL is the broker the integration tests run against.
+func URL() string {
+	if u := os.Getenv("AMQP_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+var unsafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
+
+// Name returns a queue or exchange name unique to this test run:
+// goit.<test>.<random>[.<suffix>]. Everything the integration suite creates
+// is named goit.* so it can share a broker.
+func Name(t testing.TB, suffix ...string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	n := strings.Trim(unsafe.ReplaceAllString(t.Name(), "_"), "_")
+	if len(n) > 60 {
+		n = n[len(n)-60:]
+	}
+	name := "goit." + n + "." + hex.EncodeToString(b[:])
+	for _, s := range suffix {
+		name += "." + s
+	}
+	return name
+}
+
+// Logger returns a logger writing to the test log at debug level (or
+// nowhere with -short... always to t.Log, so failures show what happened).
+func Logger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// Discard is a logger that writes nothing.
+func Discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// Context returns a context that ends after d or with the test.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Broker starts a broker on URL() (or the given URLs) for the test and
+// closes it when the test ends. A broker that does not answer fails the
+// test.
+func Broker(t testing.TB, cfg mq.Config, opts ...mq.Option) *mq.Broker {
+	t.Helper()
+	if len(cfg.URLs) == 0 {
+		cfg.URLs = []string{URL()}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = Logger(t)
+	}
+	if cfg.ReconnectMin == 0 {
+		cfg.ReconnectMin = 20 * time.Millisecond
+	}
+	if cfg.ReconnectMax == 0 {
+		cfg.ReconnectMax = 500 * time.Millisecond
+	}
+	b := mq.New(cfg, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := b.Start(ctx); err != nil {
+		t.Fatalf("the broker at %s does not answer (run `make broker`): %v", mq.Redact(cfg.URLs[0]), err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := b.Close(ctx); err != nil {
+			t.Errorf("close broker: %v", err)
+		}
+	})
+	return b
+}
+
+// Cleanup deletes the named queues when the test ends, on a broker of its
+// own (the test's broker may be closed by then).
+func Cleanup(t testing.TB, queues ...string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		b, err := mq.Dial(ctx, URL(), mq.WithLogger(Discard()))
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		defer b.Close(ctx)
+		for _, q := range queues {
+			if _, err := b.DeleteQueue(ctx, q); err != nil {
+				t.Errorf("cleanup: delete %s: %v", q, err)
+			}
+		}
+	})
+}
+
+// Eventually polls cond every 20 ms until it holds or d passes.
+func Eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: "+msg, append([]any{d}, args...)...)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
