@@ -419,7 +419,7 @@ func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
 		}
 		serr = sub.ch.Ack(d.DeliveryTag, false)
 	case errors.Is(err, ErrRequeue):
-		d.outcome = OutcomeRequeue
+		d.outcome, d.cause = OutcomeRequeue, err
 		if c.cfg.requeuePause > 0 {
 			t := time.NewTimer(c.cfg.requeuePause)
 			select {
@@ -430,7 +430,7 @@ func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
 		}
 		serr = sub.ch.Nack(d.DeliveryTag, false, true)
 	default:
-		d.outcome = OutcomeReject
+		d.outcome, d.cause = OutcomeReject, err
 		c.log.Warn("acemq.message.rejected", "message_id", d.MessageId, "attempt", d.attempt, "error", err)
 		serr = sub.ch.Nack(d.DeliveryTag, false, false)
 	}

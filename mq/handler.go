@@ -115,8 +115,14 @@ type Delivery struct {
 	attempt int
 	calls   int
 	outcome Outcome
+	cause   error
 	sub     *subscription
 	c       *Consumer
+
+	// Test seams (NewTestDelivery).
+	forward func(ctx context.Context, queue string, kind HopKind, m Message) error
+	log     *slog.Logger
+	emit    func(ctx context.Context, e Event)
 }
 
 // Queue is the queue the delivery came from.
@@ -132,9 +138,13 @@ func (d *Delivery) Attempt() int { return d.attempt }
 func (d *Delivery) Outcome() Outcome { return d.outcome }
 
 // SetOutcome records what a middleware did with the delivery (republished
-// it to a rung, say) so hooks can report it; the runtime still settles
-// according to the error the chain returns.
-func (d *Delivery) SetOutcome(o Outcome) { d.outcome = o }
+// it to a rung, say) and the error that caused it, so logging and hooks can
+// report it; the runtime still settles according to the error the chain
+// returns.
+func (d *Delivery) SetOutcome(o Outcome, cause error) { d.outcome, d.cause = o, cause }
+
+// Cause is the error recorded with the outcome (nil for a plain ack).
+func (d *Delivery) Cause() error { return d.cause }
 
 // Draining is closed when the delivery's consumer starts stopping or the
 // channel it came on is lost: a middleware waiting in-process should stop
@@ -148,10 +158,13 @@ func (d *Delivery) Draining() <-chan struct{} {
 
 // Logger is the consumer's logger.
 func (d *Delivery) Logger() *slog.Logger {
-	if d.c == nil {
-		return slog.Default()
+	switch {
+	case d.log != nil:
+		return d.log
+	case d.c != nil:
+		return d.c.log
 	}
-	return d.c.log
+	return slog.Default()
 }
 
 // Message copies the delivery for republishing: body and properties
@@ -171,18 +184,26 @@ func (d *Delivery) Forward(ctx context.Context, queue string, kind HopKind, set 
 	for k, v := range set {
 		m.Headers[k] = v
 	}
+	switch {
+	case d.forward != nil:
+		return d.forward(ctx, queue, kind, m)
+	case d.c == nil:
+		return ErrClosed
+	}
 	return d.c.hops().publish(ctx, queue, m, kind)
 }
 
 // Emit reports an event to the broker's EventHooks.
 func (d *Delivery) Emit(ctx context.Context, e Event) {
-	if d.c == nil {
-		return
-	}
 	if e.Queue == "" {
 		e.Queue = d.queue
 	}
-	d.c.b.hooks.emit(ctx, e)
+	switch {
+	case d.emit != nil:
+		d.emit(ctx, e)
+	case d.c != nil:
+		d.c.b.hooks.emit(ctx, e)
+	}
 }
 
 // Server is host:port of the connection the delivery came on.

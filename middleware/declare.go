@@ -1,0 +1,29 @@
+package middleware
+
+import (
+	"context"
+
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/topology"
+)
+
+// DeclareOnStart declares, before every (re)subscribe, the failure half of
+// the consumer's queue (contract §6): acemq.dlx, <queue>.dlq,
+// <queue>.parked and their bindings, and for a retry policy with broker
+// rungs, acemq.retry, the rungs and the home binding. The policy is the one
+// the consumer's retry ladder runs (mq.Subscription.RetryPolicy), never a
+// second list. It never declares the source queue itself. Leaving it out is
+// declare=false: for a login without configure permission, or a tool
+// reading a queue it does not own.
+func DeclareOnStart() mq.Middleware {
+	return func(next mq.Handler) mq.Handler { return &declarer{next: next} }
+}
+
+type declarer struct{ next mq.Handler }
+
+func (x *declarer) Handle(ctx context.Context, d *mq.Delivery) error { return x.next.Handle(ctx, d) }
+
+// Subscribe declares topology.ForConsumer(queue, policy).
+func (x *declarer) Subscribe(ctx context.Context, s *mq.Subscription) error {
+	return s.Broker.Declare(ctx, topology.ForConsumer(s.Queue, s.RetryPolicy()))
+}

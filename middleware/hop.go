@@ -1,0 +1,66 @@
+package middleware
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/topology"
+)
+
+// setAside republishes d to its queue's .dlq or .parked with the contract's
+// failure headers and returns nil once confirmed. When that publish fails,
+// it logs and reports EventSetAsideFailed and returns mq.Requeue: the
+// original goes back to its queue after a pause, never acknowledged, never
+// dropped.
+func setAside(ctx context.Context, d *mq.Delivery, reason mq.Reason, cause error) error {
+	target, kind, outcome := topology.DeadLetterQueue(d.Queue()), mq.HopDeadLetter, mq.OutcomeDeadLetter
+	if reason == mq.ReasonParked {
+		target, kind, outcome = topology.ParkedQueue(d.Queue()), mq.HopPark, mq.OutcomePark
+	}
+	err := d.Forward(ctx, target, kind, amqp.Table{
+		mq.HeaderAttempt:     attemptValue(d.Attempt() + 1),
+		mq.HeaderSourceQueue: d.Queue(),
+		mq.HeaderReason:      string(reason),
+		mq.HeaderError:       capError(cause),
+		mq.HeaderFailedAt:    time.Now().UTC().Truncate(time.Second),
+	})
+	if err != nil {
+		d.Logger().ErrorContext(ctx, mq.EventSetAsideFailed, "message_id", d.MessageId, "target", target,
+			"reason", string(reason), "cause", errText(cause), "error", err)
+		d.Emit(ctx, mq.Event{Name: mq.EventSetAsideFailed, Target: target, Attempt: d.Attempt(), Err: err})
+		return mq.Requeue(fmt.Errorf("set aside in %s: %w", target, err))
+	}
+	d.SetOutcome(outcome, cause)
+	return nil
+}
+
+// attemptValue is how x-acemq-attempt is written: a signed 32-bit integer,
+// the AMQP integer every client library reads.
+func attemptValue(n int) int32 {
+	if n > 1<<31-1 {
+		return 1<<31 - 1
+	}
+	return int32(n)
+}
+
+// capError is the handler's error text for x-acemq-error, at most
+// mq.MaxErrorHeader bytes and cut on a rune boundary.
+func capError(err error) string {
+	s := errText(err)
+	if err == nil {
+		s = ""
+	}
+	if len(s) <= mq.MaxErrorHeader {
+		return s
+	}
+	s = s[:mq.MaxErrorHeader]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}

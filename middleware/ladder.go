@@ -1,0 +1,120 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/retry"
+	"github.com/acemq/acemq-go/topology"
+)
+
+// RetryLadder runs p against the handler's errors. After failed attempt k:
+//
+//   - a wait of at most p's in-process limit is waited here, then the
+//     handler is called again (the next attempt); Stop or a lost channel cuts
+//     the wait short and the message is requeued, not lost;
+//   - a longer wait republishes the message, unchanged but for
+//     x-acemq-attempt = k+1 and x-acemq-source-queue, to the broker rung
+//     <queue>.retry.<wait>, which brings it back after the wait;
+//   - when every attempt is used, the message goes to <queue>.dlq with the
+//     failure headers (reason "exhausted").
+//
+// The original is acknowledged only after the hop's publish is confirmed
+// and not returned. A rung that does not exist (the publish comes back
+// unroutable) is logged and reported as acemq.retry.rung.missing and the
+// message is set aside in <queue>.dlq (reason "rung-missing"); a failed
+// set-aside returns the original to its queue after a pause.
+//
+// Errors marked Park or Reject are never retried: they pass through for
+// Parking. An mq.Requeue error passes through too.
+func RetryLadder(p retry.Policy) mq.Middleware {
+	return func(next mq.Handler) mq.Handler { return &ladder{next: next, p: p} }
+}
+
+type ladder struct {
+	next mq.Handler
+	p    retry.Policy
+}
+
+// RetryPolicy makes the ladder an mq.PolicyHolder: DeclareOnStart declares
+// the rungs of this policy.
+func (l *ladder) RetryPolicy() retry.Policy { return l.p }
+
+// Subscribe refuses to start a consumer whose policy is invalid.
+func (l *ladder) Subscribe(_ context.Context, s *mq.Subscription) error {
+	if err := l.p.Validate(); err != nil {
+		return fmt.Errorf("RetryLadder: %w", err)
+	}
+	return nil
+}
+
+func (l *ladder) Handle(ctx context.Context, d *mq.Delivery) error {
+	for {
+		err := l.next.Handle(ctx, d)
+		if err == nil || IsPark(err) || IsReject(err) || errors.Is(err, mq.ErrRequeue) {
+			return err
+		}
+		if ctx.Err() != nil {
+			// The channel is gone or the stop deadline passed: the broker
+			// requeues the message; a hop now would only duplicate it.
+			return mq.Requeue(err)
+		}
+		step := l.p.After(d.Attempt())
+		switch step.Action {
+		case retry.WaitInProcess:
+			d.Logger().DebugContext(ctx, mq.EventRetry, "message_id", d.MessageId, "attempt", d.Attempt(),
+				"kind", "in-process", "wait", step.Wait, "error", err)
+			d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: "in-process", Attempt: d.Attempt(), Wait: step.Wait, Err: err})
+			if !wait(ctx, d, step.Wait) {
+				return mq.Requeue(err)
+			}
+		case retry.WaitOnBroker:
+			return l.toRung(ctx, d, step, err)
+		default:
+			return setAside(ctx, d, mq.ReasonExhausted, err)
+		}
+	}
+}
+
+func (l *ladder) toRung(ctx context.Context, d *mq.Delivery, step retry.Step, cause error) error {
+	rung := topology.RetryQueue(d.Queue(), step.Wait)
+	ferr := d.Forward(ctx, rung, mq.HopRetry, amqp.Table{
+		mq.HeaderAttempt:     attemptValue(step.Next),
+		mq.HeaderSourceQueue: d.Queue(),
+	})
+	switch {
+	case ferr == nil:
+		d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: "broker", Target: rung, Attempt: d.Attempt(), Wait: step.Wait, Err: cause})
+		d.SetOutcome(mq.OutcomeRetry, cause)
+		return nil
+	case errors.Is(ferr, mq.ErrUnroutable):
+		d.Logger().WarnContext(ctx, mq.EventRungMissing, "message_id", d.MessageId, "rung", rung,
+			"attempt", d.Attempt(), "error", cause)
+		d.Emit(ctx, mq.Event{Name: mq.EventRungMissing, Target: rung, Attempt: d.Attempt(), Err: cause})
+		return setAside(ctx, d, mq.ReasonRungMissing, cause)
+	default:
+		return mq.Requeue(fmt.Errorf("retry via %s: %w", rung, ferr))
+	}
+}
+
+// wait waits d in-process; false when the wait was cut short (stop, lost
+// channel, ended context).
+func wait(ctx context.Context, d *mq.Delivery, w time.Duration) bool {
+	if w <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(w)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-d.Draining():
+	}
+	return false
+}

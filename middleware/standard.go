@@ -1,0 +1,80 @@
+package middleware
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/retry"
+)
+
+// StandardOption adjusts the Standard stack.
+type StandardOption interface{ applyStandard(*standard) }
+
+type standardOption func(*standard)
+
+func (f standardOption) applyStandard(s *standard) { f(s) }
+
+type standard struct {
+	declare  bool
+	logger   *slog.Logger
+	timeout  time.Duration
+	classify []Classifier
+}
+
+// WithoutDeclare leaves DeclareOnStart out (declare=false): the consumer
+// declares nothing, and everything it publishes to must be declared by
+// somebody else.
+func WithoutDeclare() StandardOption {
+	return standardOption(func(s *standard) { s.declare = false })
+}
+
+// WithLogger sets Logging's logger (default: the consumer's).
+func WithLogger(l *slog.Logger) StandardOption {
+	return standardOption(func(s *standard) { s.logger = l })
+}
+
+// WithTimeout adds Timeout(d) around each attempt (default: none).
+func WithTimeout(d time.Duration) StandardOption {
+	return standardOption(func(s *standard) { s.timeout = d })
+}
+
+// WithClassifier adds classifiers to Parking.
+func WithClassifier(c ...Classifier) StandardOption {
+	return standardOption(func(s *standard) { s.classify = append(s.classify, c...) })
+}
+
+// Standard is the stack for the common case, in the order that works, so
+// nobody has to learn it (outermost first):
+//
+//	DeclareOnStart  declares the failure half for p before every (re)subscribe
+//	Logging         one record per delivery, after the outcome is known
+//	RetryLadder(p)  in-process waits, broker rungs, .dlq when exhausted
+//	Parking         Park → .parked, Reject → .dlq, once, never retried
+//	Recover         a panic becomes an error the ladder retries
+//	Timeout         (WithTimeout) a deadline per attempt
+//
+// Parking sits inside the ladder so a parked or rejected message is set
+// aside on the attempt that failed, and Recover inside both so a panic is an
+// ordinary failure. Middleware added after Standard with mq.WithMiddleware
+// sits inside all of these, next to the handler.
+func Standard(p retry.Policy, opts ...StandardOption) mq.ConsumerOption {
+	s := standard{declare: true}
+	for _, o := range opts {
+		if o != nil {
+			o.applyStandard(&s)
+		}
+	}
+	var mws []mq.Middleware
+	if s.declare {
+		mws = append(mws, DeclareOnStart())
+	}
+	mws = append(mws, Logging(s.logger), RetryLadder(p), Parking(s.classify...), Recover())
+	if s.timeout > 0 {
+		mws = append(mws, Timeout(s.timeout))
+	}
+	return mq.WithMiddleware(mws...)
+}
+
+func mqIsRequeue(err error) bool { return err != nil && errors.Is(err, mq.ErrRequeue) }
