@@ -18,6 +18,11 @@ const DefaultInProcessLimit = 30 * time.Second
 // a schedule entry held in memory.
 const MaxAttempts = 1000
 
+// maxBrokerWait is the longest x-message-ttl RabbitMQ accepts: 2^32-1 ms
+// (its MAX_EXPIRY_TIMER, about 49.7 days). A rung waiting longer is refused
+// by the broker with PRECONDITION_FAILED, so Validate refuses it first.
+const maxBrokerWait = 4294967295 * time.Millisecond
+
 // ErrInvalid is matched (errors.Is) by every error Validate returns.
 var ErrInvalid = errors.New("retry: invalid policy")
 
@@ -238,9 +243,11 @@ func (p Policy) After(attempt int) Step {
 }
 
 // Validate reports every problem with the policy, each wrapping ErrInvalid:
-// bad constructor input, and broker rungs that are not a whole number of
+// bad constructor input, broker rungs that are not a whole number of
 // seconds (a rung's name and TTL are per whole second, so two such rungs
-// would share a queue name with different TTLs).
+// would share a queue name with different TTLs), and broker rungs longer
+// than the longest message TTL RabbitMQ accepts (2^32-1 ms, about 49.7
+// days).
 func (p Policy) Validate() error {
 	errs := []error{}
 	if p.err != nil {
@@ -249,6 +256,9 @@ func (p Policy) Validate() error {
 	for _, r := range p.BrokerRungs() {
 		if r%time.Second != 0 {
 			errs = append(errs, fmt.Errorf("broker wait %v is not a whole number of seconds (in-process limit %v)", r, p.InProcessLimit()))
+		}
+		if r > maxBrokerWait {
+			errs = append(errs, fmt.Errorf("broker wait %v is longer than the broker's longest message TTL (%v)", r, maxBrokerWait))
 		}
 	}
 	if len(errs) == 0 {
@@ -269,10 +279,14 @@ func (p Policy) Equal(q Policy) bool {
 		(p.err == nil) == (q.err == nil)
 }
 
-// String describes the policy, e.g. "6 attempts, waits [10s 20s 40s 80s 2m40s], in-process up to 30s".
+// String describes the policy, e.g. "6 attempts, waits [10s 20s 40s 1m20s 2m40s], in-process up to 30s".
 func (p Policy) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d attempts", p.Attempts())
+	if n := p.Attempts(); n == 1 {
+		b.WriteString("1 attempt")
+	} else {
+		fmt.Fprintf(&b, "%d attempts", n)
+	}
 	if len(p.waits) > 0 {
 		fmt.Fprintf(&b, ", waits %v", p.waits)
 	}

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"slices"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -181,20 +182,43 @@ func mergeTable(dst, src amqp.Table) amqp.Table {
 		dst = amqp.Table{}
 	}
 	for k, v := range src {
-		dst[k] = v
+		dst[k] = cloneValue(v)
 	}
 	return dst
 }
 
+// cloneTable copies t deeply: nested tables, arrays and byte slices are
+// copied too, so neither the caller's table nor one handed out by Queues()
+// and the like shares anything with the topology.
 func cloneTable(t amqp.Table) amqp.Table {
 	if t == nil {
 		return nil
 	}
 	c := make(amqp.Table, len(t))
 	for k, v := range t {
-		c[k] = v
+		c[k] = cloneValue(v)
 	}
 	return c
+}
+
+func cloneValue(v any) any {
+	switch x := v.(type) {
+	case amqp.Table:
+		return cloneTable(x)
+	case []any:
+		if x == nil {
+			return x
+		}
+		c := make([]any, len(x))
+		for i, e := range x {
+			c[i] = cloneValue(e)
+		}
+		return c
+	case []byte:
+		return slices.Clone(x)
+	default:
+		return v
+	}
 }
 
 func describeCall(method string, names []string, opts []fmt.Stringer) string {

@@ -86,8 +86,8 @@ type item[T any] struct {
 // Topology is a description of exchanges, queues and bindings. Build one with
 // New and its chainable methods; the order of calls does not matter, since
 // applying declares exchanges, then queues, then bindings, each group in the
-// order the topology first met its items. A Topology is not safe for
-// concurrent mutation.
+// order the topology first met its items. The zero Topology is empty and
+// ready to use, like New(). A Topology is not safe for concurrent mutation.
 type Topology struct {
 	exchanges []item[Exchange]
 	queues    []item[Queue]
@@ -103,8 +103,17 @@ type Topology struct {
 
 // New returns an empty topology.
 func New() *Topology {
-	return &Topology{exIdx: map[string]int{}, qIdx: map[string]int{}, bIdx: map[string]int{},
-		external: map[string]string{}, refused: map[string]bool{}}
+	t := &Topology{}
+	t.init()
+	return t
+}
+
+// init makes the zero Topology usable: every mutating path calls it first.
+func (t *Topology) init() {
+	if t.exIdx == nil {
+		t.exIdx, t.qIdx, t.bIdx = map[string]int{}, map[string]int{}, map[string]int{}
+		t.external, t.refused = map[string]string{}, map[string]bool{}
+	}
 }
 
 func (t *Topology) fail(call, format string, args ...any) {
@@ -132,6 +141,7 @@ func (t *Topology) Exchange(name string, opts ...ExchangeOption) *Topology {
 }
 
 func (t *Topology) exchange(name string, opts []ExchangeOption) {
+	t.init()
 	call := describeCall("Exchange", []string{name}, stringers(opts))
 	var s exchangeSpec
 	for _, o := range opts {
@@ -143,17 +153,18 @@ func (t *Topology) exchange(name string, opts []ExchangeOption) {
 	}
 	ok := t.checkName(call, "exchange", name)
 	kind := Topic
-	switch len(s.kinds) {
-	case 0:
-	case 1:
+	if len(s.kinds) > 0 {
 		kind = s.kinds[0]
-	default:
+	}
+	if len(s.kinds) > 1 {
 		t.fail(call, "more than one exchange kind given")
 		ok = false
 	}
-	if !kind.known() {
-		t.fail(call, "unknown exchange kind %q (want direct, topic, fanout or headers)", string(kind))
-		ok = false
+	for _, k := range s.kinds {
+		if !k.known() {
+			t.fail(call, "unknown exchange kind %q (want direct, topic, fanout or headers)", string(k))
+			ok = false
+		}
 	}
 	if !t.checkArgs(call, s.args) {
 		ok = false
@@ -176,6 +187,7 @@ func (t *Topology) Queue(name string, opts ...QueueOption) *Topology {
 }
 
 func (t *Topology) queue(name string, opts []QueueOption) {
+	t.init()
 	call := describeCall("Queue", []string{name}, stringers(opts))
 	var s queueSpec
 	for _, o := range opts {
@@ -257,8 +269,12 @@ func (t *Topology) failureHalf(call, q string, p retry.Policy) {
 		derived = append(derived, RetryQueue(q, d))
 	}
 	for _, n := range derived {
-		if len(n) > MaxNameLength {
+		switch {
+		case len(n) > MaxNameLength:
 			t.fail(call, "derived queue name %q is over %d bytes", truncate(n), MaxNameLength)
+			return
+		case strings.HasPrefix(n, "amq."):
+			t.fail(call, "derived queue name %q starts with amq., which the broker reserves", n)
 			return
 		}
 	}
@@ -289,6 +305,7 @@ func (t *Topology) Binding(queue, exchange, key string, opts ...BindingOption) *
 }
 
 func (t *Topology) binding(queue, exchange, key string, opts []BindingOption) {
+	t.init()
 	call := describeCall("Binding", []string{queue, exchange, key}, stringers(opts))
 	b := Binding{Queue: queue, Exchange: exchange, Key: key}
 	for _, o := range opts {
@@ -327,6 +344,7 @@ func ForConsumer(queue string, p retry.Policy) *Topology {
 }
 
 func (t *Topology) forConsumer(queue string, p retry.Policy) {
+	t.init()
 	call := fmt.Sprintf("ForConsumer(%q, %s)", queue, p)
 	ok := t.checkName(call, "queue", queue)
 	if err := p.Validate(); err != nil {
@@ -427,8 +445,8 @@ func (t *Topology) checkArgs(call string, args amqp.Table) bool {
 			t.fail(call, "argument name %q is empty or over %d bytes", truncate(k), MaxNameLength)
 			ok = false
 		}
-		if i, isInt := v.(int); isInt && int64(i) != int64(int32(i)) {
-			t.fail(call, "argument %s=%d does not fit the 32 bits a Go int is sent as; use int64", k, i)
+		if i, big := bigInt(v); big {
+			t.fail(call, "argument %s holds %d, which does not fit the 32 bits a Go int is sent as; use int64", k, i)
 			ok = false
 		}
 	}
@@ -445,6 +463,28 @@ func (t *Topology) checkArgs(call string, args amqp.Table) bool {
 		}
 	}
 	return ok
+}
+
+// bigInt finds a Go int, at any depth of v, that amqp091 would send
+// truncated to 32 bits.
+func bigInt(v any) (int, bool) {
+	switch x := v.(type) {
+	case int:
+		return x, int64(x) != int64(int32(x))
+	case amqp.Table:
+		for _, e := range x {
+			if i, big := bigInt(e); big {
+				return i, true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if i, big := bigInt(e); big {
+				return i, true
+			}
+		}
+	}
+	return 0, false
 }
 
 func truncate(s string) string {
