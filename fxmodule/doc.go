@@ -1,0 +1,92 @@
+// Package fxmodule wires AceMQ into a go.uber.org/fx application: it
+// provides the *mq.Broker, collects topology fragments, consumers and
+// shared middleware through value groups, and drives connection, declaration
+// and consumers from the app's lifecycle.
+//
+// What it owns: the fx wiring only. Everything it does is a call into
+// packages mq and topology that a service without fx makes itself
+// (mq.New, Broker.Start, Broker.Declare, Broker.Consume, Consumer.Stop,
+// Broker.Close); see examples/plain.
+//
+// What it must not touch: it provides nothing it does not own (no logger,
+// no TracerProvider, no MeterProvider) and bundles no other module.
+//
+// # Use
+//
+//	fx.New(
+//		fx.Supply(mq.Config{URLs: []string{url}}),
+//		fxmodule.Module,
+//		fxmodule.AsTopology(func() *topology.Topology {
+//			return topology.New().
+//				Exchange("orders-events").
+//				Queue("shipping.orders", topology.DeadLetter(), topology.Retry(policy)).
+//				Binding("shipping.orders", "orders-events", "order.placed")
+//		}),
+//		fxmodule.AsConsumer(func(s *Shipping) fxmodule.Consumer {
+//			return fxmodule.Consumer{
+//				Queue:   "shipping.orders",
+//				Handler: s,
+//				Options: []mq.ConsumerOption{middleware.Standard(policy)},
+//			}
+//		}),
+//		fxmodule.WithMiddleware(audit, metrics), // around every consumer, audit outermost
+//	)
+//
+// Module requires an mq.Config from the app. It takes, when the app has
+// them, a *slog.Logger (used when Config.Logger is nil), a
+// trace.TracerProvider and a metric.MeterProvider: given either provider,
+// the broker is instrumented with otelmq (a provider that is not given
+// defaults to the global one). Provide those as the interface types, e.g.
+// fx.Annotate(sdktrace.NewTracerProvider, fx.As(new(trace.TracerProvider))).
+//
+// # Value groups
+//
+// The helpers hide the group tags: AsTopology and AsConsumer take
+// constructors (any function fx can call, parameter objects welcome) that
+// return a *topology.Topology fragment or a Consumer, optionally with an
+// error. A constructor returning any other type fails fx.New with an error
+// naming it, rather than silently feeding nothing (the groups carry
+// concrete types, so fx.As, which casts to interfaces, has nothing to do).
+// Every fragment is merged into one topology (topology.New().Merge) and
+// validated as a whole while the app is built, so a mistake in any
+// fragment, or two fragments declaring one queue differently, fails fx.New
+// with all the mistakes at once. fx hands a value group over in a random
+// order, so the module sorts what it gets (fragments by their printout,
+// consumers by queue): declaration and start go the same way on every run.
+//
+// WithMiddleware wraps every consumer's handler in the middleware given, in
+// exactly the order given (the first outermost), outside each consumer's
+// own options (mq.WithMiddleware, middleware.Standard). Order never comes
+// from the order fx feeds a group in: WithMiddleware may be given once per
+// app, and giving it twice fails fx.New naming both places.
+//
+// # Lifecycle
+//
+// Hooks run in dependency order. On start: connect (Broker.Start), then
+// declare the merged topology, then start every consumer (Broker.Consume,
+// which returns once it is subscribed). On stop, in reverse: stop every
+// consumer at once, each draining its in-flight handlers within the stop
+// context, then close the broker (publishers, then the connection). A
+// message whose handler outlasts the stop context is not acknowledged: the
+// broker returns it to its queue when the channel closes.
+//
+// Start honours the start context (fx.StartTimeout, 15 s by default): a
+// broker that does not answer fails start with the connect error (the URL
+// redacted, the last dial error named) shortly before the timeout, instead
+// of hanging, and a declaration the broker refuses fails start naming what
+// was refused (errors.Is(err, mq.ErrPreconditionFailed) for a queue that
+// exists with other arguments). A start that fails stops the consumers it
+// started and closes the broker itself, since fx does not roll back once
+// the start context has ended. Likewise, when consumers cannot drain within
+// the stop context, the broker is still closed. No goroutine lives on the
+// start context: the broker and its consumers run on contexts of their own
+// that end at Close and Stop.
+//
+// # A consumer that gives up
+//
+// A consumer that ends on its own with an error — with mq.WithGiveUpAfter,
+// one that could not resubscribe for that long, e.g. its queue was deleted —
+// is logged (acemq.consumer.ended) and asks the app to shut down with exit
+// code 1 through fx.Shutdowner, rather than leave a half-dead service
+// running. Consumers without WithGiveUpAfter retry forever and never do.
+package fxmodule

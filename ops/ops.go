@@ -1,0 +1,272 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/mq"
+)
+
+// QueueCount is what Count found for one queue.
+type QueueCount struct {
+	// Queue is the queue's name.
+	Queue string
+	// Exists is false when the broker has no such queue; the counts are
+	// then zero.
+	Exists bool
+	// Ready is the number of messages ready for delivery. Messages a
+	// consumer holds unacknowledged are not counted.
+	Ready int
+	// Consumers is the number of consumers subscribed to the queue.
+	Consumers int
+}
+
+// Count reports how many messages are ready in each queue, and how many
+// consumers each has, in the order given. A queue that does not exist is
+// reported with Exists false, not as an error; any other failure stops the
+// count and is returned with the counts made so far.
+func Count(ctx context.Context, b *mq.Broker, queues ...string) ([]QueueCount, error) {
+	out := make([]QueueCount, 0, len(queues))
+	for _, q := range queues {
+		c := QueueCount{Queue: q}
+		info, err := inspect(ctx, b, q)
+		switch {
+		case err == nil:
+			c.Exists, c.Ready, c.Consumers = true, info.Messages, info.Consumers
+		case errors.Is(err, mq.ErrNotFound):
+		default:
+			return out, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// inspect passively declares q on a channel of its own (a NOT_FOUND kills
+// the channel it comes on).
+func inspect(ctx context.Context, b *mq.Broker, q string) (amqp.Queue, error) {
+	if q == "" {
+		return amqp.Queue{}, errors.New("ops: the queue name is empty")
+	}
+	ch, err := b.Channel(ctx)
+	if err != nil {
+		return amqp.Queue{}, fmt.Errorf("ops: inspect queue %q: %w", q, err)
+	}
+	defer ch.Close()
+	stop := context.AfterFunc(ctx, func() { _ = ch.Close() })
+	info, err := ch.QueueDeclarePassive(q, false, false, false, false, nil)
+	if !stop() {
+		return amqp.Queue{}, fmt.Errorf("ops: inspect queue %q: %w", q, ctx.Err())
+	}
+	if err != nil {
+		return amqp.Queue{}, refusal(fmt.Sprintf("inspect queue %q", q), err)
+	}
+	return info, nil
+}
+
+// refusal lifts an *amqp.Error into an *mq.BrokerError, so errors.Is
+// matches mq.ErrNotFound and the other sentinels by reply code.
+func refusal(op string, err error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Server {
+		return &mq.BrokerError{Op: op, Code: ae.Code, Reason: ae.Reason, Err: err}
+	}
+	return &mq.BrokerError{Op: op, Err: err}
+}
+
+// get is basic.get without auto-ack, bounded by ctx: when ctx ends the
+// channel is closed, and with it everything it took goes back to the queue.
+func get(ctx context.Context, ch *amqp.Channel, q string) (amqp.Delivery, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return amqp.Delivery{}, false, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = ch.Close() })
+	d, ok, err := ch.Get(q, false)
+	if !stop() {
+		return amqp.Delivery{}, false, ctx.Err()
+	}
+	if err != nil {
+		return amqp.Delivery{}, false, refusal(fmt.Sprintf("get from queue %q", q), err)
+	}
+	return d, ok, nil
+}
+
+// PreviewBytes is how much of a body Peeked.Preview shows.
+const PreviewBytes = 256
+
+// Peeked is one message as Peek saw it: its properties, the contract's
+// headers read leniently (another AceMQ library may have written them),
+// every header, and the body.
+type Peeked struct {
+	// Queue is the queue peeked at; Position counts from 1 at its head.
+	Queue    string
+	Position int
+
+	MessageID     string
+	CorrelationID string
+	ContentType   string
+	Type          string
+	AppID         string
+	Timestamp     time.Time // zero when the message has none
+	RoutingKey    string    // the key it was last published with
+	Redelivered   bool
+
+	// Attempt is the x-acemq-attempt header read as mq.AttemptOf reads it:
+	// the attempt its next delivery will be (absent: 1).
+	Attempt int
+	// Reason is x-acemq-reason: exhausted, rejected, parked, rung-missing.
+	Reason string
+	// Error is x-acemq-error, the handler's error text.
+	Error string
+	// FailedAt is x-acemq-failed-at; zero when absent or unreadable.
+	FailedAt time.Time
+	// SourceQueue is x-acemq-source-queue, the queue the message failed on.
+	SourceQueue string
+	// ReplayedAt and ReplayedFrom record the last replay, if any.
+	ReplayedAt   time.Time
+	ReplayedFrom string
+
+	// Headers are all the message's headers (a copy).
+	Headers amqp.Table
+	// Body is the whole body; Preview its first PreviewBytes as printable
+	// text (see Preview).
+	Body    []byte
+	Preview string
+}
+
+// Peek shows up to n messages from the head of queue without taking them:
+// it gets them without acknowledging, then closes its channel so the
+// broker returns them to where they were. They come back marked
+// redelivered; while Peek holds them, the queue's consumers do not get
+// them. Fewer than n are returned when the queue holds fewer.
+// errors.Is(err, mq.ErrNotFound) when the queue does not exist.
+func Peek(ctx context.Context, b *mq.Broker, queue string, n int) ([]Peeked, error) {
+	if queue == "" {
+		return nil, errors.New("ops: peek: the queue name is empty")
+	}
+	if n < 1 {
+		return nil, fmt.Errorf("ops: peek %q: n is %d, must be at least 1", queue, n)
+	}
+	ch, err := b.Channel(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("ops: peek %q: %w", queue, err)
+	}
+	defer ch.Close() // returns every message taken, in place
+	var out []Peeked
+	for len(out) < n {
+		d, ok, err := get(ctx, ch, queue)
+		if err != nil {
+			return out, fmt.Errorf("ops: peek %q: %w", queue, err)
+		}
+		if !ok {
+			break
+		}
+		out = append(out, peeked(queue, len(out)+1, d))
+	}
+	return out, nil
+}
+
+func peeked(queue string, pos int, d amqp.Delivery) Peeked {
+	h := d.Headers
+	p := Peeked{
+		Queue: queue, Position: pos,
+		MessageID: d.MessageId, CorrelationID: d.CorrelationId, ContentType: d.ContentType,
+		Type: d.Type, AppID: d.AppId, Timestamp: d.Timestamp, RoutingKey: d.RoutingKey,
+		Redelivered: d.Redelivered,
+		Attempt:     mq.AttemptOf(h),
+		Body:        d.Body,
+		Preview:     Preview(d.Body, PreviewBytes),
+	}
+	p.Reason, _ = headerString(h, mq.HeaderReason)
+	p.Error, _ = headerString(h, mq.HeaderError)
+	p.SourceQueue, _ = headerString(h, mq.HeaderSourceQueue)
+	p.ReplayedFrom, _ = headerString(h, mq.HeaderReplayedFrom)
+	p.FailedAt = headerTime(h, mq.HeaderFailedAt)
+	p.ReplayedAt = headerTime(h, mq.HeaderReplayedAt)
+	if h != nil {
+		p.Headers = make(amqp.Table, len(h))
+		for k, v := range h {
+			p.Headers[k] = v
+		}
+	}
+	return p
+}
+
+// Preview returns up to max bytes of body as one line of printable text:
+// cut on a character boundary, with control characters and bytes that are
+// not UTF-8 shown as '.', and "…" appended when something was cut.
+func Preview(body []byte, max int) string {
+	if max < 0 {
+		max = 0
+	}
+	cut := body
+	more := false
+	if len(cut) > max {
+		cut, more = cut[:max], true
+		// Do not end in the middle of a character.
+		for i := 0; i < utf8.UTFMax && len(cut) > 0 && !utf8.Valid(cut); i++ {
+			cut = cut[:len(cut)-1]
+		}
+	}
+	var sb strings.Builder
+	for len(cut) > 0 {
+		r, size := utf8.DecodeRune(cut)
+		cut = cut[size:]
+		if (r == utf8.RuneError && size <= 1) || (!unicode.IsPrint(r) && r != ' ') {
+			sb.WriteByte('.')
+			continue
+		}
+		sb.WriteRune(r)
+	}
+	if more {
+		sb.WriteString("…")
+	}
+	return sb.String()
+}
+
+// headerString reads a header written as a string, or as bytes holding
+// UTF-8 (as some AMQP clients write text).
+func headerString(h amqp.Table, key string) (string, bool) {
+	switch v := h[key].(type) {
+	case string:
+		return v, true
+	case []byte:
+		if utf8.Valid(v) {
+			return string(v), true
+		}
+	}
+	return "", false
+}
+
+// headerTime reads a header written as an AMQP timestamp, or leniently as
+// Unix seconds or an RFC 3339 string. Zero when absent or unreadable.
+func headerTime(h amqp.Table, key string) time.Time {
+	switch v := h[key].(type) {
+	case time.Time:
+		return v
+	case int64:
+		return time.Unix(v, 0)
+	case int32:
+		return time.Unix(int64(v), 0)
+	case int:
+		return time.Unix(int64(v), 0)
+	case string, []byte:
+		s, _ := headerString(h, key)
+		s = strings.TrimSpace(s)
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			return t
+		}
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return time.Unix(n, 0)
+		}
+	}
+	return time.Time{}
+}
