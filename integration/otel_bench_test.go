@@ -1,0 +1,160 @@
+//go:build integration
+
+package integration
+
+// Consume throughput of the standard stack with otelmq's tracing and
+// metrics on, against the same stack without otelmq, in the same run and
+// on the same queue. Issue 5's target: at least 0.85x.
+//
+//	go test -tags integration -run '^$' -bench BenchmarkOtelConsume -benchtime 6x ./integration/
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/acemq/acemq-go/internal/testenv"
+	"github.com/acemq/acemq-go/middleware"
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/otelmq"
+	"github.com/acemq/acemq-go/retry"
+	"github.com/acemq/acemq-go/topology"
+)
+
+// otelBenchRound is how many messages one timed consumption takes.
+const otelBenchRound = 5000
+
+// otelDiscard is a span exporter that drops everything.
+type otelDiscard struct{ spans atomic.Int64 }
+
+func (e *otelDiscard) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
+	e.spans.Add(int64(len(s)))
+	return nil
+}
+func (*otelDiscard) Shutdown(context.Context) error { return nil }
+
+// BenchmarkOtelConsume consumes rounds of otelBenchRound messages with the
+// standard stack (middleware.Standard, logging at info, a handler that
+// succeeds) on two brokers: one plain, one with otelmq installed — an SDK
+// TracerProvider with a batch span processor and a discarding exporter, a
+// MeterProvider with a ManualReader. Each fills the queue before its own
+// round (so the instrumented round's messages carry trace context to
+// extract), the fill's spans are flushed and its garbage collected, and the
+// clock runs from the first handler call to the last. The order
+// alternates, so drift in the broker hits both alike. It reports both
+// throughputs and their ratio.
+func BenchmarkOtelConsume(b *testing.B) {
+	for _, prefetch := range []int{10, 100} {
+		b.Run(fmt.Sprintf("prefetch=%d", prefetch), func(b *testing.B) { otelBenchConsume(b, prefetch) })
+	}
+}
+
+func otelBenchConsume(b *testing.B, prefetch int) {
+	info := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	exp := &otelDiscard{}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	b.Cleanup(func() {
+		_ = tp.Shutdown(context.Background())
+		_ = mp.Shutdown(context.Background())
+	})
+	ins := otelmq.New(otelmq.WithTracerProvider(tp), otelmq.WithMeterProvider(mp), otelmq.WithPropagators(propagation.TraceContext{}))
+	plain := testenv.Broker(b, mq.Config{Logger: info})
+	traced := testenv.Broker(b, mq.Config{Logger: info}, mq.WithHooks(ins))
+
+	p := retry.Exponential(5, time.Second)
+	q := consQueue(b, plain, p, topology.Classic())
+	msgs := make([]mq.Message, otelBenchRound)
+	for i := range msgs {
+		msgs[i] = mq.Message{Body: []byte(`{"bench":true}`), DeliveryMode: amqp.Transient, ContentType: "application/json"}
+	}
+	fill := func(brk *mq.Broker) {
+		pub := brk.Publisher("")
+		defer pub.Close()
+		for i := range msgs {
+			msgs[i].MessageID = "" // a fresh id each round
+			msgs[i].Headers = nil
+		}
+		if err := pub.PublishBatch(testenv.Context(b, time.Minute), q, msgs); err != nil {
+			b.Fatalf("fill: %v", err)
+		}
+	}
+	round := func(brk *mq.Broker) time.Duration {
+		var n atomic.Int64
+		var start time.Time
+		done := make(chan struct{})
+		h := mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+			switch n.Add(1) {
+			case 1:
+				start = time.Now()
+			case otelBenchRound:
+				close(done)
+			}
+			return nil
+		})
+		c, err := brk.Consume(testenv.Context(b, time.Minute), q, h, middleware.Standard(p), mq.WithPrefetch(prefetch))
+		if err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			b.Fatal("the round did not finish")
+		}
+		took := time.Since(start)
+		if err := c.Stop(testenv.Context(b, 10*time.Second)); err != nil {
+			b.Fatal(err)
+		}
+		return took
+	}
+
+	var plainTotal, tracedTotal time.Duration
+	timed := func(brk *mq.Broker, total *time.Duration) {
+		b.StopTimer()
+		fill(brk)
+		// The fill's spans and garbage are not the consumer's cost.
+		_ = tp.ForceFlush(context.Background())
+		runtime.GC()
+		b.StartTimer()
+		*total += round(brk)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%2 == 0 {
+			timed(plain, &plainTotal)
+			timed(traced, &tracedTotal)
+		} else {
+			timed(traced, &tracedTotal)
+			timed(plain, &plainTotal)
+		}
+	}
+	b.StopTimer()
+	if n, err := plain.MessageCount(testenv.Context(b, 10*time.Second), q); err != nil || n != 0 {
+		b.Fatalf("%d messages left in the queue (%v)", n, err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil || len(rm.ScopeMetrics) == 0 {
+		b.Fatalf("the instrumented rounds recorded no metrics (%v)", err)
+	}
+	_ = tp.ForceFlush(context.Background())
+	if exp.spans.Load() == 0 {
+		b.Fatal("the instrumented rounds exported no spans")
+	}
+	total := float64(b.N * otelBenchRound)
+	plainRate, tracedRate := total/plainTotal.Seconds(), total/tracedTotal.Seconds()
+	b.ReportMetric(plainRate, "plain-msg/s")
+	b.ReportMetric(tracedRate, "otelmq-msg/s")
+	b.ReportMetric(tracedRate/plainRate, "ratio")
+}

@@ -1,0 +1,118 @@
+package otelmq
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/acemq/acemq-go/mq"
+)
+
+type discard struct{}
+
+func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
+
+// attemptSpans is the alternative BenchmarkAttempts measures against the
+// events OnAttemptDone adds: an INTERNAL child span "attempt <n>" of the
+// process span per call of the handler, carried by the handler's context.
+type attemptSpans struct {
+	*Instrumentation
+	tracer trace.Tracer
+}
+
+type attemptSpanCtx struct {
+	context.Context
+	span trace.Span
+}
+
+type attemptSpanKey struct{}
+
+func (c *attemptSpanCtx) Value(key any) any {
+	if key == (attemptSpanKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+func (a attemptSpans) OnAttempt(ctx context.Context, d *mq.Delivery) context.Context {
+	ctx, span := a.tracer.Start(ctx, "attempt "+strconv.Itoa(d.Attempt()),
+		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(AttemptKey.Int(d.Attempt())))
+	return &attemptSpanCtx{Context: ctx, span: span}
+}
+
+func (a attemptSpans) OnAttemptDone(ctx context.Context, _ *mq.Delivery, err error) {
+	st, _ := ctx.Value(attemptSpanKey{}).(*attemptSpanCtx)
+	if st == nil {
+		return
+	}
+	if err != nil {
+		fail(st.span, err)
+	}
+	st.span.End()
+}
+
+// BenchmarkAttempts measures a delivery's hooks with its attempts recorded
+// as events on the process span (what OnAttemptDone does) and as child
+// spans (attemptSpans), with one attempt — the common case — and three (two
+// in-process retries): an SDK TracerProvider with a batch processor and a
+// discarding exporter, a MeterProvider with a ManualReader. "tracing" and
+// "metrics" are the events variant with only one of the two providers.
+func BenchmarkAttempts(b *testing.B) {
+	for _, mode := range []string{"events", "spans", "tracing", "metrics"} {
+		for _, calls := range []int{1, 3} {
+			b.Run(mode+"/attempts="+strconv.Itoa(calls), func(b *testing.B) {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+				defer tp.Shutdown(context.Background())
+				defer mp.Shutdown(context.Background())
+				opts := []Option{WithTracerProvider(tp), WithMeterProvider(mp), WithPropagators(propagation.TraceContext{})}
+				switch mode {
+				case "tracing":
+					opts = append(opts, WithMeterProvider(metricnoop.NewMeterProvider()))
+				case "metrics":
+					opts = append(opts, WithTracerProvider(tracenoop.NewTracerProvider()))
+				}
+				ins := New(opts...)
+				var hook mq.AttemptHook = ins
+				if mode == "spans" {
+					hook = attemptSpans{ins, tp.Tracer(ScopeName)}
+				}
+				headers := amqp.Table{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+				fail := errors.New("boom")
+				b.ReportAllocs()
+				for b.Loop() {
+					d := mq.NewTestDelivery("orders", amqp.Delivery{Headers: headers, MessageId: "m", DeliveryTag: 1, Body: []byte("x"), RoutingKey: "orders"})
+					ctx := ins.OnDelivery(context.Background(), d)
+					h := mq.TestAttempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+						if d.Attempt() < calls {
+							return fail
+						}
+						return nil
+					}), hook)
+					for h.Handle(ctx, d) != nil {
+					}
+					d.SetOutcome(mq.OutcomeAck, nil)
+					ins.OnDeliveryDone(ctx, d, nil)
+				}
+			})
+		}
+	}
+	b.Run("none", func(b *testing.B) {
+		// The harness alone: a delivery and its attempt wrapper.
+		b.ReportAllocs()
+		for b.Loop() {
+			d := mq.NewTestDelivery("orders", amqp.Delivery{MessageId: "m", DeliveryTag: 1, Body: []byte("x"), RoutingKey: "orders"})
+			_ = mq.TestAttempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })).Handle(context.Background(), d)
+		}
+	})
+}

@@ -1,0 +1,140 @@
+package otelmq
+
+import (
+	"context"
+	"errors"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/acemq/acemq-go/mq"
+)
+
+// ErrorType is the error.type this package reports for err: a stable,
+// low-cardinality name, never a Go type name, so dashboards and alerts
+// survive refactoring. In the order they are tried:
+//
+//	panic                 a panic recovered from a handler (*mq.PanicError)
+//	timeout               context.DeadlineExceeded (Timeout middleware included)
+//	canceled              context.Canceled
+//	unroutable            mq.ErrUnroutable: a mandatory publish came back
+//	nacked                mq.ErrNacked: the broker refused a publish
+//	closed                mq.ErrClosed
+//	<reply code name>     an AMQP reply code (mq.ReplyCode) in the chain:
+//	                      content-too-large (311), no-route (312),
+//	                      no-consumers (313), connection-forced (320),
+//	                      invalid-path (402), access-refused (403),
+//	                      not-found (404), resource-locked (405),
+//	                      precondition-failed (406), frame-error (501),
+//	                      syntax-error (502), command-invalid (503),
+//	                      channel-error (504), unexpected-frame (505),
+//	                      resource-error (506), not-allowed (530),
+//	                      not-implemented (540), internal-error (541)
+//	requeue               mq.ErrRequeue with nothing more specific inside
+//	_OTHER                anything else
+//
+// A nil error has no type: ErrorType returns "".
+func ErrorType(err error) string {
+	if err == nil {
+		return ""
+	}
+	var pe *mq.PanicError
+	switch {
+	case errors.As(err, &pe):
+		return "panic"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, mq.ErrUnroutable):
+		return "unroutable"
+	case errors.Is(err, mq.ErrNacked):
+		return "nacked"
+	case errors.Is(err, mq.ErrClosed):
+		return "closed"
+	}
+	if name := replyCodeName(mq.ReplyCode(err)); name != "" {
+		return name
+	}
+	if errors.Is(err, mq.ErrRequeue) {
+		return "requeue"
+	}
+	return semconv.ErrorTypeOther.Value.AsString()
+}
+
+// replyCodeName names an AMQP 0-9-1 reply code as the specification does,
+// lower case with hyphens.
+func replyCodeName(code int) string {
+	switch code {
+	case 311:
+		return "content-too-large"
+	case 312:
+		return "no-route"
+	case 313:
+		return "no-consumers"
+	case 320:
+		return "connection-forced"
+	case 402:
+		return "invalid-path"
+	case 403:
+		return "access-refused"
+	case 404:
+		return "not-found"
+	case 405:
+		return "resource-locked"
+	case 406:
+		return "precondition-failed"
+	case 501:
+		return "frame-error"
+	case 502:
+		return "syntax-error"
+	case 503:
+		return "command-invalid"
+	case 504:
+		return "channel-error"
+	case 505:
+		return "unexpected-frame"
+	case 506:
+		return "resource-error"
+	case 530:
+		return "not-allowed"
+	case 540:
+		return "not-implemented"
+	case 541:
+		return "internal-error"
+	}
+	return ""
+}
+
+// maxStatus caps a span status description, in bytes: an error's text can
+// be long (a wrapped chain), and a span is not a log.
+const maxStatus = mq.MaxErrorHeader
+
+// fail marks span as failed with err: status Error with the error's text
+// (capped) and the attribute error.type, which it returns.
+func fail(span trace.Span, err error) string {
+	et := ErrorType(err)
+	if span.IsRecording() {
+		span.SetStatus(codes.Error, capText(err.Error()))
+		span.SetAttributes(semconv.ErrorTypeKey.String(et))
+	}
+	return et
+}
+
+func capText(s string) string {
+	if len(s) <= maxStatus {
+		return s
+	}
+	s = s[:maxStatus]
+	// Drop a rune cut in half at the end (at most UTFMax-1 bytes), and
+	// nothing else: invalid bytes earlier on are the error's own.
+	for i := 1; i < utf8.UTFMax && len(s) > 0; i++ {
+		if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size != 1 {
+			break
+		}
+		s = s[:len(s)-1]
+	}
+	return s
+}

@@ -1,0 +1,169 @@
+package otelmq_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/otelmq"
+)
+
+const server = "rabbit.example:5672"
+
+// rig is an Instrumentation wired to an in-memory span recorder and a
+// manual metric reader, with a fake broker that runs the hooks the way mq
+// does: publishes through PublishHook, deliveries through DeliveryHook,
+// handler calls through AttemptHook (mq.TestAttempts), events through
+// EventHook.
+type rig struct {
+	t      *testing.T
+	ins    *otelmq.Instrumentation
+	spans  *tracetest.SpanRecorder
+	reader *sdkmetric.ManualReader
+	queues map[string][]mq.Message
+	tag    uint64
+}
+
+func newRig(t *testing.T, opts ...otelmq.Option) *rig {
+	t.Helper()
+	sr := tracetest.NewSpanRecorder()
+	reader := sdkmetric.NewManualReader()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() {
+		_ = tp.Shutdown(context.Background())
+		_ = mp.Shutdown(context.Background())
+	})
+	opts = append([]otelmq.Option{
+		otelmq.WithTracerProvider(tp),
+		otelmq.WithMeterProvider(mp),
+		otelmq.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
+	}, opts...)
+	return &rig{t: t, ins: otelmq.New(opts...), spans: sr, reader: reader, queues: map[string][]mq.Message{}}
+}
+
+// publish runs a publish through the hooks as mq's Publisher does and
+// "routes" it to queue (the routing key on the default exchange).
+func (r *rig) publish(ctx context.Context, exchange, key string, m mq.Message, hop mq.HopKind, err error) error {
+	if m.Headers == nil {
+		m.Headers = amqp.Table{}
+	}
+	if m.MessageID == "" {
+		m.MessageID = mq.NewMessageID()
+	}
+	p := &mq.Publishing{Exchange: exchange, RoutingKey: key, Mandatory: exchange == "", Hop: hop, Message: &m, Server: server}
+	hctx := r.ins.OnPublish(ctx, p)
+	r.ins.OnPublishDone(hctx, p, err)
+	if err == nil {
+		r.queues[key] = append(r.queues[key], m)
+	}
+	return err
+}
+
+// forward is a delivery's Forward, as mq's hop publisher runs it.
+func (r *rig) forward(ctx context.Context, queue string, kind mq.HopKind, m mq.Message) error {
+	return r.publish(ctx, "", queue, m, kind, nil)
+}
+
+// next takes the next message of queue as a delivery.
+func (r *rig) next(queue string) *mq.Delivery {
+	r.t.Helper()
+	msgs := r.queues[queue]
+	if len(msgs) == 0 {
+		r.t.Fatalf("queue %s is empty", queue)
+	}
+	m := msgs[0]
+	r.queues[queue] = msgs[1:]
+	r.tag++
+	raw := amqp.Delivery{
+		Headers: m.Headers, MessageId: m.MessageID, CorrelationId: m.CorrelationID,
+		Body: m.Body, DeliveryTag: r.tag, RoutingKey: queue,
+	}
+	return mq.NewTestDelivery(queue, raw, mq.TestForward(r.forward), mq.TestEvents(r.ins.OnEvent))
+}
+
+// deliver runs one delivery the way the consumer runtime and a retry
+// ladder would: handler calls through the attempt hooks, in-process
+// retries for inProcess more failures, then after a last failure the
+// hop given (or an ack when the handler succeeds).
+func (r *rig) deliver(d *mq.Delivery, h mq.HandlerFunc, inProcess int, hop mq.HopKind, hopTarget string) {
+	r.t.Helper()
+	ctx := r.ins.OnDelivery(context.Background(), d)
+	call := mq.TestAttempts(h, r.ins)
+	var err error
+	for i := 0; ; i++ {
+		err = call.Handle(ctx, d)
+		if err == nil || i == inProcess {
+			break
+		}
+		d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: "in-process", Attempt: d.Attempt(), Wait: 50 * time.Millisecond, Err: err})
+	}
+	var chainErr error
+	switch {
+	case err == nil:
+		d.SetOutcome(mq.OutcomeAck, nil)
+	case hop == mq.HopRetry:
+		if ferr := d.Forward(ctx, hopTarget, hop, amqp.Table{mq.HeaderAttempt: int32(d.Attempt() + 1), mq.HeaderSourceQueue: d.Queue()}); ferr != nil {
+			r.t.Fatal(ferr)
+		}
+		d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: "broker", Target: hopTarget, Attempt: d.Attempt(), Wait: time.Second, Err: err})
+		d.SetOutcome(mq.OutcomeRetry, err)
+	case hop == mq.HopDeadLetter || hop == mq.HopPark:
+		reason, outcome := mq.ReasonExhausted, mq.OutcomeDeadLetter
+		if hop == mq.HopPark {
+			reason, outcome = mq.ReasonParked, mq.OutcomePark
+		}
+		if ferr := d.Forward(ctx, hopTarget, hop, amqp.Table{
+			mq.HeaderAttempt: int32(d.Attempt() + 1), mq.HeaderSourceQueue: d.Queue(),
+			mq.HeaderReason: string(reason), mq.HeaderError: err.Error(),
+		}); ferr != nil {
+			r.t.Fatal(ferr)
+		}
+		d.SetOutcome(outcome, err)
+	default:
+		chainErr = err // rejected by the runtime
+		d.SetOutcome(mq.OutcomeReject, err)
+	}
+	r.ins.OnDeliveryDone(ctx, d, chainErr)
+}
+
+var errBoom = errors.New("boom")
+
+func failing(context.Context, *mq.Delivery) error { return errBoom }
+
+// attrs maps a span's attributes by key.
+func attrs(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {
+	m := make(map[attribute.Key]attribute.Value, len(kvs))
+	for _, kv := range kvs {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+func (r *rig) collect() map[string]metricdata.Metrics {
+	r.t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.reader.Collect(context.Background(), &rm); err != nil {
+		r.t.Fatal(err)
+	}
+	out := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != otelmq.ScopeName || sm.Scope.Version != mq.Version {
+			r.t.Errorf("scope %s %s, want %s %s", sm.Scope.Name, sm.Scope.Version, otelmq.ScopeName, mq.Version)
+		}
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
