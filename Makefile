@@ -8,7 +8,7 @@ export AMQP_URL
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test unit integration lint vet fmt broker demo chaos cluster-test fuzz bench
+.PHONY: all test unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench
 
 all: lint test
 
@@ -24,6 +24,34 @@ unit:
 
 integration: broker
 	$(GO) test -race -count=1 -tags integration -timeout 10m ./integration/...
+
+## chaos: the fault suite against the local broker (connection cuts through a
+## proxy of its own, the broker closing the suite's own connections, a few
+## seconds of memory alarm, failing handlers, a deleted queue); every message
+## counted, one `CHAOS <scenario>: …` line each, summed up at the end
+chaos: broker
+	$(GO) test -race -count=1 -tags 'integration chaos' -run 'TestChaos' -timeout 15m -v ./integration/...
+
+## cluster-test: failover on a three-node cluster of its own (c1-c3@localhost,
+## ports 5681-5683), started first and torn down after, pass or fail
+cluster-test:
+	./scripts/cluster.sh up
+	@trap './scripts/cluster.sh down' EXIT; trap 'exit 130' INT TERM; \
+	$(GO) test -race -count=1 -tags cluster -timeout 15m -v ./integration/...
+
+## tls-test: amqps:// against a TLS node of its own (tls@localhost, port 5691)
+## that the test starts with a CA it generates; torn down after, pass or fail
+tls-test:
+	@trap './scripts/tlsnode.sh down' EXIT; trap 'exit 130' INT TERM; \
+	$(GO) test -race -count=1 -tags tls -timeout 10m -v ./integration/...
+
+## demo: the demo service against the local broker; exits by itself, leaves nothing behind
+demo: broker
+	$(GO) run ./examples/orders
+
+## fuzz: every fuzz target for FUZZTIME (default 30s) each; crashers become regression tests
+fuzz:
+	./scripts/fuzz.sh
 
 ## lint: go vet, gofmt and staticcheck (fetched through the Go module proxy)
 lint: vet
