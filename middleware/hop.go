@@ -58,9 +58,12 @@ func capError(err error) string {
 	if len(s) <= mq.MaxErrorHeader {
 		return s
 	}
-	s = s[:mq.MaxErrorHeader]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
+	// Back off to the start of the rune the cap falls in (at most
+	// utf8.UTFMax-1 bytes). Only the cut is inspected: bytes that were not
+	// valid UTF-8 in the handler's text are kept as they were.
+	n := mq.MaxErrorHeader
+	for i := 0; i < utf8.UTFMax-1 && n > 0 && !utf8.RuneStart(s[n]); i++ {
+		n--
 	}
-	return s
+	return s[:n]
 }

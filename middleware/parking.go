@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"errors"
 
 	"github.com/acemq/acemq-go/mq"
 )
@@ -47,9 +48,23 @@ func (p *parking) Handle(ctx context.Context, d *mq.Delivery) error {
 	}
 	switch p.verdict(err) {
 	case ToParked:
-		return setAside(ctx, d, mq.ReasonParked, err)
+		return setAside(ctx, d, mq.ReasonParked, unmark(err))
 	case ToDeadLetter:
-		return setAside(ctx, d, mq.ReasonRejected, err)
+		return setAside(ctx, d, mq.ReasonRejected, unmark(err))
+	}
+	return err
+}
+
+// unmark strips a Park or Reject mark, so x-acemq-error carries the
+// handler's own error text: the reason header already says which it was.
+func unmark(err error) error {
+	var pe *parkError
+	var re *rejectError
+	switch {
+	case errors.As(err, &pe) && pe == err:
+		return pe.err
+	case errors.As(err, &re) && re == err:
+		return re.err
 	}
 	return err
 }

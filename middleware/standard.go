@@ -60,6 +60,11 @@ func WithClassifier(c ...Classifier) StandardOption {
 // ordinary failure. Middleware added after Standard with mq.WithMiddleware
 // sits inside all of these, next to the handler.
 func Standard(p retry.Policy, opts ...StandardOption) mq.ConsumerOption {
+	return mq.WithMiddleware(standardStack(p, opts)...)
+}
+
+// standardStack is Standard's middleware, outermost first.
+func standardStack(p retry.Policy, opts []StandardOption) []mq.Middleware {
 	s := standard{declare: true}
 	for _, o := range opts {
 		if o != nil {
@@ -74,7 +79,7 @@ func Standard(p retry.Policy, opts ...StandardOption) mq.ConsumerOption {
 	if s.timeout > 0 {
 		mws = append(mws, Timeout(s.timeout))
 	}
-	return mq.WithMiddleware(mws...)
+	return mws
 }
 
 func mqIsRequeue(err error) bool { return err != nil && errors.Is(err, mq.ErrRequeue) }

@@ -166,6 +166,9 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 		c.endLife()
 		c.closeHops()
 		b.unregister(nil, c)
+		// A Broker.Close that saw c registered may be waiting in Stop.
+		c.err = err
+		close(c.done)
 		return nil, err
 	}
 	go c.run(sub)
@@ -290,6 +293,9 @@ func (c *Consumer) run(sub *subscription) {
 				c.log.Info("acemq.consumer.resubscribed")
 				break
 			}
+			if c.isStopping() {
+				return // Stop ended c.life under the subscribe: not a failure to report
+			}
 			if failingSince.IsZero() {
 				failingSince = time.Now()
 			}
@@ -335,8 +341,8 @@ func (c *Consumer) serve(sub *subscription) string {
 		select {
 		case <-workersDone:
 		case <-c.abort:
-			sub.cancel()
-			sub.close() // the broker requeues what was not settled
+			sub.close()  // first: the broker requeues what was not settled,
+			sub.cancel() // and a handler cut short can no longer reject it
 			<-workersDone
 		}
 		return "stopped"
@@ -413,6 +419,11 @@ func (c *Consumer) invoke(ctx context.Context, d *Delivery) (err error) {
 func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
 	var serr error
 	switch {
+	case err != nil && sub.ctx.Err() != nil:
+		// We cut the handler short (lost channel, stop deadline): its
+		// failure is ours, not the message's. Back to the queue.
+		d.outcome, d.cause = OutcomeRequeue, err
+		serr = sub.ch.Nack(d.DeliveryTag, false, true)
 	case err == nil:
 		if d.outcome == "" {
 			d.outcome = OutcomeAck

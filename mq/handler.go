@@ -241,6 +241,8 @@ func AttemptOf(h amqp.Table) int {
 		n = int64(x)
 	case uint32:
 		n = int64(x)
+	case uint:
+		n = int64(min(x, math.MaxInt32))
 	case uint64:
 		n = int64(min(x, math.MaxInt32))
 	case float32:

@@ -1,0 +1,191 @@
+//go:build integration
+
+package integration
+
+// Consume throughput of the standard stack (recover, retry ladder, parking,
+// logging at info, declare-on-start) on a no-op handler, against raw
+// amqp091-go manual-ack consumption with the same prefetch, in the same run
+// and on the same queue. Issue 4's target: at least 0.9x.
+//
+//	go test -tags integration -run '^$' -bench BenchmarkConsume -benchtime 4x ./integration/
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/internal/testenv"
+	"github.com/acemq/acemq-go/middleware"
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/retry"
+	"github.com/acemq/acemq-go/topology"
+)
+
+// consBenchRound is how many messages one timed consumption takes.
+const consBenchRound = 5000
+
+func BenchmarkConsume(b *testing.B) {
+	for _, prefetch := range []int{10, 100} {
+		b.Run(fmt.Sprintf("prefetch=%d", prefetch), func(b *testing.B) { consBenchConsume(b, prefetch) })
+	}
+}
+
+func consBenchConsume(b *testing.B, prefetch int) {
+	info := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	brk := testenv.Broker(b, mq.Config{Logger: info})
+	p := retry.Exponential(5, time.Second)
+	q := consQueue(b, brk, p, topology.Classic())
+	conn, err := amqp.Dial(testenv.URL())
+	if err != nil {
+		b.Fatalf("raw dial: %v", err)
+	}
+	defer conn.Close()
+	// The fill goes through a connection of its own: the broker throttles a
+	// connection that publishes hard (credit flow), and the consumer's acks
+	// must not queue behind that, for either contestant.
+	filler := testenv.Broker(b, mq.Config{Logger: info})
+	pub := filler.Publisher("")
+	defer pub.Close()
+	msgs := make([]mq.Message, consBenchRound)
+	for i := range msgs {
+		msgs[i] = mq.Message{Body: []byte(`{"bench":true}`), DeliveryMode: amqp.Transient, ContentType: "application/json"}
+	}
+	fill := func() {
+		for i := range msgs {
+			msgs[i].MessageID = "" // a fresh id each round
+		}
+		if err := pub.PublishBatch(testenv.Context(b, time.Minute), q, msgs); err != nil {
+			b.Fatalf("fill: %v", err)
+		}
+	}
+
+	// raw consumes one round with amqp091-go: one goroutine, ack each.
+	raw := func() (time.Duration, time.Duration) {
+		ch, err := conn.Channel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ch.Close()
+		if err := ch.Qos(prefetch, 0, false); err != nil {
+			b.Fatal(err)
+		}
+		dels, err := ch.Consume(q, "goit-bench-raw", false, false, false, false, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var start time.Time
+		var cpu0 time.Duration
+		for i := range consBenchRound {
+			d, ok := <-dels
+			if !ok {
+				b.Fatal("raw delivery stream ended")
+			}
+			if i == 0 {
+				start, cpu0 = time.Now(), consCPU()
+			}
+			if err := d.Ack(false); err != nil {
+				b.Fatal(err)
+			}
+		}
+		took, cpu := time.Since(start), consCPU()-cpu0
+		if err := ch.Cancel("goit-bench-raw", false); err != nil {
+			b.Fatal(err)
+		}
+		return took, cpu
+	}
+
+	// ours consumes one round with mq.Consume and the standard stack.
+	ours := func() (time.Duration, time.Duration) {
+		var n atomic.Int64
+		var start time.Time
+		var cpu0 time.Duration
+		done := make(chan struct{})
+		h := mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+			switch n.Add(1) {
+			case 1:
+				start, cpu0 = time.Now(), consCPU()
+			case consBenchRound:
+				close(done)
+			}
+			return nil
+		})
+		c, err := brk.Consume(testenv.Context(b, time.Minute), q, h, middleware.Standard(p), mq.WithPrefetch(prefetch))
+		if err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			b.Fatal("the round did not finish")
+		}
+		took, cpu := time.Since(start), consCPU()-cpu0
+		if err := c.Stop(testenv.Context(b, 10*time.Second)); err != nil {
+			b.Fatal(err)
+		}
+		return took, cpu
+	}
+
+	var rawTotal, oursTotal, rawCPU, oursCPU time.Duration
+	var ratios []float64 // per round: raw time / our time, both taken back to back
+	timed := func(run func() (time.Duration, time.Duration), total, cpuTotal *time.Duration) time.Duration {
+		b.StopTimer()
+		fill()
+		runtime.GC() // the fill's garbage is not the consumer's
+		b.StartTimer()
+		took, cpu := run()
+		*total += took
+		*cpuTotal += cpu
+		return took
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		// Alternate the order, so drift in the broker hits both alike.
+		var r, o time.Duration
+		if i%2 == 0 {
+			r = timed(raw, &rawTotal, &rawCPU)
+			o = timed(ours, &oursTotal, &oursCPU)
+		} else {
+			o = timed(ours, &oursTotal, &oursCPU)
+			r = timed(raw, &rawTotal, &rawCPU)
+		}
+		ratios = append(ratios, r.Seconds()/o.Seconds())
+	}
+	b.StopTimer()
+	if n, err := brk.MessageCount(testenv.Context(b, 10*time.Second), q); err != nil || n != 0 {
+		b.Fatalf("%d messages left in the queue (%v)", n, err)
+	}
+	msgs64 := float64(b.N * consBenchRound)
+	rawRate := msgs64 / rawTotal.Seconds()
+	oursRate := msgs64 / oursTotal.Seconds()
+	b.ReportMetric(rawRate, "raw-msgs/s")
+	b.ReportMetric(oursRate, "acemq-msgs/s")
+	// The median of the paired rounds: a burst of load from elsewhere on the
+	// machine spoils one round, not the ratio.
+	slices.Sort(ratios)
+	b.ReportMetric(ratios[len(ratios)/2], "ratio")
+	b.ReportMetric(oursRate/rawRate, "ratio-of-totals")
+	// The client's own CPU per message (this process, user and system, from
+	// the first message to the last): what the library costs per message,
+	// whatever the broker's speed.
+	b.ReportMetric(float64(rawCPU.Microseconds())/msgs64, "raw-cpu-µs/msg")
+	b.ReportMetric(float64(oursCPU.Microseconds())/msgs64, "acemq-cpu-µs/msg")
+	b.ReportMetric(0, "ns/op")
+}
+
+// consCPU is the CPU time this process has used so far.
+func consCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,406 @@
+//go:build integration
+
+package integration
+
+// Issue 4: Stop drains, a missing queue fails fast, a deleted queue is
+// retried with backoff, and a stopped consumer leaves no goroutine behind.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/acemq/acemq-go/internal/testenv"
+	"github.com/acemq/acemq-go/middleware"
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/retry"
+	"github.com/acemq/acemq-go/topology"
+)
+
+// consInFlight tracks which messages a handler started and finished.
+type consInFlight struct {
+	mu       sync.Mutex
+	started  map[string]bool
+	finished map[string]bool // returned nil
+}
+
+func newConsInFlight() *consInFlight {
+	return &consInFlight{started: map[string]bool{}, finished: map[string]bool{}}
+}
+
+func (f *consInFlight) start(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.started[id] = true
+}
+
+func (f *consInFlight) finish(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.finished[id] = true
+}
+
+func (f *consInFlight) counts() (started, finished int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.started), len(f.finished)
+}
+
+// Stop during in-flight work (concurrency 4, handlers taking 300 ms, 50
+// messages): every message is either acknowledged after its handler
+// finished or back in its queue; counted, none lost.
+func TestConsumerStopDrainsInFlight(t *testing.T) {
+	t.Parallel()
+	const total = 50
+	p := retry.Fixed(3, 10*time.Millisecond)
+
+	t.Run("handlers finish within the stop context", func(t *testing.T) {
+		t.Parallel()
+		b, _ := consBroker(t)
+		q := consQueue(t, b, p)
+		consPublish(t, b, q, consMessages("stop", total)...)
+		fl := newConsInFlight()
+		h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+			fl.start(d.MessageId)
+			time.Sleep(300 * time.Millisecond) // work that does not watch its context
+			fl.finish(d.MessageId)
+			return nil
+		})
+		c, err := b.Consume(testenv.Context(t, 20*time.Second), q, h, middleware.Standard(p),
+			mq.WithConcurrency(4), mq.WithPrefetch(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Stop in the middle of the second round of handlers.
+		testenv.Eventually(t, 10*time.Second, func() bool { s, f := fl.counts(); return f >= 4 && s >= 8 }, "a second round in flight")
+		time.Sleep(50 * time.Millisecond)
+		startedAtStop, _ := fl.counts()
+		if err := c.Stop(testenv.Context(t, 10*time.Second)); err != nil {
+			t.Fatalf("Stop = %v", err)
+		}
+		started, finished := fl.counts()
+		if started != finished {
+			t.Errorf("%d handlers started, %d finished: Stop must let in-flight handlers finish", started, finished)
+		}
+		if started != startedAtStop {
+			t.Errorf("%d handlers started after Stop began (%d before)", started-startedAtStop, startedAtStop)
+		}
+		consSettledCount(t, b, q, total-finished)
+		remaining := consGetAll(t, b, q)
+		t.Logf("handled %d, back in the queue %d", finished, len(remaining))
+		seen := map[string]bool{}
+		for id := range fl.finished {
+			seen[id] = true
+		}
+		for _, d := range remaining {
+			if seen[d.MessageId] {
+				t.Errorf("%s was handled and acknowledged, yet is back in the queue", d.MessageId)
+			}
+			seen[d.MessageId] = true
+		}
+		if finished+len(remaining) != total || len(seen) != total {
+			t.Errorf("handled %d + remaining %d = %d distinct of %d published: lost messages", finished, len(remaining), len(seen), total)
+		}
+	})
+
+	t.Run("stop context ends first", func(t *testing.T) {
+		t.Parallel()
+		b, _ := consBroker(t)
+		q := consQueue(t, b, p)
+		consPublish(t, b, q, consMessages("abort", total)...)
+		fl := newConsInFlight()
+		h := mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+			fl.start(d.MessageId)
+			select {
+			case <-time.After(5 * time.Second):
+				fl.finish(d.MessageId)
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		c, err := b.Consume(testenv.Context(t, 20*time.Second), q, h, middleware.Standard(p),
+			mq.WithConcurrency(4), mq.WithPrefetch(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 10*time.Second, func() bool { s, _ := fl.counts(); return s >= 4 }, "4 handlers in flight")
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if err := c.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Stop = %v, want the stop context's deadline", err)
+		}
+		select {
+		case <-c.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("Done did not close after the handlers returned")
+		}
+		_, finished := fl.counts()
+		var remaining int
+		testenv.Eventually(t, 5*time.Second, func() bool { remaining = consCount(t, b, q); return finished+remaining == total },
+			"handled %d + remaining %d = %d published", finished, remaining, total)
+	})
+}
+
+// Consume on a missing queue fails fast, naming the queue.
+func TestConsumerMissingQueueFailsFast(t *testing.T) {
+	t.Parallel()
+	b, _ := consBroker(t)
+	p := retry.Exponential(3, time.Second, retry.InProcessLimit(0))
+	q := testenv.Name(t, "missing")
+	consCleanup(t, q, p) // DeclareOnStart declares the failure half first
+	for _, opts := range [][]mq.ConsumerOption{nil, {middleware.Standard(p)}} {
+		start := time.Now()
+		c, err := b.Consume(testenv.Context(t, 10*time.Second), q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), opts...)
+		if err == nil {
+			consStop(t, c)
+			t.Fatal("Consume on a missing queue succeeded")
+		}
+		if !errors.Is(err, mq.ErrNotFound) || !strings.Contains(err.Error(), q) {
+			t.Errorf("Consume = %v, want ErrNotFound naming %s", err, q)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("took %v to fail", took)
+		}
+	}
+}
+
+// A queue deleted under a running consumer: the consumer logs
+// acemq.consumer.subscribe.failed with backoff (no spin), and consumes
+// again once the queue is back.
+func TestConsumerQueueDeletedAndRecreated(t *testing.T) {
+	t.Parallel()
+	b, lg := consBroker(t)
+	p := retry.Fixed(2, 10*time.Millisecond)
+	q := consQueue(t, b, p)
+	got := make(chan string, 10)
+	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error { got <- d.MessageId; return nil })
+	c, err := b.Consume(testenv.Context(t, 30*time.Second), q, h, middleware.Standard(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consStop(t, c)
+	consPublish(t, b, q, mq.Message{MessageID: "before"})
+	consExpect(t, got, "before")
+
+	if _, err := b.DeleteQueue(testenv.Context(t, 10*time.Second), q); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool { return lg.count(mq.EventConsumerSubscribeFailed) >= 1 }, "%s logged", mq.EventConsumerSubscribeFailed)
+	first := lg.count(mq.EventConsumerSubscribeFailed)
+	time.Sleep(2 * time.Second)
+	attempts := lg.count(mq.EventConsumerSubscribeFailed) - first
+	t.Logf("%d resubscribe attempts in 2s", attempts)
+	if attempts < 2 || attempts > 25 {
+		t.Errorf("%d resubscribe attempts in 2s: want a few, with backoff", attempts)
+	}
+	rec := lg.all(mq.EventConsumerSubscribeFailed)[0]
+	if !strings.Contains(rec.attrs["error"], q) || !strings.Contains(rec.attrs["error"], "404") || rec.attrs["retry_in"] == "" {
+		t.Errorf("record %v: should name the queue, the refusal and the wait", rec)
+	}
+	if n := lg.count("acemq.consumer.interrupted"); n != 1 {
+		t.Errorf("%d acemq.consumer.interrupted records, want 1", n)
+	}
+	select {
+	case <-c.Done():
+		t.Fatalf("the consumer ended: %v", c.Err())
+	default:
+	}
+
+	if err := b.Declare(testenv.Context(t, 10*time.Second), topology.New().Queue(q)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool { return lg.count("acemq.consumer.resubscribed") >= 1 }, "resubscribed")
+	consPublish(t, b, q, mq.Message{MessageID: "after"})
+	consExpect(t, got, "after")
+}
+
+func consExpect(t *testing.T, got <-chan string, id string) {
+	t.Helper()
+	select {
+	case g := <-got:
+		if g != id {
+			t.Fatalf("handled %s, want %s", g, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s was not handled", id)
+	}
+}
+
+// consExercise runs a consumer with the standard stack through an
+// in-process retry, a broker rung hop, a park and a dead letter, then
+// stops it.
+func consExercise(t *testing.T, b *mq.Broker, q string, p retry.Policy, between func()) {
+	t.Helper()
+	var n atomic.Int32
+	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+		n.Add(1)
+		switch {
+		case d.MessageId == "park":
+			return middleware.Park(errors.New("look"))
+		case d.MessageId == "dead":
+			return middleware.Reject(errors.New("bad"))
+		case d.MessageId == "panic" && d.Attempt() == 1:
+			panic("once")
+		case d.Attempt() < 3 && d.MessageId == "retry":
+			return fmt.Errorf("attempt %d", d.Attempt())
+		}
+		return nil
+	})
+	c, err := b.Consume(testenv.Context(t, 30*time.Second), q, h, middleware.Standard(p), mq.WithConcurrency(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	consPublish(t, b, q, mq.Message{MessageID: "retry"}, mq.Message{MessageID: "park"}, mq.Message{MessageID: "dead"}, mq.Message{MessageID: "panic"})
+	testenv.Eventually(t, 15*time.Second, func() bool {
+		return consCount(t, b, topology.ParkedQueue(q)) == 1 && consCount(t, b, topology.DeadLetterQueue(q)) == 1 && n.Load() >= 7
+	}, "every message handled")
+	if between != nil {
+		between()
+	}
+	consStop(t, c)
+}
+
+// No goroutine outlives a stopped consumer: with the broker still open, and
+// after a reconnect with the broker and the proxy closed.
+func TestConsumerLeavesNoGoroutines(t *testing.T) {
+	// Not parallel: goleak counts every goroutine of the process.
+	p := retry.Waits(10*time.Millisecond, time.Second).With(retry.InProcessLimit(100 * time.Millisecond))
+
+	t.Run("broker open", func(t *testing.T) {
+		b, _ := consBroker(t)
+		q := consQueue(t, b, p)
+		ignore := goleak.IgnoreCurrent()
+		consExercise(t, b, q, p, nil)
+		goleak.VerifyNone(t, ignore)
+	})
+
+	t.Run("reconnect, then close everything", func(t *testing.T) {
+		helper, _ := consBroker(t)
+		q := consQueue(t, helper, p)
+		ignore := goleak.IgnoreCurrent()
+		proxy, u := consProxyURL(t)
+		lg := newConsLog(t)
+		b := mq.New(mq.Config{URLs: []string{u}, Logger: lg.logger(), ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
+		if err := b.Start(testenv.Context(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		consExercise(t, b, q, p, func() {
+			proxy.Cut()
+			testenv.Eventually(t, 10*time.Second, func() bool { return lg.count("acemq.consumer.resubscribed") >= 1 }, "resubscribed")
+		})
+		if err := b.Close(testenv.Context(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		proxy.Close()
+		goleak.VerifyNone(t, ignore)
+	})
+}
+
+// Stop while the connection is down and the consumer waits to resubscribe:
+// Stop returns at once, the consumer ends cleanly, and the wait Stop cut
+// short is not reported as a failed resubscribe.
+func TestConsumerStopWhileDisconnected(t *testing.T) {
+	t.Parallel()
+	direct, _ := consBroker(t)
+	p := retry.Fixed(2, 10*time.Millisecond)
+	q := consQueue(t, direct, p)
+	proxy, u := consProxyURL(t)
+	b, lg := consBroker(t, u)
+	c, err := b.Consume(testenv.Context(t, 10*time.Second), q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), middleware.Standard(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Refuse(true)
+	proxy.Cut()
+	testenv.Eventually(t, 10*time.Second, func() bool { return lg.count("acemq.consumer.interrupted") == 1 }, "interrupted")
+	time.Sleep(200 * time.Millisecond) // the consumer waits for a connection to resubscribe on
+	start := time.Now()
+	if err := c.Stop(testenv.Context(t, 5*time.Second)); err != nil {
+		t.Fatalf("Stop = %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Stop took %v", took)
+	}
+	if err := c.Err(); err != nil {
+		t.Errorf("Err = %v after Stop", err)
+	}
+	if recs := lg.all(mq.EventConsumerSubscribeFailed); len(recs) != 0 {
+		t.Errorf("Stop was reported as a failed resubscribe: %v", recs)
+	}
+	proxy.Refuse(false)
+}
+
+// An in-process retry wait is cut short by Stop, and by a lost connection:
+// either way the message goes back to its queue, not lost.
+func TestConsumerInProcessWaitCutShort(t *testing.T) {
+	t.Parallel()
+	p := retry.Fixed(2, 20*time.Second) // waited in-process (limit 30 s)
+
+	t.Run("by Stop", func(t *testing.T) {
+		t.Parallel()
+		b, _ := consBroker(t)
+		q := consQueue(t, b, p)
+		calls := &consCalls{}
+		h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error { calls.add(d); return errors.New("later") })
+		c, err := b.Consume(testenv.Context(t, 10*time.Second), q, h, middleware.Standard(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		consPublish(t, b, q, mq.Message{MessageID: "wait-stop"})
+		testenv.Eventually(t, 10*time.Second, func() bool { return calls.n() == 1 }, "the first attempt")
+		time.Sleep(100 * time.Millisecond) // into the 20 s wait
+		start := time.Now()
+		consStop(t, c)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("Stop took %v: the wait was not cut short", took)
+		}
+		consSettledCount(t, b, q, 1)
+		if calls.n() != 1 {
+			t.Errorf("%d calls, want 1", calls.n())
+		}
+	})
+
+	t.Run("by a lost connection", func(t *testing.T) {
+		t.Parallel()
+		direct, _ := consBroker(t)
+		q := consQueue(t, direct, p)
+		proxy, u := consProxyURL(t)
+		b, _ := consBroker(t, u)
+		calls := &consCalls{}
+		redelivered := make(chan bool, 4)
+		h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+			if calls.add(d) == 1 {
+				return errors.New("later")
+			}
+			redelivered <- d.Redelivered
+			return nil
+		})
+		c, err := b.Consume(testenv.Context(t, 10*time.Second), q, h, middleware.Standard(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer consStop(t, c)
+		consPublish(t, direct, q, mq.Message{MessageID: "wait-cut"})
+		testenv.Eventually(t, 10*time.Second, func() bool { return calls.n() == 1 }, "the first attempt")
+		time.Sleep(100 * time.Millisecond)
+		proxy.Cut()
+		select {
+		case r := <-redelivered:
+			if !r {
+				t.Error("the second delivery is not marked redelivered")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the message did not come back after the cut")
+		}
+		_, attempts := calls.snapshot()
+		t.Logf("attempts seen: %v (a broker redelivery carries the attempt header the message had)", attempts)
+	})
+}
