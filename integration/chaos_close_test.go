@@ -1,0 +1,162 @@
+//go:build chaos
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acemq/acemq-go/internal/testenv"
+	"github.com/acemq/acemq-go/middleware"
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/retry"
+)
+
+// Scenario 2: the broker itself closes the connection (connection.close
+// with 320 CONNECTION_FORCED), three times, while 3 goroutines publish and
+// a Standard consumer consumes on it. Every confirmed message is handled at
+// least once; the supervisor reconnects and the consumer resubscribes after
+// each close.
+//
+// The close is `rabbitmqctl close_connection <pid>` on this test's own
+// connection, found by its unique connection name: the same server-initiated
+// connection.close as `rabbitmqctl close_all_connections`, which would also
+// close the connections of everybody else on a shared broker (other test
+// suites running at the same time), so it is not used here.
+func TestChaosBrokerClosesConnection(t *testing.T) {
+	chaosNoLeaks(t)
+	const (
+		total      = 3000
+		publishers = 3
+		closes     = 3
+		spread     = 9 * time.Second
+	)
+	ctx := testenv.Context(t, 2*time.Minute)
+	direct := chaosBroker(t, nil, chaosName(t, "direct"), "")
+	p := retry.Exponential(3, 50*time.Millisecond)
+	q := chaosQueue(t, direct, p)
+
+	lg := newChaosLog(t)
+	name := chaosName(t, "closed")
+	b := chaosBroker(t, lg, name, "")
+	led := newChaosLedger("broker-connection-close")
+	h := mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+		led.call()
+		select {
+		case <-time.After(time.Duration(rand.N(2000)) * time.Microsecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		led.done(d.MessageId)
+		return nil
+	})
+	c, err := b.Consume(ctx, q, h, middleware.Standard(p), mq.WithConcurrency(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := b.Publisher("")
+	defer pub.Close()
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range publishers {
+		wg.Go(func() {
+			for i := w; i < total; i += publishers {
+				if d := time.Until(start.Add(spread * time.Duration(i) / total)); d > 0 {
+					time.Sleep(d)
+				}
+				pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+				_ = led.publish(pctx, pub, q, fmt.Sprintf("close-%05d", i))
+				cancel()
+			}
+		})
+	}
+
+	for i := range closes {
+		time.Sleep(time.Duration(1000+rand.N(1000)) * time.Millisecond)
+		// Exactly one connection of ours (the one closed before may take a
+		// moment to leave the list).
+		var pids []string
+		for try := 0; try < 5; try++ {
+			if pids = chaosConnectionPids(t, ctx, name); len(pids) == 1 {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		if len(pids) != 1 {
+			t.Fatalf("close %d: %d connections named %s on the broker, want 1: %v", i+1, len(pids), name, pids)
+		}
+		cs := led.counts()
+		at := time.Now()
+		if _, err := testenv.Rabbitmqctl(ctx, "", "close_connection", pids[0], "goit chaos test: server-initiated close"); err != nil {
+			t.Fatalf("close %d: %v", i+1, err)
+		}
+		t.Logf("close %d of %s: %d published, %d confirmed, %d handled so far", i+1, pids[0], cs.published, cs.confirmed, cs.distinct)
+		if !chaosEventually(15*time.Second, func() bool {
+			return lg.count(mq.EventConnectionRestored) >= i+1 && lg.count("acemq.consumer.resubscribed") >= i+1
+		}) {
+			t.Fatalf("close %d: not reconnected and resubscribed within 15 s; events: %s", i+1, lg.events())
+		}
+		t.Logf("close %d: reconnected and resubscribed %v after the close command was sent", i+1, time.Since(at).Round(time.Millisecond))
+	}
+	wg.Wait()
+	published := time.Since(start)
+
+	if !chaosEventually(60*time.Second, led.allHandled) {
+		t.Errorf("not every confirmed message was handled within 60 s of the last publish")
+	}
+	if !chaosEventually(20*time.Second, func() bool { return chaosCount(t, direct, q) == 0 }) {
+		t.Errorf("%s still holds messages", q)
+	}
+	took := time.Since(start)
+	chaosStop(t, c, 20*time.Second)
+	left := chaosCount(t, direct, q)
+	if left != 0 {
+		t.Errorf("%d messages left in %s after the consumer stopped", left, q)
+	}
+	if n := led.failureCount(); n > 0 {
+		t.Errorf("%d publishes failed across the broker's closes", n)
+	}
+	// The supervisor saw the broker's close for what it is.
+	forced := 0
+	for _, r := range lg.all(mq.EventConnectionLost) {
+		if strings.Contains(r.attrs["error"], "320") || strings.Contains(r.attrs["error"], "CONNECTION_FORCED") {
+			forced++
+		}
+	}
+	if forced < closes {
+		t.Errorf("%d %s records name the broker's close (320 CONNECTION_FORCED), want %d: %v", forced, mq.EventConnectionLost, closes, lg.all(mq.EventConnectionLost))
+	}
+	chaosNoBadSettlement(t, lg)
+	var downtimes []string // from the supervisor's own measure: lost → restored
+	for _, r := range lg.all(mq.EventConnectionRestored) {
+		downtimes = append(downtimes, r.attrs["after"])
+	}
+	t.Logf("events: %s", lg.events())
+	led.report(t, nil, fmt.Sprintf("closes=%d reconnected_after=%v left=%d published_in=%v took=%v",
+		closes, downtimes, left, published.Round(time.Millisecond), took.Round(time.Millisecond)))
+}
+
+// chaosConnectionPids lists the broker's connections whose client-provided
+// name is exactly name, by their Erlang pid (what close_connection takes).
+func chaosConnectionPids(t *testing.T, ctx context.Context, name string) []string {
+	t.Helper()
+	out, err := testenv.Rabbitmqctl(ctx, "", "list_connections", "pid", "client_properties", "--no-table-headers")
+	if err != nil {
+		t.Fatalf("list connections: %v", err)
+	}
+	want := fmt.Sprintf(`{"connection_name","%s"}`, name)
+	var pids []string
+	for line := range strings.Lines(out) {
+		pid, props, ok := strings.Cut(strings.TrimSpace(line), "\t")
+		if ok && strings.Contains(props, want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}

@@ -1,0 +1,134 @@
+//go:build chaos
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acemq/acemq-go/internal/testenv"
+	"github.com/acemq/acemq-go/middleware"
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/retry"
+)
+
+// Scenario 1: the connection is cut at random moments, mid-publish and
+// mid-consume, again and again. One broker (as a service has: publishers,
+// a consumer with the Standard stack, its hop publisher) goes through a TCP
+// proxy of the test's own; 6 goroutines publish 5000 messages spread over
+// ~9 s while the proxy cuts every connection 5 times in those 9 s. Every
+// confirmed message is handled at least once, nothing is left in the queue,
+// no acknowledgement lands on the wrong channel.
+func TestChaosConnectionCuts(t *testing.T) {
+	chaosNoLeaks(t)
+	const (
+		total      = 5000
+		publishers = 6
+		cuts       = 5
+		spread     = 9 * time.Second // publishing is spread over this, and the cuts too
+	)
+	ctx := testenv.Context(t, 2*time.Minute)
+	direct := chaosBroker(t, nil, chaosName(t, "direct"), "")
+	p := retry.Exponential(3, 50*time.Millisecond)
+	q := chaosQueue(t, direct, p)
+
+	proxy, u := chaosProxy(t)
+	lg := newChaosLog(t)
+	b := chaosBroker(t, lg, chaosName(t, "proxied"), u)
+	led := newChaosLedger("connection-cuts")
+
+	h := mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+		led.call()
+		// A little work, so deliveries are in flight when a cut comes.
+		select {
+		case <-time.After(time.Duration(rand.N(2000)) * time.Microsecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		led.done(d.MessageId)
+		return nil
+	})
+	c, err := b.Consume(ctx, q, h, middleware.Standard(p), mq.WithConcurrency(4), mq.WithPrefetch(32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := b.Publisher("")
+	defer pub.Close()
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range publishers {
+		wg.Go(func() {
+			for i := w; i < total; i += publishers {
+				// Paced: message i goes out at start + i/total of the spread.
+				if d := time.Until(start.Add(spread * time.Duration(i) / total)); d > 0 {
+					time.Sleep(d)
+				}
+				pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+				_ = led.publish(pctx, pub, q, fmt.Sprintf("cut-%05d", i))
+				cancel()
+			}
+		})
+	}
+
+	// Five random moments while the publishers run, at least 400 ms apart,
+	// so the client has reconnected (or is reconnecting) in between.
+	var at []time.Duration
+	for len(at) < cuts {
+		d := 300*time.Millisecond + time.Duration(rand.N(int64(spread-500*time.Millisecond)))
+		if !slices.ContainsFunc(at, func(x time.Duration) bool { return (x - d).Abs() < 400*time.Millisecond }) {
+			at = append(at, d)
+		}
+	}
+	slices.Sort(at)
+	effective := 0
+	for i, d := range at {
+		time.Sleep(time.Until(start.Add(d)))
+		cs := led.counts()
+		n := proxy.Cut()
+		if n > 0 {
+			effective++
+		}
+		t.Logf("cut %d at %v: %d connection(s); %d published, %d confirmed, %d handled so far",
+			i+1, d.Round(time.Millisecond), n, cs.published, cs.confirmed, cs.distinct)
+	}
+	wg.Wait()
+	published := time.Since(start)
+	if !chaosEventually(15*time.Second, func() bool { return lg.count("acemq.consumer.resubscribed") >= effective }) {
+		t.Errorf("the consumer resubscribed %d times after %d cuts", lg.count("acemq.consumer.resubscribed"), effective)
+	}
+
+	if !chaosEventually(60*time.Second, led.allHandled) {
+		t.Errorf("not every confirmed message was handled within 60 s of the last publish")
+	}
+	// Redeliveries of messages whose acknowledgement died with a cut are
+	// still coming: wait for the queue to empty, then stop.
+	if !chaosEventually(20*time.Second, func() bool { return chaosCount(t, direct, q) == 0 }) {
+		t.Errorf("%s still holds messages", q)
+	}
+	took := time.Since(start)
+	chaosStop(t, c, 20*time.Second)
+	left := chaosCount(t, direct, q)
+	if left != 0 {
+		t.Errorf("%d messages left in %s after the consumer stopped: acknowledgements were lost", left, q)
+	}
+	if n := led.failureCount(); n > 0 {
+		t.Errorf("%d publishes failed: a publish in flight at a cut must be sent again until its context ends", n)
+	}
+	if lost := lg.count(mq.EventConnectionLost); lost < effective {
+		t.Errorf("%d %s records for %d cuts that hit a connection", lost, mq.EventConnectionLost, effective)
+	}
+	chaosNoBadSettlement(t, lg)
+	dlq := chaosCount(t, direct, q+".dlq")
+	if dlq != 0 {
+		t.Errorf("%d messages in the dead-letter queue: nothing here fails", dlq)
+	}
+	t.Logf("events: %s", lg.events())
+	led.report(t, nil, fmt.Sprintf("cuts=%d connections_accepted=%d left=%d published_in=%v took=%v",
+		effective, proxy.Accepted(), left, published.Round(time.Millisecond), took.Round(time.Millisecond)))
+}
