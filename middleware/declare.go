@@ -23,7 +23,17 @@ type declarer struct{ next mq.Handler }
 
 func (x *declarer) Handle(ctx context.Context, d *mq.Delivery) error { return x.next.Handle(ctx, d) }
 
-// Subscribe declares topology.ForConsumer(queue, policy).
+// Subscribe declares topology.ForConsumer(queue, policy). On the first
+// subscribe a refusal fails the consumer's start, with the refusal named. On
+// a resubscribe after a reconnect the failure half was declared before, so a
+// failure (a cluster node holding .dlq is down, say) is logged as
+// acemq.declare.failed and consumption resumes: a message that then cannot
+// be set aside is requeued, never lost.
 func (x *declarer) Subscribe(ctx context.Context, s *mq.Subscription) error {
-	return s.Broker.Declare(ctx, topology.ForConsumer(s.Queue, s.RetryPolicy()))
+	err := s.Broker.Declare(ctx, topology.ForConsumer(s.Queue, s.RetryPolicy()))
+	if err != nil && s.Resubscribe && ctx.Err() == nil {
+		s.Logger.WarnContext(ctx, "acemq.declare.failed", "error", err)
+		return nil
+	}
+	return err
 }
