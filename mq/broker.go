@@ -2,13 +2,14 @@ package mq
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -34,16 +35,21 @@ type Broker struct {
 	gen        uint64
 	publishers map[*Publisher]struct{}
 	consumers  map[*Consumer]struct{}
+
+	calls      sync.WaitGroup // goroutines of bounded calls and background channel closes (see spawn)
+	callsEnded bool           // Close waits for calls: spawn starts no more
 }
 
 // conn is one generation of the connection.
 type conn struct {
 	c      *amqp.Connection
+	netc   net.Conn // the TCP connection under c: closing it aborts everything on c
 	gen    uint64
 	url    string // redacted
 	server string // host:port
 	lost   chan struct{}
 
+	blocked   atomic.Bool // unblocked != nil, read without the lock on every publish
 	blockMu   sync.Mutex
 	unblocked chan struct{} // non-nil while the broker blocks publishing
 	reason    string
@@ -164,6 +170,13 @@ func permanent(err error) bool {
 	if errors.Is(err, amqp.ErrCredentials) || errors.Is(err, amqp.ErrVhost) || errors.Is(err, amqp.ErrSASL) {
 		return true
 	}
+	// A certificate the client does not trust, or a TLS client talking to a
+	// plain listener, will not be different a second from now either.
+	var cve *tls.CertificateVerificationError
+	var rhe tls.RecordHeaderError
+	if errors.As(err, &cve) || errors.As(err, &rhe) {
+		return true
+	}
 	var ae *amqp.Error
 	return errors.As(err, &ae) && (ae.Code == codeAccessRefused || ae.Code == 530)
 }
@@ -178,18 +191,26 @@ func (b *Broker) dialNext(ctx context.Context) (*conn, error) {
 	b.mu.Unlock()
 
 	red := Redact(raw)
-	ac, server, err := b.dial(ctx, raw)
+	ac, netc, server, err := b.dial(ctx, raw)
 	if err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && (ae.Server || ae.Code == codeAccessRefused) {
+			// A refusal (403: credentials, SASL or vhost, which amqp091-go
+			// reports as client-side errors; 530 and the like from the
+			// broker): errors.Is matches it by reply code, as for every
+			// other refusal. A lost socket (501 EOF) is not one.
+			return nil, &BrokerError{Op: "connect to " + red, Code: ae.Code, Reason: ae.Reason, Err: err}
+		}
 		return nil, fmt.Errorf("mq: dial %s: %w", red, err)
 	}
-	return &conn{c: ac, gen: gen, url: red, server: server, lost: make(chan struct{})}, nil
+	return &conn{c: ac, netc: netc, gen: gen, url: red, server: server, lost: make(chan struct{})}, nil
 }
 
 // dial opens one AMQP connection; the TCP connect, TLS and AMQP handshakes
 // all end at ctx's end or after DialTimeout, whichever comes first.
-func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, string, error) {
+func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, net.Conn, string, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	var (
 		mu     sync.Mutex
@@ -234,17 +255,17 @@ func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, string
 	ac, err := amqp.DialConfig(raw, acfg)
 	if !stop() && err == nil { // ctx ended as the handshake finished
 		_ = ac.Close()
-		return nil, "", ctx.Err()
+		return nil, nil, "", ctx.Err()
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, "", fmt.Errorf("%w (%v)", ctx.Err(), err)
+			return nil, nil, "", fmt.Errorf("%w (%v)", ctx.Err(), err)
 		}
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return ac, server, nil
+	return ac, netc, server, nil
 }
 
 func (b *Broker) backoff(n int) time.Duration {
@@ -357,15 +378,20 @@ func (c *conn) setBlocked(active bool, reason string) {
 	switch {
 	case active && c.unblocked == nil:
 		c.unblocked, c.reason = make(chan struct{}), reason
+		c.blocked.Store(true)
 	case !active && c.unblocked != nil:
 		close(c.unblocked)
 		c.unblocked, c.reason = nil, ""
+		c.blocked.Store(false)
 	}
 }
 
 // waitUnblocked waits while the broker blocks publishing on c (a resource
 // alarm), bounded by ctx.
 func (c *conn) waitUnblocked(ctx context.Context) error {
+	if !c.blocked.Load() {
+		return nil
+	}
 	c.blockMu.Lock()
 	ch, reason := c.unblocked, c.reason
 	c.blockMu.Unlock()
@@ -380,6 +406,21 @@ func (c *conn) waitUnblocked(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("mq: the broker blocks publishing (%s): %w", reason, ctx.Err())
 	}
+}
+
+// blockedErr adds the broker's reason to err when the broker blocks this
+// connection: a call that ran out of time then says why.
+func (c *conn) blockedErr(err error) error {
+	if c == nil || !c.blocked.Load() {
+		return err
+	}
+	c.blockMu.Lock()
+	reason, blocked := c.reason, c.unblocked != nil
+	c.blockMu.Unlock()
+	if !blocked {
+		return err
+	}
+	return fmt.Errorf("mq: the broker blocks publishing (%s): %w", reason, err)
 }
 
 func (c *conn) isLost() bool {
@@ -456,9 +497,21 @@ func (b *Broker) channel(ctx context.Context) (*amqp.Channel, *conn, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		ch, err := st.c.Channel()
+		var ch *amqp.Channel
+		err = b.bounded(ctx, func() (err error) {
+			ch, err = st.c.Channel()
+			return err
+		}, func() {
+			if ch != nil {
+				_ = ch.Close()
+			}
+		})
 		if err == nil {
 			return ch, st, nil
+		}
+		if ctx.Err() != nil {
+			// A blocked connection stops answering channel.open too.
+			return nil, nil, st.blockedErr(fmt.Errorf("mq: open channel: %w", err))
 		}
 		if !st.isLost() && !errors.Is(err, amqp.ErrClosed) {
 			return nil, nil, brokerError("open channel", err)
@@ -472,16 +525,96 @@ func (b *Broker) channel(ctx context.Context) (*amqp.Channel, *conn, error) {
 	}
 }
 
+// bounded runs fn, which makes amqp091-go calls that take no context, so
+// that ctx bounds the wait: those calls return on a network gone quiet only
+// when the heartbeat declares the connection dead, after up to three
+// intervals. When ctx ends first, bounded returns ctx's error and fn
+// carries on, on a goroutine the broker owns, until the broker answers or
+// the connection dies (Close aborts it); abandoned then runs on that
+// goroutine, to undo what fn did (close the channel it opened). A ctx that
+// never ends costs no goroutine.
+func (b *Broker) bounded(ctx context.Context, fn func() error, abandoned func()) error {
+	if ctx.Done() == nil {
+		return fn()
+	}
+	if err := ctx.Err(); err != nil {
+		if abandoned != nil && !b.spawn(abandoned) { // fn never ran: undo what led to it
+			abandoned()
+		}
+		return err
+	}
+	var claimed atomic.Bool // by the goroutine to deliver fn's result, or by the caller to give up
+	res := make(chan error, 1)
+	if !b.spawn(func() {
+		err := fn()
+		if claimed.CompareAndSwap(false, true) {
+			res <- err
+			return
+		}
+		if abandoned != nil {
+			abandoned()
+		}
+	}) {
+		return fn() // closed: the connection is gone, fn returns at once
+	}
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		if claimed.CompareAndSwap(false, true) {
+			return ctx.Err()
+		}
+		return <-res // fn finished as ctx ended: its result stands
+	}
+}
+
+// closeLater closes a throwaway channel on a goroutine the broker owns:
+// nobody needs to wait for the broker's close-ok.
+func (b *Broker) closeLater(ch *amqp.Channel) {
+	if !b.spawn(func() { _ = ch.Close() }) {
+		_ = ch.Close()
+	}
+}
+
+// spawn runs fn on a goroutine Close waits for, unless Close is already
+// waiting; then it reports false and starts nothing.
+func (b *Broker) spawn(fn func()) bool {
+	b.mu.Lock()
+	if b.callsEnded {
+		b.mu.Unlock()
+		return false
+	}
+	b.calls.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.calls.Done()
+		fn()
+	}()
+	return true
+}
+
+// closeGrace is how long Close waits for its goroutines to end once its
+// context is over and the connection is aborted.
+const closeGrace = 5 * time.Second
+
 // Close stops every consumer (draining within ctx), closes every
 // publisher, then the connection, and waits for the supervisor to end. It
-// returns ctx's error if consumers could not drain in time. Calling Close
-// again is a no-op.
+// returns ctx's error if consumers could not drain in time. When ctx ends
+// first, the TCP connection is cut instead of closed politely, so Close
+// returns promptly even when the network went quiet. Calling Close again
+// is a no-op.
 func (b *Broker) Close(ctx context.Context) error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return nil
 	}
+	abort := context.AfterFunc(ctx, func() {
+		if st := b.stateNow(); st != nil && st.netc != nil {
+			_ = st.netc.Close()
+		}
+	})
+	defer abort()
 	consumers := make([]*Consumer, 0, len(b.consumers))
 	for c := range b.consumers {
 		consumers = append(consumers, c)
@@ -512,13 +645,35 @@ func (b *Broker) Close(ctx context.Context) error {
 	}
 	b.mu.Lock()
 	b.setStateLocked(nil)
+	b.callsEnded = true
 	b.mu.Unlock()
-	if supDone != nil {
-		select {
-		case <-supDone:
-		case <-ctx.Done():
+	// Everything left ends with the connection: the supervisor, bounded
+	// calls still waiting for the broker, background channel closes.
+	ended := make(chan struct{})
+	go func() {
+		if supDone != nil {
+			<-supDone
+		}
+		b.calls.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+		return errors.Join(errs...)
+	case <-ctx.Done():
+	}
+	if st != nil && st.netc != nil {
+		_ = st.netc.Close()
+	}
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case <-ended:
+		if len(errs) == 0 {
 			errs = append(errs, fmt.Errorf("mq: close: %w", ctx.Err()))
 		}
+	case <-t.C:
+		errs = append(errs, fmt.Errorf("mq: close: %w; the connection's goroutines did not end", ctx.Err()))
 	}
 	return errors.Join(errs...)
 }
@@ -543,16 +698,6 @@ func (b *Broker) unregister(p *Publisher, c *Consumer) {
 	defer b.mu.Unlock()
 	delete(b.publishers, p)
 	delete(b.consumers, c)
-}
-
-// serverAddr splits "host:port" for instrumentation.
-func serverAddr(hostport string) (string, int) {
-	h, p, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return hostport, 0
-	}
-	n, _ := strconv.Atoi(p)
-	return h, n
 }
 
 func (b *Broker) stateNow() *conn {

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -79,8 +80,11 @@ func (c Config) validate() error {
 	}
 	for i, u := range c.URLs {
 		p, err := url.Parse(u)
-		if err != nil || (p.Scheme != "amqp" && p.Scheme != "amqps") || p.Host == "" {
+		switch {
+		case err != nil || (p.Scheme != "amqp" && p.Scheme != "amqps") || p.Host == "":
 			errs = append(errs, fmt.Errorf("mq: Config.URLs[%d] %s is not an amqp:// or amqps:// URL", i, Redact(u)))
+		case mangledCredentials(u):
+			errs = append(errs, fmt.Errorf("mq: Config.URLs[%d]: the user name or password did not parse; percent-encode '#', '?', '/' and '@' in them", i))
 		}
 	}
 	if c.Heartbeat < 0 || c.DialTimeout < 0 || c.ReconnectMin < 0 || c.ReconnectMax < 0 {
@@ -90,12 +94,18 @@ func (c Config) validate() error {
 }
 
 // Redact returns u with its password replaced, safe to log: credentials
-// never appear in this library's logs, errors or span attributes. A URL
-// that does not parse is not printed at all.
+// never appear in this library's logs, errors or span attributes. Query
+// parameters that may carry secrets are hidden too, and the fragment is
+// dropped. A URL that does not parse is not printed at all, nor is one
+// whose credentials did not parse as credentials (an unescaped '#', '?' or
+// '/' in a password moves the rest of it into another part of the URL).
 func Redact(u string) string {
 	p, err := url.Parse(u)
-	if err != nil {
+	if err != nil || p.Opaque != "" {
 		return "<unparseable URL>"
+	}
+	if mangledCredentials(u) {
+		return "<URL with unparseable credentials: percent-encode them>"
 	}
 	if p.User != nil {
 		if _, has := p.User.Password(); has {
@@ -103,7 +113,24 @@ func Redact(u string) string {
 		}
 	}
 	p.RawQuery = redactQuery(p.Query())
+	p.ForceQuery = false
+	p.Fragment, p.RawFragment = "", ""
 	return p.String()
+}
+
+// mangledCredentials reports an '@' after the URL's authority: user info
+// with an unescaped '/', '?' or '#' in it, which ends the authority early
+// and moves the rest of the password into the path, query or fragment (and
+// its start into the host or port). Such a URL is never printed. A literal
+// '@' in a path or query (rather than %40) is taken for one too.
+func mangledCredentials(u string) bool {
+	i := strings.Index(u, "//")
+	if i < 0 {
+		return false
+	}
+	rest := u[i+2:]
+	end := strings.IndexAny(rest, "/?#")
+	return end >= 0 && strings.Contains(rest[end:], "@")
 }
 
 // redactQuery hides query parameters that can carry secrets (TLS key

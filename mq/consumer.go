@@ -256,18 +256,26 @@ func (c *Consumer) subscribe(ctx context.Context, resub bool) (*subscription, er
 	if err != nil {
 		return nil, fmt.Errorf("mq: consumer of %q: %w", c.queue, err)
 	}
-	if err := ch.Qos(c.cfg.prefetch, 0, false); err != nil {
-		_ = ch.Close()
+	// Both calls wait for the broker's answer; ctx bounds that wait on a
+	// network gone quiet (the channel is closed if the answer comes late).
+	closeCh := func() { _ = ch.Close() }
+	if err := c.b.bounded(ctx, func() error { return ch.Qos(c.cfg.prefetch, 0, false) }, closeCh); err != nil {
+		c.b.closeLater(ch)
 		return nil, brokerError(fmt.Sprintf("set prefetch for queue %q", c.queue), err)
 	}
 	s := &subscription{ch: ch, st: st, draining: make(chan struct{}),
 		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
 		cancels: ch.NotifyCancel(make(chan string, 1))}
-	s.deliveries, err = ch.Consume(c.queue, c.cfg.tag, false, false, false, false, nil)
+	var deliveries <-chan amqp.Delivery
+	err = c.b.bounded(ctx, func() (err error) {
+		deliveries, err = ch.Consume(c.queue, c.cfg.tag, false, false, false, false, nil)
+		return err
+	}, closeCh)
 	if err != nil {
-		_ = ch.Close()
+		c.b.closeLater(ch)
 		return nil, brokerError(fmt.Sprintf("consume queue %q", c.queue), err)
 	}
+	s.deliveries = deliveries
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }

@@ -27,7 +27,7 @@ func (b *Broker) Declare(ctx context.Context, t *topology.Topology) error {
 		return err
 	}
 	exchanges, queues, bindings := t.Exchanges(), t.Queues(), t.Bindings()
-	return b.onChannel(ctx, func(ch *amqp.Channel) (string, error) {
+	return b.onChannel(ctx, "declare topology", func(ch *amqp.Channel) (string, error) {
 		for _, e := range exchanges {
 			if err := ch.ExchangeDeclare(e.Name, string(e.Kind), e.Durable, e.AutoDelete, e.Internal, false, e.Args); err != nil {
 				return fmt.Sprintf("declare exchange %q", e.Name), err
@@ -50,7 +50,7 @@ func (b *Broker) Declare(ctx context.Context, t *topology.Topology) error {
 // QueueExists reports whether queue exists (a passive declare on a
 // throwaway channel: NOT_FOUND is false; any other failure is an error).
 func (b *Broker) QueueExists(ctx context.Context, queue string) (bool, error) {
-	err := b.onChannel(ctx, func(ch *amqp.Channel) (string, error) {
+	err := b.onChannel(ctx, fmt.Sprintf("inspect queue %q", queue), func(ch *amqp.Channel) (string, error) {
 		_, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
 		return fmt.Sprintf("inspect queue %q", queue), err
 	})
@@ -65,12 +65,15 @@ func (b *Broker) QueueExists(ctx context.Context, queue string) (bool, error) {
 // does not exist.
 func (b *Broker) MessageCount(ctx context.Context, queue string) (int, error) {
 	var n int
-	err := b.onChannel(ctx, func(ch *amqp.Channel) (string, error) {
+	err := b.onChannel(ctx, fmt.Sprintf("inspect queue %q", queue), func(ch *amqp.Channel) (string, error) {
 		q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
 		n = q.Messages
 		return fmt.Sprintf("inspect queue %q", queue), err
 	})
-	return n, err
+	if err != nil {
+		return 0, err // n may still be written by a call ctx cut short
+	}
+	return n, nil
 }
 
 // DeleteQueue deletes queue and every message in it, returning how many
@@ -78,31 +81,41 @@ func (b *Broker) MessageCount(ctx context.Context, queue string) (int, error) {
 // queue that does not exist is not an error.
 func (b *Broker) DeleteQueue(ctx context.Context, queue string) (int, error) {
 	var n int
-	err := b.onChannel(ctx, func(ch *amqp.Channel) (string, error) {
+	err := b.onChannel(ctx, fmt.Sprintf("delete queue %q", queue), func(ch *amqp.Channel) (string, error) {
 		var err error
 		n, err = ch.QueueDelete(queue, false, false, false)
 		return fmt.Sprintf("delete queue %q", queue), err
 	})
-	return n, err
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 // onChannel runs fn on a throwaway channel. fn returns what it was doing
 // when it failed. A channel exception is final (and named); a lost
 // connection is waited out and fn run again on the next one, bounded by
-// ctx, which also cuts a call the broker never answers.
-func (b *Broker) onChannel(ctx context.Context, fn func(*amqp.Channel) (string, error)) error {
+// ctx, which also cuts a call the broker never answers (the channel is
+// then closed once it does, or dies with the connection).
+func (b *Broker) onChannel(ctx context.Context, what string, fn func(*amqp.Channel) (string, error)) error {
 	for {
 		ch, st, err := b.channel(ctx)
 		if err != nil {
 			return err
 		}
-		stop := context.AfterFunc(ctx, func() { _ = ch.Close() })
-		op, err := fn(ch)
-		stop()
-		_ = ch.Close()
+		var op string
+		err = b.bounded(ctx, func() (err error) {
+			op, err = fn(ch)
+			return err
+		}, func() { _ = ch.Close() })
 		if err == nil {
+			b.closeLater(ch)
 			return nil
 		}
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return fmt.Errorf("mq: %s: %w", what, err) // fn is still running
+		}
+		b.closeLater(ch)
 		if ctx.Err() != nil {
 			return fmt.Errorf("mq: %s: %w", op, ctx.Err())
 		}

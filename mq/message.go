@@ -110,5 +110,7 @@ func newIDPrefix() string {
 // NewMessageID returns a message id unique to this process run (a random
 // per-process prefix and a counter): cheap enough for every publish.
 func NewMessageID() string {
-	return idPrefix + strconv.FormatUint(idCounter.Add(1), 36)
+	var buf [48]byte // one allocation: the string
+	b := append(buf[:0], idPrefix...)
+	return string(strconv.AppendUint(b, idCounter.Add(1), 36))
 }

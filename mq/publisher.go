@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -49,10 +52,12 @@ type Publisher struct {
 	mandatory bool
 	hop       HopKind
 
-	sem    chan struct{} // one writer at a time: sequence numbers and sends stay in step
-	mu     sync.Mutex
-	cur    *pubChannel
-	closed bool
+	sem     chan struct{}              // one writer at a time: sequence numbers and sends stay in step
+	live    atomic.Pointer[pubChannel] // cur while open, read without the lock on every publish
+	mu      sync.Mutex
+	cur     *pubChannel
+	retired []*pubChannel // retired channels, closed as they drain (or at Close)
+	closed  bool
 }
 
 // Publisher returns a publisher to exchange ("" is the default exchange,
@@ -121,19 +126,16 @@ func (p *Publisher) server() string {
 // send writes pub and waits for its confirm, resending after a lost
 // connection until ctx ends.
 func (p *Publisher) send(ctx context.Context, key string, pub amqp.Publishing) error {
+	if err := pub.Headers.Validate(); err != nil {
+		return fmt.Errorf("mq: publish to %s: %w", p.dest(key), err)
+	}
 	for {
-		w, err := p.write(ctx, key, pub)
+		f, err := p.write(ctx, key, pub)
 		if err != nil {
 			return err
 		}
-		select {
-		case err := <-w.res:
-			if err == errResend {
-				continue
-			}
+		if err := f.await(ctx); err != errResend {
 			return p.wrap(key, err)
-		case <-ctx.Done():
-			return fmt.Errorf("mq: publish to %s: no confirm yet: %w", p.dest(key), ctx.Err())
 		}
 	}
 }
@@ -156,18 +158,36 @@ func (p *Publisher) wrap(key string, err error) error {
 	return fmt.Errorf("mq: publish to %s: %w", p.dest(key), err)
 }
 
-// write sends one publish on the current channel (opening one if needed)
-// and returns the waiter its confirm will resolve.
-func (p *Publisher) write(ctx context.Context, key string, pub amqp.Publishing) (*waiter, error) {
-	fp := ""
-	if p.mandatory {
-		fp = key + "\x00" + pub.MessageId
-	}
+// flight is one publish sent and not yet settled.
+type flight struct {
+	pc        *pubChannel
+	dc        *amqp.DeferredConfirmation
+	seq       uint64 // mandatory publishes: its place in pc's queue of returnable publishes
+	mandatory bool
+}
+
+// write sends one publish on the current channel (opening one if needed).
+// The headers were validated before, so a failed send means the channel or
+// its connection broke: the publish goes out again on the next one.
+func (p *Publisher) write(ctx context.Context, key string, pub amqp.Publishing) (flight, error) {
 	for {
 		select {
 		case p.sem <- struct{}{}:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("mq: publish to %s: %w", p.dest(key), ctx.Err())
+			// Another publish holds the channel, most likely waiting out a
+			// resource alarm: say so rather than only "deadline exceeded".
+			return flight{}, p.b.stateNow().blockedErr(fmt.Errorf("mq: publish to %s: %w", p.dest(key), ctx.Err()))
+		}
+		if pc := p.live.Load(); pc == nil || pc.ended() || pc.nacked.Load() {
+			st := p.b.stateNow()
+			// About to open a channel: a blocked connection would not answer
+			// channel.open, so wait out the alarm here, with its reason.
+			if st != nil {
+				if err := st.waitUnblocked(ctx); err != nil {
+					<-p.sem
+					return flight{}, err
+				}
+			}
 		}
 		pc, err := p.channel(ctx)
 		if err == nil {
@@ -175,29 +195,92 @@ func (p *Publisher) write(ctx context.Context, key string, pub amqp.Publishing) 
 		}
 		if err != nil {
 			<-p.sem
-			return nil, err
+			return flight{}, err
 		}
-		seq := pc.ch.GetNextPublishSeqNo()
-		w := pc.add(seq, fp)
-		err = pc.ch.Publish(p.exchange, key, p.mandatory, false, pub)
+		var seq uint64
+		if p.mandatory {
+			seq = pc.add(fingerprint{key, pub.MessageId})
+		}
+		dc, err := pc.ch.PublishWithDeferredConfirm(p.exchange, key, p.mandatory, false, pub)
+		if p.mandatory {
+			pc.sent(seq, dc) // before the next publish: see onReturn
+		}
 		<-p.sem
-		if err == nil {
-			return w, nil
+		if err == nil && dc != nil {
+			pc.inflight.Add(1)
+			return flight{pc: pc, dc: dc, seq: seq, mandatory: p.mandatory}, nil
 		}
-		pc.remove(w)
-		if errors.Is(err, amqp.ErrClosed) || pc.ch.IsClosed() {
-			// The channel died under us; the listener will notice. Try on
-			// a fresh one (the connection may be coming back).
-			pc.waitDone(ctx)
-			continue
+		if p.mandatory {
+			pc.done(seq) // never sent
 		}
-		return nil, fmt.Errorf("mq: publish to %s: %w", p.dest(key), err)
+		if err == nil { // cannot happen: the channel is in confirm mode
+			return flight{}, fmt.Errorf("mq: publish to %s: the channel is not in confirm mode", p.dest(key))
+		}
+		// The channel died under us, or its connection did (a write error
+		// comes before the reader notices the loss). Wait for the channel's
+		// end, then try on a fresh one: the connection may be coming back.
+		if !pc.waitDone(ctx) {
+			return flight{}, fmt.Errorf("mq: publish to %s: %w (after %v)", p.dest(key), ctx.Err(), err)
+		}
 	}
+}
+
+// await waits for f's confirm and says what became of it: nil, ErrNacked,
+// ErrUnroutable, a refusal that ended the channel, errResend when the
+// channel ended first, or ctx's error.
+func (f flight) await(ctx context.Context) error {
+	defer f.pc.landed()
+	if isDone(f.dc) { // settled already: that wins over an ended ctx
+		return f.settled(ctx)
+	}
+	select {
+	case <-f.dc.Done():
+		return f.settled(ctx)
+	case <-ctx.Done():
+		if f.mandatory {
+			f.pc.abandon(f.seq)
+		}
+		return f.pc.st.blockedErr(fmt.Errorf("no confirm yet: %w", ctx.Err()))
+	}
+}
+
+// settled reads the outcome of a flight whose deferred confirmation is
+// done. amqp091-go settles deferred confirmations exactly by delivery tag
+// (unlike the Confirmation values NotifyPublish hands over, where a nack
+// that comes ahead of an ack with multiple set is reported as an ack), and
+// it hands a basic.return to every return listener before it reads the
+// basic.ack that follows: the watcher has recorded the return by then.
+func (f flight) settled(ctx context.Context) error {
+	returned := f.mandatory && f.pc.done(f.seq)
+	if f.dc.Acked() {
+		f.pc.nacks.Store(0)
+		if returned {
+			return ErrUnroutable
+		}
+		return nil
+	}
+	if !f.pc.ch.IsClosed() {
+		if f.pc.nacks.Add(1) >= retireAfterNacks {
+			f.pc.nacked.Store(true)
+		}
+		return ErrNacked
+	}
+	// The channel ended, which settles everything pending as not acked:
+	// that says nothing about the message. A channel exception (the
+	// exchange does not exist) is final; a lost connection or a closed
+	// channel means send again.
+	if !f.pc.waitDone(ctx) {
+		return fmt.Errorf("no confirm yet: %w", ctx.Err())
+	}
+	return f.pc.endErr()
 }
 
 // channel returns the live confirm-mode channel, opening one if needed.
 // The caller holds p.sem.
 func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
+	if pc := p.live.Load(); pc != nil && !pc.ended() && !pc.nacked.Load() {
+		return pc, nil
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -206,33 +289,51 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 	pc := p.cur
 	p.mu.Unlock()
 	if pc != nil && !pc.ended() {
-		return pc, nil
+		if !pc.nacked.Load() {
+			return pc, nil
+		}
+		// A channel the broker keeps nacking on (see retireAfterNacks):
+		// new publishes go to a fresh one, and this one closes once what is
+		// in flight on it has its answer — closing it now would resend
+		// those and make duplicates.
+		p.mu.Lock()
+		p.retired = append(slices.DeleteFunc(p.retired, (*pubChannel).ended), pc)
+		p.mu.Unlock()
+		pc.retire(p.b)
 	}
 	for {
 		ch, st, err := p.b.channel(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if err := ch.Confirm(false); err != nil {
-			_ = ch.Close()
+		if err := p.b.bounded(ctx, func() error { return ch.Confirm(false) }, func() { _ = ch.Close() }); err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return nil, fmt.Errorf("mq: put channel in confirm mode: %w", err)
+			}
+			p.b.closeLater(ch)
 			if st.isLost() {
 				continue
 			}
 			return nil, brokerError("put channel in confirm mode", err)
 		}
-		pc = &pubChannel{ch: ch, st: st, pending: map[uint64]*waiter{}, byFP: map[string]*waiter{}, done: make(chan struct{})}
-		confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 256))
-		returns := ch.NotifyReturn(make(chan amqp.Return, 16))
+		pc = &pubChannel{ch: ch, st: st, exchange: p.exchange, over: make(chan struct{})}
+		// Two unbuffered return listeners: amqp091-go hands a return to
+		// each in turn, so it cannot go on to the ack that follows before
+		// the watcher took the second, which it does only once the first
+		// is recorded.
+		r1 := ch.NotifyReturn(make(chan amqp.Return))
+		r2 := ch.NotifyReturn(make(chan amqp.Return))
 		closes := ch.NotifyClose(make(chan *amqp.Error, 1))
-		go pc.listen(p.exchange, confirms, returns, closes)
+		go pc.watch(closes, r1, r2)
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			_ = ch.Close()
-			<-pc.done
+			<-pc.over
 			return nil, ErrClosed
 		}
 		p.cur = pc
+		p.live.Store(pc)
 		p.mu.Unlock()
 		return pc, nil
 	}
@@ -247,11 +348,18 @@ func (p *Publisher) Close() {
 		return
 	}
 	p.closed = true
-	pc := p.cur
+	pc, retired := p.cur, p.retired
+	p.live.Store(nil)
 	p.mu.Unlock()
+	for _, r := range retired {
+		if r != pc {
+			_ = r.ch.Close()
+			<-r.over
+		}
+	}
 	if pc != nil {
 		_ = pc.ch.Close()
-		<-pc.done
+		<-pc.over
 	}
 	p.b.unregister(p, nil)
 }
@@ -292,20 +400,31 @@ func (e *BatchError) Unwrap() []error {
 // them, then waits for all their confirms: the fast way to publish in bulk.
 // It returns nil when every message was confirmed, or a *BatchError saying
 // which ones failed and why. Messages in flight when the connection dies are
-// sent again, as with Publish.
+// sent again, all together, as with Publish.
 func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []Message) error {
+	// What a resend needs besides msgs[i]: the defaults its first send got
+	// (the same message id and timestamp again) and the headers hooks left.
 	type slot struct {
-		w    *waiter
-		pub  amqp.Publishing
+		f       flight
+		id      string
+		ts      time.Time
+		headers amqp.Table
+	}
+	type hooked struct {
 		info *Publishing
 		hctx context.Context
 	}
 	hooks := p.b.hooks.publish
 	slots := make([]slot, len(msgs))
 	errs := make([]error, len(msgs))
-	failed := false
+	var hk []hooked
+	if len(hooks) > 0 {
+		hk = make([]hooked, len(msgs))
+	}
+	// First round: each message is written as soon as it is ready, so the
+	// broker starts on the batch while the rest is prepared.
+	var failed error
 	for i := range msgs {
-		s := &slots[i]
 		m := msgs[i]
 		if len(hooks) > 0 {
 			m.Headers = cloneHeaders(m.Headers)
@@ -313,37 +432,70 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 				m.Headers = amqp.Table{}
 			}
 		}
-		s.pub = m.publishing()
+		pub := m.publishing()
 		if len(hooks) > 0 {
-			s.info = &Publishing{Exchange: p.exchange, RoutingKey: routingKey, Mandatory: p.mandatory, Hop: p.hop, Message: &m}
-			s.hctx = ctx
+			info := &Publishing{Exchange: p.exchange, RoutingKey: routingKey, Mandatory: p.mandatory, Hop: p.hop, Message: &m, Server: p.server()}
+			hctx := ctx
 			for _, h := range hooks {
-				s.hctx = h.OnPublish(s.hctx, s.info)
+				hctx = h.OnPublish(hctx, info)
 			}
-			s.pub.Headers = m.Headers
+			hk[i] = hooked{info, hctx}
+			pub.Headers = m.Headers
 		}
-		if failed {
-			errs[i] = errs[i-1]
+		s := &slots[i]
+		s.id, s.ts, s.headers = pub.MessageId, pub.Timestamp, pub.Headers
+		if err := pub.Headers.Validate(); err != nil {
+			errs[i] = fmt.Errorf("mq: publish to %s: %w", p.dest(routingKey), err)
 			continue
 		}
-		s.w, errs[i] = p.write(ctx, routingKey, s.pub)
-		failed = errs[i] != nil
+		if failed == nil {
+			s.f, failed = p.write(ctx, routingKey, pub)
+		}
+		if failed != nil {
+			errs[i] = failed
+		}
 	}
-	for i := range slots {
-		s := &slots[i]
-		if s.w != nil {
-			select {
-			case err := <-s.w.res:
-				if err == errResend {
-					err = p.send(ctx, routingKey, s.pub)
-				}
-				errs[i] = p.wrap(routingKey, err)
-			case <-ctx.Done():
-				errs[i] = fmt.Errorf("mq: publish to %s: no confirm yet: %w", p.dest(routingKey), ctx.Err())
+	// Collect the confirms; those whose channel ended before the confirm go
+	// round again, all together.
+	var todo []int // nil: every message of the first round
+	for first := true; first || len(todo) > 0; first = false {
+		var again []int
+		settle := func(i int) {
+			if errs[i] != nil {
+				return
+			}
+			err := slots[i].f.await(ctx)
+			if err == errResend {
+				again = append(again, i)
+				return
+			}
+			errs[i] = p.wrap(routingKey, err)
+		}
+		if first {
+			for i := range msgs {
+				settle(i)
+			}
+		} else {
+			for _, i := range todo {
+				settle(i)
 			}
 		}
+		for _, i := range again {
+			if failed == nil {
+				s := &slots[i]
+				m := msgs[i]
+				m.MessageID, m.Timestamp, m.Headers = s.id, s.ts, s.headers
+				s.f, failed = p.write(ctx, routingKey, m.publishing())
+			}
+			if failed != nil {
+				errs[i] = failed
+			}
+		}
+		todo = again
+	}
+	for i := range hk {
 		for j := len(hooks) - 1; j >= 0; j-- {
-			hooks[j].OnPublishDone(s.hctx, s.info, errs[i])
+			hooks[j].OnPublishDone(hk[i].hctx, hk[i].info, errs[i])
 		}
 	}
 	for _, err := range errs {
@@ -354,174 +506,227 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 	return nil
 }
 
-// waiter is one publish waiting for its confirm.
-type waiter struct {
-	seq      uint64
-	fp       string  // routing key and message id, for mandatory publishes
-	nextFP   *waiter // the next pending publish with the same fingerprint
-	returned bool
-	res      chan error // buffered: the listener never blocks on it
+// fingerprint identifies a mandatory publish to the basic.return that may
+// come back for it: routing key and message id.
+type fingerprint struct{ key, id string }
+
+// returnable is a mandatory publish in flight: a basic.return may still
+// come for it.
+type returnable struct {
+	fp        fingerprint
+	dc        *amqp.DeferredConfirmation // set once sent
+	returned  bool
+	settled   bool // its publisher read the outcome (or it was never sent)
+	abandoned bool // its publisher stopped waiting: drop it once its confirm came
 }
 
-// pubChannel is one channel of a publisher and its confirm bookkeeping.
+// pubChannel is one channel of a publisher and its return bookkeeping.
+// Confirms need none: each publish waits on its own deferred confirmation.
 type pubChannel struct {
-	ch   *amqp.Channel
-	st   *conn
-	done chan struct{} // closed when the listener has settled everything
+	ch       *amqp.Channel
+	st       *conn
+	exchange string
+	over     chan struct{} // closed when the watcher saw the channel end
 
-	mu      sync.Mutex
-	pending map[uint64]*waiter
-	byFP    map[string]*waiter
-	over    bool
+	mu       sync.Mutex
+	q        []returnable // mandatory publishes in flight, in the order sent; q[0] is number base
+	arr      []returnable // q's array, from its start: reused, so a steady flow allocates nothing
+	base     uint64
+	closeErr *amqp.Error
+
+	nacks    atomic.Int32 // nacks since the last ack
+	nacked   atomic.Bool  // nacked retireAfterNacks times in a row: retire the channel
+	inflight atomic.Int64 // sent, answer not yet read
+	retiring atomic.Bool  // no new publishes: close when inflight reaches 0
+	shut     sync.Once
+	broker   *Broker
 }
 
-func (pc *pubChannel) add(seq uint64, fp string) *waiter {
-	w := &waiter{seq: seq, fp: fp, res: make(chan error, 1)}
-	pc.mu.Lock()
-	if pc.over { // the channel already ended: nothing will confirm this
-		pc.mu.Unlock()
-		w.res <- errResend
-		return w
+// retire closes pc once nothing is in flight on it.
+func (pc *pubChannel) retire(b *Broker) {
+	pc.broker = b
+	pc.retiring.Store(true)
+	if pc.inflight.Load() == 0 {
+		pc.shutLater()
 	}
-	pc.pending[seq] = w
-	if fp != "" {
-		if head := pc.byFP[fp]; head != nil {
-			for head.nextFP != nil {
-				head = head.nextFP
-			}
-			head.nextFP = w
+}
+
+// landed is called as each publish's answer is read.
+func (pc *pubChannel) landed() {
+	if pc.inflight.Add(-1) == 0 && pc.retiring.Load() {
+		pc.shutLater()
+	}
+}
+
+func (pc *pubChannel) shutLater() {
+	pc.shut.Do(func() { pc.broker.closeLater(pc.ch) })
+}
+
+// retireAfterNacks is how many nacks in a row retire a publisher's channel.
+// A channel can get stuck nacking (measured on RabbitMQ 3.10: a quorum
+// queue whose leader died as the channel first published to it nacked
+// every later publish on that channel, while a fresh channel got through);
+// a single nack, from a queue that rejects publishes when full, is not
+// worth a new channel.
+const retireAfterNacks = 2
+
+// add queues a mandatory publish about to be sent and returns its number.
+func (pc *pubChannel) add(fp fingerprint) uint64 {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if len(pc.q) == cap(pc.q) { // no room after the tail
+		if cap(pc.arr) > 0 && len(pc.q) <= cap(pc.arr)/2 {
+			n := copy(pc.arr, pc.q) // move to the front
+			clear(pc.arr[n:])
+			pc.q = pc.arr[:n]
 		} else {
-			pc.byFP[fp] = w
+			pc.arr = make([]returnable, max(16, 2*len(pc.q)))
+			n := copy(pc.arr, pc.q)
+			pc.q = pc.arr[:n]
 		}
 	}
-	pc.mu.Unlock()
-	return w
+	pc.q = append(pc.q, returnable{fp: fp})
+	return pc.base + uint64(len(pc.q)) - 1
 }
 
-// remove forgets w (its publish was never sent).
-func (pc *pubChannel) remove(w *waiter) {
+// sent records publish seq's deferred confirmation (nil: it was not sent).
+func (pc *pubChannel) sent(seq uint64, dc *amqp.DeferredConfirmation) {
 	pc.mu.Lock()
-	delete(pc.pending, w.seq)
-	pc.unlinkLocked(w)
+	pc.q[seq-pc.base].dc = dc
 	pc.mu.Unlock()
 }
 
-func (pc *pubChannel) unlinkLocked(w *waiter) {
-	if w.fp == "" {
+// done reports whether publish seq was returned, now that its outcome is
+// read, and lets the queue forget it.
+func (pc *pubChannel) done(seq uint64) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	r := &pc.q[seq-pc.base]
+	r.settled = true
+	returned := r.returned
+	pc.trimLocked()
+	return returned
+}
+
+// abandon marks publish seq as no longer awaited (its context ended). It
+// stays queued until its confirm came: a return may still come for it, and
+// must not be taken for a later publish's.
+func (pc *pubChannel) abandon(seq uint64) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.q[seq-pc.base].abandoned = true
+	pc.trimLocked()
+}
+
+// trimLocked drops the settled publishes at the head of the queue.
+func (pc *pubChannel) trimLocked() {
+	n := 0
+	for n < len(pc.q) {
+		r := &pc.q[n]
+		if !r.settled && !(r.abandoned && (r.dc == nil || isDone(r.dc))) {
+			break
+		}
+		n++
+	}
+	if n == 0 {
 		return
 	}
-	head := pc.byFP[w.fp]
-	if head == w {
-		if w.nextFP == nil {
-			delete(pc.byFP, w.fp)
-		} else {
-			pc.byFP[w.fp] = w.nextFP
-		}
-		return
+	clear(pc.q[:n]) // let go of the deferred confirmations
+	pc.q = pc.q[n:]
+	pc.base += uint64(n)
+	if len(pc.q) == 0 {
+		pc.q = pc.arr[:0]
 	}
-	for ; head != nil; head = head.nextFP {
-		if head.nextFP == w {
-			head.nextFP = w.nextFP
-			return
+}
+
+func isDone(dc *amqp.DeferredConfirmation) bool {
+	select {
+	case <-dc.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// onReturn marks the oldest publish in flight with the return's routing
+// key and message id that was neither returned nor confirmed yet: the
+// broker returns publishes in the order they were sent, and a publish's
+// return comes before its ack, so one whose confirm came (its goroutine
+// has yet to read it) is not the one. Every publish but the one being sent
+// has its deferred confirmation recorded (write records it before the next
+// publish).
+func (pc *pubChannel) onReturn(r amqp.Return) {
+	fp := fingerprint{r.RoutingKey, r.MessageId}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	for i := range pc.q {
+		e := &pc.q[i]
+		if e.fp != fp || e.returned || e.settled || (e.dc != nil && isDone(e.dc)) {
+			continue
 		}
+		e.returned = true
+		return
 	}
 }
 
 func (pc *pubChannel) ended() bool {
 	select {
-	case <-pc.done:
+	case <-pc.over:
 		return true
 	default:
 		return pc.ch.IsClosed()
 	}
 }
 
-func (pc *pubChannel) waitDone(ctx context.Context) {
+// waitDone waits for the channel's watcher to end; false if ctx ended
+// first.
+func (pc *pubChannel) waitDone(ctx context.Context) bool {
 	select {
-	case <-pc.done:
+	case <-pc.over:
+		return true
 	case <-ctx.Done():
+		return false
 	}
 }
 
-// listen resolves confirms and correlates returns. One goroutine reads both
-// notification channels: amqp091-go hands over a basic.return before it
-// processes the basic.ack that follows it, so the return is always recorded
-// before the confirm that settles the same publish.
-func (pc *pubChannel) listen(exchange string, confirms chan amqp.Confirmation, returns chan amqp.Return, closes chan *amqp.Error) {
-	defer close(pc.done)
+// watch records returns and the channel's end. See Publisher.channel for
+// the two return listeners.
+func (pc *pubChannel) watch(closes chan *amqp.Error, r1, r2 chan amqp.Return) {
+	defer close(pc.over)
 	for {
 		select {
-		case r, ok := <-returns:
+		case r, ok := <-r1:
 			if !ok {
-				returns = nil
+				r1 = nil
 				continue
 			}
 			pc.onReturn(r)
-		case c, ok := <-confirms:
+			<-r2
+		case e, ok := <-closes:
 			if !ok {
-				var e *amqp.Error
-				select {
-				case e = <-closes:
-				default:
-				}
-				pc.finish(exchange, e)
 				return
 			}
-			pc.onConfirm(c)
+			pc.mu.Lock()
+			pc.closeErr = e
+			pc.mu.Unlock()
 		}
 	}
 }
 
-func (pc *pubChannel) onReturn(r amqp.Return) {
-	fp := r.RoutingKey + "\x00" + r.MessageId
+// endErr is what the channel's end means for a publish it did not
+// confirm: a channel exception caused by the publishes (the exchange does
+// not exist, say) is final; a lost connection or a closed channel means
+// send again.
+func (pc *pubChannel) endErr() error {
 	pc.mu.Lock()
-	for w := pc.byFP[fp]; w != nil; w = w.nextFP {
-		if !w.returned {
-			w.returned = true
-			break
-		}
-	}
+	e := pc.closeErr
 	pc.mu.Unlock()
-}
-
-func (pc *pubChannel) onConfirm(c amqp.Confirmation) {
-	pc.mu.Lock()
-	w := pc.pending[c.DeliveryTag]
-	if w != nil {
-		delete(pc.pending, c.DeliveryTag)
-		pc.unlinkLocked(w)
+	if e == nil || !channelLevel(e) || pc.st.isLost() {
+		return errResend
 	}
-	pc.mu.Unlock()
-	if w == nil {
-		return
+	op := fmt.Sprintf("publish to exchange %q", pc.exchange)
+	if pc.exchange == "" {
+		op = "publish to the default exchange"
 	}
-	switch {
-	case !c.Ack:
-		w.res <- ErrNacked
-	case w.returned:
-		w.res <- ErrUnroutable
-	default:
-		w.res <- nil
-	}
-}
-
-// finish settles every publish still pending when the channel ends: a
-// channel exception (the exchange does not exist, say) is final for them; a
-// lost connection or a closed channel means send again.
-func (pc *pubChannel) finish(exchange string, e *amqp.Error) {
-	var res error = errResend
-	if e != nil && channelLevel(e) && !pc.st.isLost() {
-		op := fmt.Sprintf("publish to exchange %q", exchange)
-		if exchange == "" {
-			op = "publish to the default exchange"
-		}
-		res = brokerError(op, e)
-	}
-	pc.mu.Lock()
-	pending := pc.pending
-	pc.pending, pc.byFP, pc.over = map[uint64]*waiter{}, map[string]*waiter{}, true
-	pc.mu.Unlock()
-	for _, w := range pending {
-		w.res <- res
-	}
+	return brokerError(op, e)
 }

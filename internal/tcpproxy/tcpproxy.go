@@ -6,7 +6,7 @@
 package tcpproxy
 
 import (
-	"io"
+	"encoding/binary"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -20,6 +20,9 @@ type Proxy struct {
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
 	refuse  bool
+	stalled [2]bool              // [toBroker, toClient]: hold bytes instead of forwarding them
+	resume  chan struct{}        // closed (and replaced) when a stall ends or a Cut happens
+	framers map[net.Conn]*framer // broker-to-client streams, by client connection
 	wg      sync.WaitGroup
 	cuts    atomic.Int64
 	accepts atomic.Int64
@@ -31,7 +34,8 @@ func Start(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, resume: make(chan struct{}),
+		framers: map[net.Conn]*framer{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -52,7 +56,26 @@ func (p *Proxy) Cut() int {
 		n++
 	}
 	p.cuts.Add(1)
+	p.wakeLocked() // stalled pipes drop what they held and end
 	return n / 2
+}
+
+// Stall stops forwarding bytes in the given directions, without closing
+// anything: toBroker holds what clients send, toClient holds what the
+// broker answers (a confirm, a delivery). The bytes are held, not dropped:
+// Stall(false, false) forwards them. A Cut while stalled drops them with the
+// connections. A stall is a network that goes quiet rather than breaking:
+// only heartbeats notice it.
+func (p *Proxy) Stall(toBroker, toClient bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = [2]bool{toBroker, toClient}
+	p.wakeLocked()
+}
+
+func (p *Proxy) wakeLocked() {
+	close(p.resume)
+	p.resume = make(chan struct{})
 }
 
 // Refuse makes the proxy close new connections at once (a broker that is
@@ -94,23 +117,190 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.accepts.Add(1)
+		f := &framer{dst: c}
 		p.mu.Lock()
 		p.conns[c] = struct{}{}
 		p.conns[up] = struct{}{}
+		p.framers[c] = f
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(c, up)
-		go p.pipe(up, c)
+		go p.pipe(f, up, toClient)
+		go p.pipe(plain{up}, c, toBroker)
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+// SendBlocked makes the broker appear to block publishing on every
+// connection through the proxy (a resource alarm): it slips a
+// connection.blocked frame with reason into each broker-to-client stream,
+// between two frames. The broker itself blocks nothing.
+func (p *Proxy) SendBlocked(reason string) {
+	if len(reason) > 255 {
+		reason = reason[:255]
+	}
+	p.sendToClients(append([]byte{0, 10, 0, 60, byte(len(reason))}, reason...))
+}
+
+// SendUnblocked slips a connection.unblocked frame into every
+// broker-to-client stream (see SendBlocked).
+func (p *Proxy) SendUnblocked() {
+	p.sendToClients([]byte{0, 10, 0, 61})
+}
+
+// sendToClients frames a connection-level method payload and queues it on
+// every broker-to-client stream.
+func (p *Proxy) sendToClients(payload []byte) {
+	frame := make([]byte, 7, 7+len(payload)+1)
+	frame[0] = 1 // method frame, channel 0
+	binary.BigEndian.PutUint32(frame[3:7], uint32(len(payload)))
+	frame = append(append(frame, payload...), 0xCE)
+	p.mu.Lock()
+	fs := make([]*framer, 0, len(p.framers))
+	for _, f := range p.framers {
+		fs = append(fs, f)
+	}
+	p.mu.Unlock()
+	for _, f := range fs {
+		_ = f.inject(frame)
+	}
+}
+
+// writer is where a pipe writes: the other connection, through a framer
+// for broker-to-client streams.
+type writer interface {
+	Write([]byte) (int, error)
+	conn() net.Conn
+}
+
+type plain struct{ net.Conn }
+
+func (c plain) conn() net.Conn { return c.Conn }
+
+// framer follows the AMQP frames of a broker-to-client stream, so that
+// frames of the proxy's own can be slipped in between two of the broker's.
+type framer struct {
+	dst net.Conn
+
+	mu        sync.Mutex
+	hdr       [7]byte // header of the frame in progress
+	hn        int     // header bytes seen
+	remaining int     // payload and frame-end bytes still to come
+	pending   [][]byte
+}
+
+func (f *framer) conn() net.Conn { return f.dst }
+
+func (f *framer) Write(b []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	total := len(b)
+	for {
+		if err := f.flushLocked(); err != nil {
+			return 0, err
+		}
+		if len(b) == 0 {
+			return total, nil
+		}
+		n := f.advance(b)
+		if _, err := f.dst.Write(b[:n]); err != nil {
+			return 0, err
+		}
+		b = b[n:]
+	}
+}
+
+// inject writes frame now if the stream is between frames, or after the
+// frame in progress.
+func (f *framer) inject(frame []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pending = append(f.pending, frame)
+	return f.flushLocked()
+}
+
+func (f *framer) flushLocked() error {
+	if f.hn != 0 || len(f.pending) == 0 {
+		return nil
+	}
+	for _, fr := range f.pending {
+		if _, err := f.dst.Write(fr); err != nil {
+			return err
+		}
+	}
+	f.pending = nil
+	return nil
+}
+
+// advance consumes b up to the end of the frame in progress (or all of b)
+// and returns how many bytes that is.
+func (f *framer) advance(b []byte) int {
+	n := 0
+	for n < len(b) {
+		if f.hn < len(f.hdr) {
+			k := copy(f.hdr[f.hn:], b[n:])
+			f.hn += k
+			n += k
+			if f.hn == len(f.hdr) {
+				f.remaining = int(binary.BigEndian.Uint32(f.hdr[3:7])) + 1
+			}
+			continue
+		}
+		k := min(f.remaining, len(b)-n)
+		f.remaining -= k
+		n += k
+		if f.remaining == 0 {
+			f.hn = 0
+			return n
+		}
+	}
+	return n
+}
+
+const (
+	toBroker = 0
+	toClient = 1
+)
+
+func (p *Proxy) pipe(w writer, src net.Conn, dir int) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	dst := w.conn()
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.waitFlowing(dst, dir) {
+				break
+			}
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil { // io.EOF or a cut: either way this pair is done
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
 	delete(p.conns, dst)
 	delete(p.conns, src)
+	delete(p.framers, dst)
+	delete(p.framers, src)
 	p.mu.Unlock()
+}
+
+// waitFlowing waits while dir is stalled; false when dst was cut meanwhile.
+func (p *Proxy) waitFlowing(dst net.Conn, dir int) bool {
+	for {
+		p.mu.Lock()
+		_, live := p.conns[dst]
+		stalled, resume := p.stalled[dir], p.resume
+		p.mu.Unlock()
+		if !live {
+			return false
+		}
+		if !stalled {
+			return true
+		}
+		<-resume
+	}
 }

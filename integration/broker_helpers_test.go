@@ -1,0 +1,128 @@
+//go:build integration
+
+package integration
+
+// Helpers of the broker-core and publisher suites (broker_*_test.go,
+// publish_*_test.go, bench_publish_test.go). Their names start with core so
+// they do not collide with the other suites' helpers in this package.
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/internal/tcpproxy"
+	"github.com/acemq/acemq-go/internal/testenv"
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/topology"
+)
+
+// coreProxy starts a TCP proxy in front of the test broker and returns it
+// with the AMQP URL that goes through it. It is closed when the test ends.
+func coreProxy(t testing.TB) (*tcpproxy.Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(testenv.URL())
+	if err != nil {
+		t.Fatalf("AMQP_URL: %v", err)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "5672")
+	}
+	p, err := tcpproxy.Start(host)
+	if err != nil {
+		t.Fatalf("start proxy: %v", err)
+	}
+	t.Cleanup(p.Close)
+	u.Host = p.Addr()
+	return p, u.String()
+}
+
+// coreProxied starts a broker whose connection goes through a fresh proxy.
+func coreProxied(t testing.TB, cfg mq.Config) (*mq.Broker, *tcpproxy.Proxy) {
+	t.Helper()
+	p, u := coreProxy(t)
+	cfg.URLs = []string{u}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 2 * time.Second
+	}
+	return testenv.Broker(t, cfg), p
+}
+
+// coreQueue declares a durable classic goit.* queue (with extra arguments,
+// if given) and deletes it when the test ends.
+func coreQueue(t testing.TB, b *mq.Broker, args amqp.Table, suffix ...string) string {
+	t.Helper()
+	q := testenv.Name(t, suffix...)
+	testenv.Cleanup(t, q)
+	opts := []topology.QueueOption{topology.Classic()}
+	if args != nil {
+		opts = append(opts, topology.Args(args))
+	}
+	if err := b.Declare(testenv.Context(t, 10*time.Second), topology.New().Queue(q, opts...)); err != nil {
+		t.Fatalf("declare %s: %v", q, err)
+	}
+	return q
+}
+
+// coreDrain consumes every message ready in q (auto-ack, on a channel of
+// its own) and counts them by message id. Nothing else may consume q.
+func coreDrain(t testing.TB, b *mq.Broker, q string) map[string]int {
+	t.Helper()
+	ctx := testenv.Context(t, 60*time.Second)
+	n, err := b.MessageCount(ctx, q)
+	if err != nil {
+		t.Fatalf("count %s: %v", q, err)
+	}
+	seen := make(map[string]int, n)
+	if n == 0 {
+		return seen
+	}
+	ch, err := b.Channel(ctx)
+	if err != nil {
+		t.Fatalf("channel: %v", err)
+	}
+	defer ch.Close()
+	ds, err := ch.Consume(q, "", true, true, false, false, nil)
+	if err != nil {
+		t.Fatalf("consume %s: %v", q, err)
+	}
+	for got := 0; got < n; got++ {
+		select {
+		case d, ok := <-ds:
+			if !ok {
+				t.Fatalf("drain %s: channel closed after %d of %d", q, got, n)
+			}
+			seen[d.MessageId]++
+		case <-ctx.Done():
+			t.Fatalf("drain %s: only %d of %d messages came", q, got, n)
+		}
+	}
+	return seen
+}
+
+// coreClosedPort returns a loopback address nothing listens on.
+func coreClosedPort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// coreElapsed is how long fn took.
+func coreElapsed(fn func()) time.Duration {
+	start := time.Now()
+	fn()
+	return time.Since(start)
+}
+
+// coreCtx is a context bounded by d that ends with the test.
+func coreCtx(t testing.TB, d time.Duration) context.Context { return testenv.Context(t, d) }

@@ -1,0 +1,167 @@
+package mq_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acemq/acemq-go/mq"
+)
+
+func TestRedact(t *testing.T) {
+	const pw = "s3cr3t"
+	tests := []struct {
+		in, want string
+	}{
+		{"amqp://guest:" + pw + "@localhost:5672/", "amqp://guest:xxxxx@localhost:5672/"},
+		{"amqps://user:" + pw + "@rabbit.example.com/vhost", "amqps://user:xxxxx@rabbit.example.com/vhost"},
+		// Percent-encoded specials in the password are still a password.
+		{"amqp://user:p%40ss%2F" + pw + "@host/", "amqp://user:xxxxx@host/"},
+		// A user without a password keeps the name; no credentials, nothing
+		// to hide.
+		{"amqp://guest@host/", "amqp://guest@host/"},
+		{"amqp://host:5672/%2F", "amqp://host:5672/%2F"},
+		// Harmless query parameters stay readable, the rest are hidden.
+		{"amqp://u:" + pw + "@h/?heartbeat=10&connection_timeout=5000", "amqp://u:xxxxx@h/?connection_timeout=5000&heartbeat=10"},
+		{"amqps://u:" + pw + "@h/?keyfile=/etc/k.pem&password=" + pw + "&heartbeat=5", "amqps://u:xxxxx@h/?heartbeat=5&keyfile=xxxxx&password=xxxxx"},
+		// A fragment is dropped.
+		{"amqp://h/#" + pw, "amqp://h/"},
+		// An unescaped '#', '?' or '/' in a password moves its tail into
+		// the fragment, query or path, and its head into the host or
+		// port: nothing of it is printed.
+		{"amqp://u:123#" + pw + "@host/", "<URL with unparseable credentials: percent-encode them>"},
+		{"amqp://u:12?" + pw + "@host/", "<URL with unparseable credentials: percent-encode them>"},
+		{"amqp://u:12/" + pw + "@host/", "<URL with unparseable credentials: percent-encode them>"},
+		// Unparseable, opaque: nothing of it.
+		{"amqp://u:" + pw + "@host:port/", "<unparseable URL>"},
+		{"amqp:u:" + pw + "@host", "<unparseable URL>"},
+		{"amqp://u:" + pw + "@ho st/", "<unparseable URL>"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		got := mq.Redact(tt.in)
+		if got != tt.want {
+			t.Errorf("Redact(%q) = %q; want %q", tt.in, got, tt.want)
+		}
+		if strings.Contains(got, pw) {
+			t.Errorf("Redact(%q) = %q shows the password", tt.in, got)
+		}
+	}
+}
+
+// Redact's output must not depend on the password: the same URL with
+// every letter and digit of the password changed (its punctuation kept, so
+// the URL parses the same way) redacts to the same string.
+func FuzzRedactNeverShowsPassword(f *testing.F) {
+	f.Add("guest", "s3cr3t-pw", "localhost:5672", "vhost")
+	f.Add("u", "a#b?c/d@e", "h", "")
+	f.Add("u", "123#456", "h:1", "v?x=1")
+	f.Add("", "000?00", "0", "0")
+	f.Fuzz(func(t *testing.T, user, pw, host, path string) {
+		other := []byte(pw)
+		changed := false
+		for i, c := range other {
+			switch {
+			case c >= '0' && c <= '9':
+				other[i], changed = '0'+(c-'0'+1)%10, true
+			case c >= 'a' && c <= 'z':
+				other[i], changed = 'a'+(c-'a'+1)%26, true
+			case c >= 'A' && c <= 'Z':
+				other[i], changed = 'A'+(c-'A'+1)%26, true
+			}
+		}
+		if !changed || strings.Contains(pw, "%") { // changing %XX changes whether the URL parses
+			t.Skip()
+		}
+		u1 := "amqp://" + user + ":" + pw + "@" + host + "/" + path
+		u2 := "amqp://" + user + ":" + string(other) + "@" + host + "/" + path
+		if r1, r2 := mq.Redact(u1), mq.Redact(u2); r1 != r2 {
+			t.Fatalf("Redact depends on the password:\n%q -> %q\n%q -> %q", u1, r1, u2, r2)
+		}
+	})
+}
+
+// Start validates the configuration before dialling anything, and says
+// every problem at once, never showing a password.
+func TestConfigValidation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tests := []struct {
+		name string
+		cfg  mq.Config
+		want []string
+	}{
+		{"no URLs", mq.Config{}, []string{"Config.URLs is empty"}},
+		{"bad scheme", mq.Config{URLs: []string{"http://u:s3cr3t@h/"}}, []string{"Config.URLs[0] http://u:xxxxx@h/ is not an amqp:// or amqps:// URL"}},
+		{"no host", mq.Config{URLs: []string{"amqp:///vhost"}}, []string{"Config.URLs[0]"}},
+		{"unparseable", mq.Config{URLs: []string{"amqp://u:s3cr3t@h:port/"}}, []string{"Config.URLs[0] <unparseable URL>"}},
+		{"mangled password", mq.Config{URLs: []string{"amqp://guest:guest@h/", "amqp://u:12#s3cr3t@h/"}}, []string{"Config.URLs[1]", "percent-encode"}},
+		{"negative", mq.Config{URLs: []string{"amqp://h/"}, Heartbeat: -time.Second}, []string{"must not be negative"}},
+		{"several", mq.Config{URLs: []string{"amqp://h/", "ftp://h/"}, ReconnectMin: -1}, []string{"Config.URLs[1]", "must not be negative"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := mq.New(tt.cfg)
+			defer b.Close(ctx)
+			err := b.Start(ctx)
+			if err == nil {
+				t.Fatal("Start accepted an invalid configuration")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "s3cr3t") {
+				t.Errorf("error shows the password: %v", err)
+			}
+			if b.Ready() {
+				t.Error("Ready after a refused configuration")
+			}
+		})
+	}
+}
+
+// A broker that was never started refuses work with ErrNotStarted instead
+// of waiting for a connection that is not coming; a closed one with
+// ErrClosed.
+func TestBrokerNotStartedAndClosed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	b := mq.New(mq.Config{URLs: []string{"amqp://127.0.0.1:1/"}})
+	if _, err := b.QueueExists(ctx, "q"); !errors.Is(err, mq.ErrNotStarted) {
+		t.Errorf("QueueExists before Start: %v; want ErrNotStarted", err)
+	}
+	if err := b.Publisher("").Publish(ctx, "q", mq.Message{}); !errors.Is(err, mq.ErrNotStarted) {
+		t.Errorf("Publish before Start: %v; want ErrNotStarted", err)
+	}
+	if err := b.WaitReady(ctx); !errors.Is(err, mq.ErrNotStarted) {
+		t.Errorf("WaitReady before Start: %v; want ErrNotStarted", err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("Close of a broker never started: %v", err)
+	}
+	if err := b.Start(ctx); !errors.Is(err, mq.ErrClosed) {
+		t.Errorf("Start after Close: %v; want ErrClosed", err)
+	}
+	if _, err := b.Channel(ctx); !errors.Is(err, mq.ErrClosed) {
+		t.Errorf("Channel after Close: %v; want ErrClosed", err)
+	}
+	if err := b.Publisher("").Publish(ctx, "q", mq.Message{}); !errors.Is(err, mq.ErrClosed) {
+		t.Errorf("Publish on a publisher made after Close: %v; want ErrClosed", err)
+	}
+}
+
+// Headers amqp091-go cannot encode are refused before anything is sent.
+func TestPublishRefusesBadHeaders(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	b := mq.New(mq.Config{URLs: []string{"amqp://127.0.0.1:1/"}})
+	defer b.Close(ctx)
+	err := b.Publisher("").Publish(ctx, "q", mq.Message{Headers: map[string]any{"bad": struct{}{}}})
+	if err == nil || errors.Is(err, mq.ErrNotStarted) {
+		t.Fatalf("Publish with an unencodable header: %v; want a header error first", err)
+	}
+}

@@ -1,0 +1,88 @@
+package mq_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/mq"
+)
+
+func TestBrokerErrorIsByReplyCode(t *testing.T) {
+	sentinels := map[int]error{
+		403: mq.ErrAccessRefused,
+		404: mq.ErrNotFound,
+		405: mq.ErrResourceLocked,
+		406: mq.ErrPreconditionFailed,
+	}
+	all := []error{mq.ErrAccessRefused, mq.ErrNotFound, mq.ErrResourceLocked, mq.ErrPreconditionFailed,
+		mq.ErrUnroutable, mq.ErrNacked, mq.ErrClosed, mq.ErrNotStarted}
+	for _, code := range []int{0, 200, 312, 403, 404, 405, 406, 501, 541} {
+		be := &mq.BrokerError{Op: `declare queue "q"`, Code: code, Reason: "why", Err: &amqp.Error{Code: code, Reason: "why", Server: true}}
+		for _, wrapped := range []error{be, fmt.Errorf("outer: %w", be), errors.Join(errors.New("other"), be)} {
+			for _, target := range all {
+				want := sentinels[code] == target
+				if got := errors.Is(wrapped, target); got != want {
+					t.Errorf("code %d: errors.Is(%v, %v) = %v; want %v", code, wrapped, target, got, want)
+				}
+			}
+			if got := mq.ReplyCode(wrapped); got != code {
+				t.Errorf("ReplyCode(%v) = %d; want %d", wrapped, got, code)
+			}
+		}
+	}
+}
+
+func TestBrokerErrorMessage(t *testing.T) {
+	be := &mq.BrokerError{Op: `declare queue "orders"`, Code: 406, Reason: "PRECONDITION_FAILED - inequivalent arg 'x-queue-type'",
+		Err: &amqp.Error{Code: 406, Reason: "PRECONDITION_FAILED - inequivalent arg 'x-queue-type'", Server: true}}
+	msg := be.Error()
+	for _, want := range []string{`declare queue "orders"`, "406", "inequivalent arg"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q does not say %q", msg, want)
+		}
+	}
+	var ae *amqp.Error
+	if !errors.As(be, &ae) || ae.Code != 406 {
+		t.Errorf("the amqp091-go error is not reachable with errors.As")
+	}
+	// Not from the broker: the underlying error speaks.
+	local := &mq.BrokerError{Op: "open channel", Err: errors.New("channel id space exhausted")}
+	if got := local.Error(); !strings.Contains(got, "open channel") || !strings.Contains(got, "exhausted") {
+		t.Errorf("local failure reads %q", got)
+	}
+}
+
+func TestReplyCode(t *testing.T) {
+	tests := []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{errors.New("plain"), 0},
+		{mq.ErrUnroutable, 0},
+		{&amqp.Error{Code: 404, Reason: "NOT_FOUND"}, 404},
+		{fmt.Errorf("wrapped: %w", &amqp.Error{Code: 320, Reason: "CONNECTION_FORCED"}), 320},
+		// A BrokerError without a code defers to the error it wraps.
+		{&mq.BrokerError{Op: "x", Err: &amqp.Error{Code: 501}}, 501},
+		{&mq.BrokerError{Op: "x", Code: 406, Err: &amqp.Error{Code: 406}}, 406},
+	}
+	for _, tt := range tests {
+		if got := mq.ReplyCode(tt.err); got != tt.want {
+			t.Errorf("ReplyCode(%v) = %d; want %d", tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestBatchError(t *testing.T) {
+	be := &mq.BatchError{Errs: []error{nil, mq.ErrUnroutable, nil, fmt.Errorf("x: %w", mq.ErrNacked)}}
+	if !errors.Is(be, mq.ErrUnroutable) || !errors.Is(be, mq.ErrNacked) || errors.Is(be, mq.ErrClosed) {
+		t.Errorf("errors.Is over a batch is wrong")
+	}
+	if msg := be.Error(); !strings.Contains(msg, "2 of 4") || !strings.Contains(msg, "unroutable") {
+		t.Errorf("batch error reads %q", msg)
+	}
+}
