@@ -131,7 +131,7 @@ func main() {
 }
 
 func newLogger() *slog.Logger {
-	return slog.New(tint.NewHandler(os.Stdout, &tint.Options{
+	return slog.New(tint.NewTextHandler(os.Stdout, &tint.Options{
 		Level:      slog.LevelDebug,
 		TimeFormat: "15:04:05.000",
 		NoColor:    os.Getenv("DEMO_NO_COLOR") != "",

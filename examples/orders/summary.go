@@ -88,9 +88,9 @@ func attrs(sp sdktrace.ReadOnlySpan) string {
 	for _, kv := range sp.Attributes() {
 		switch kv.Key {
 		case "acemq.attempt", "acemq.outcome", "acemq.hop":
-			parts = append(parts, fmt.Sprintf("%s=%s", strings.TrimPrefix(string(kv.Key), "acemq."), kv.Value.Emit()))
+			parts = append(parts, fmt.Sprintf("%s=%s", strings.TrimPrefix(string(kv.Key), "acemq."), kv.Value.String()))
 		case "messaging.message.conversation_id":
-			parts = append(parts, "order="+kv.Value.Emit())
+			parts = append(parts, "order="+kv.Value.String())
 		}
 	}
 	if len(parts) == 0 {
@@ -121,7 +121,7 @@ func printOutcomes(w io.Writer, r *sdkmetric.ManualReader) {
 			for _, dp := range sum.DataPoints {
 				q, _ := dp.Attributes.Value("messaging.destination.name")
 				o, _ := dp.Attributes.Value("acemq.outcome")
-				lines = append(lines, fmt.Sprintf("  %-16s %-12s %d", q.Emit(), o.Emit(), dp.Value))
+				lines = append(lines, fmt.Sprintf("  %-16s %-12s %d", q.String(), o.String(), dp.Value))
 			}
 		}
 	}
@@ -138,9 +138,9 @@ func eventAttrs(kvs []attribute.KeyValue) string {
 	for _, kv := range kvs {
 		switch kv.Key {
 		case "acemq.attempt", "acemq.retry.kind", "acemq.retry.wait_ms":
-			parts = append(parts, fmt.Sprintf("%s=%s", strings.TrimPrefix(string(kv.Key), "acemq."), kv.Value.Emit()))
+			parts = append(parts, fmt.Sprintf("%s=%s", strings.TrimPrefix(string(kv.Key), "acemq."), kv.Value.String()))
 		case "exception.message", "error.message":
-			parts = append(parts, fmt.Sprintf("%q", kv.Value.Emit()))
+			parts = append(parts, fmt.Sprintf("%q", kv.Value.String()))
 		}
 	}
 	if len(parts) == 0 {
