@@ -331,7 +331,6 @@ func TestOtelMessageLifeIsOneTrace(t *testing.T) {
 			attribute.String("messaging.destination.name", q),
 			attribute.String("messaging.rabbitmq.destination.routing_key", q),
 			attribute.String("messaging.message.conversation_id", "corr-1"),
-			attribute.Int("messaging.message.body.size", 5),
 			attribute.String("server.address", host),
 			attribute.Int("server.port", port),
 			attribute.Int("acemq.attempt", attempts[i]),

@@ -98,7 +98,7 @@ func deliveryOf(ctx context.Context) *deliveryCtx {
 //
 // The span starts with the attributes a sampler may decide on (system,
 // operation, destination, server); the message's own (routing key,
-// delivery tag, ids, size, attempt) are set with the outcome when it ends,
+// delivery tag, ids, attempt) are set with the outcome when it ends,
 // in one go: with the SDK that is one copy of them instead of three.
 func (ins *Instrumentation) OnDelivery(ctx context.Context, d *mq.Delivery) context.Context {
 	qs := ins.queueStatic(queueKey{queue: d.Queue(), server: d.Server()})
@@ -156,7 +156,6 @@ func (ins *Instrumentation) OnDeliveryDone(ctx context.Context, d *mq.Delivery, 
 			attrs = append(attrs, semconv.MessagingMessageConversationID(d.CorrelationId))
 		}
 		attrs = append(attrs,
-			semconv.MessagingMessageBodySize(len(d.Body)),
 			AttemptKey.Int(st.attempt),
 			OutcomeKey.String(string(outcome)))
 		if err != nil {

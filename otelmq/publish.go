@@ -128,7 +128,6 @@ func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.Publishing) con
 		if m.CorrelationID != "" {
 			attrs = append(attrs, semconv.MessagingMessageConversationID(m.CorrelationID))
 		}
-		attrs = append(attrs, semconv.MessagingMessageBodySize(len(m.Body)))
 	}
 
 	kind := trace.WithSpanKind(trace.SpanKindProducer)
