@@ -19,6 +19,13 @@ var (
 	linkHop      = []attribute.KeyValue{LinkKey.String("hop")}
 )
 
+// consumerKind is built once: an option is an interface value, and
+// building it per delivery allocates.
+var (
+	consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
+	producerKind = trace.WithSpanKind(trace.SpanKindProducer)
+)
+
 // retryBroker is acemq.retry.kind (and mq.Event.Kind) of a retry through
 // a broker rung; "in-process" is the other.
 const retryBroker = "broker"
@@ -26,11 +33,12 @@ const retryBroker = "broker"
 // queueStatic is what every delivery from one queue, on one server,
 // shares.
 type queueStatic struct {
-	name     string               // the span name
-	attrs    []attribute.KeyValue // the span's constant attributes
-	consumed *measure             // the consumer metrics' attributes
-	failed   measuresBy           // … with error.type
-	outcomes measuresBy           // system, destination and acemq.outcome
+	name     string                // the span name
+	attrs    []attribute.KeyValue  // the span's constant attributes
+	start    trace.SpanStartOption // … as a start option, built once
+	consumed *measure              // the consumer metrics' attributes
+	failed   measuresBy            // … with error.type
+	outcomes measuresBy            // system, destination and acemq.outcome
 }
 
 type queueKey struct{ queue, server string }
@@ -52,6 +60,7 @@ func newQueueStatic(k queueKey) *queueStatic {
 	return &queueStatic{
 		name:     opProcess + " " + k.queue,
 		attrs:    attrs,
+		start:    trace.WithAttributes(attrs...),
 		consumed: newMeasure(slices.Clone(m)...),
 		failed:   measuresBy{base: m, key: semconv.ErrorTypeKey},
 		outcomes: measuresBy{base: o, key: OutcomeKey},
@@ -107,7 +116,7 @@ func (ins *Instrumentation) OnDelivery(ctx context.Context, d *mq.Delivery) cont
 	hop := readHop(d.Headers)
 
 	opts := make([]trace.SpanStartOption, 0, 4)
-	opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(qs.attrs...))
+	opts = append(opts, consumerKind, qs.start)
 	switch {
 	case created.IsValid() && hop.IsValid():
 		opts = append(opts, trace.WithLinks(

@@ -130,7 +130,7 @@ func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.Publishing) con
 		}
 	}
 
-	kind := trace.WithSpanKind(trace.SpanKindProducer)
+	kind := producerKind
 	var link trace.SpanStartOption
 	if p.Hop != mq.HopNone {
 		attrs = append(attrs, AttemptKey.Int(mq.AttemptOf(headers)))
