@@ -17,7 +17,6 @@ import (
 	"runtime"
 	"slices"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,10 +39,9 @@ func BenchmarkConsume(b *testing.B) {
 }
 
 func consBenchConsume(b *testing.B, prefetch int) {
-	info := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	brk := testenv.Broker(b, mq.Config{Logger: info})
+	brk := testenv.Broker(b, mq.Config{Logger: consBenchInfo})
 	p := retry.Exponential(5, time.Second)
-	q := consQueue(b, brk, p, topology.Classic())
+	q := testenv.Queue(b, brk, p, topology.Classic())
 	conn, err := amqp.Dial(testenv.URL())
 	if err != nil {
 		b.Fatalf("raw dial: %v", err)
@@ -52,13 +50,10 @@ func consBenchConsume(b *testing.B, prefetch int) {
 	// The fill goes through a connection of its own: the broker throttles a
 	// connection that publishes hard (credit flow), and the consumer's acks
 	// must not queue behind that, for either contestant.
-	filler := testenv.Broker(b, mq.Config{Logger: info})
+	filler := testenv.Broker(b, mq.Config{Logger: consBenchInfo})
 	pub := filler.Publisher("")
 	defer pub.Close()
-	msgs := make([]mq.Message, consBenchRound)
-	for i := range msgs {
-		msgs[i] = mq.Message{Body: []byte(`{"bench":true}`), DeliveryMode: amqp.Transient, ContentType: "application/json"}
-	}
+	msgs := consBenchMessages(consBenchRound)
 	fill := func() {
 		for i := range msgs {
 			msgs[i].MessageID = "" // a fresh id each round
@@ -90,13 +85,13 @@ func consBenchConsume(b *testing.B, prefetch int) {
 				b.Fatal("raw delivery stream ended")
 			}
 			if i == 0 {
-				start, cpu0 = time.Now(), consCPU()
+				start, cpu0 = time.Now(), testenv.CPU()
 			}
 			if err := d.Ack(false); err != nil {
 				b.Fatal(err)
 			}
 		}
-		took, cpu := time.Since(start), consCPU()-cpu0
+		took, cpu := time.Since(start), testenv.CPU()-cpu0
 		if err := ch.Cancel("goit-bench-raw", false); err != nil {
 			b.Fatal(err)
 		}
@@ -105,33 +100,7 @@ func consBenchConsume(b *testing.B, prefetch int) {
 
 	// ours consumes one round with mq.Consume and the standard stack.
 	ours := func() (time.Duration, time.Duration) {
-		var n atomic.Int64
-		var start time.Time
-		var cpu0 time.Duration
-		done := make(chan struct{})
-		h := mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
-			switch n.Add(1) {
-			case 1:
-				start, cpu0 = time.Now(), consCPU()
-			case consBenchRound:
-				close(done)
-			}
-			return nil
-		})
-		c, err := brk.Consume(testenv.Context(b, time.Minute), q, h, middleware.Standard(p), mq.WithPrefetch(prefetch))
-		if err != nil {
-			b.Fatal(err)
-		}
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			b.Fatal("the round did not finish")
-		}
-		took, cpu := time.Since(start), consCPU()-cpu0
-		if err := c.Stop(testenv.Context(b, 10*time.Second)); err != nil {
-			b.Fatal(err)
-		}
-		return took, cpu
+		return consBenchStandard(b, brk, q, p, prefetch, consBenchRound)
 	}
 
 	var rawTotal, oursTotal, rawCPU, oursCPU time.Duration
@@ -181,11 +150,49 @@ func consBenchConsume(b *testing.B, prefetch int) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// consCPU is the CPU time this process has used so far.
-func consCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+// consBenchInfo is the benchmarks' logger: the standard stack logs at
+// info, to nowhere.
+var consBenchInfo = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+// consBenchMessages makes n small transient messages, a benchmark's fill.
+func consBenchMessages(n int) []mq.Message {
+	msgs := make([]mq.Message, n)
+	for i := range msgs {
+		msgs[i] = mq.Message{Body: []byte(`{"bench":true}`), DeliveryMode: amqp.Transient, ContentType: "application/json"}
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return msgs
+}
+
+// consBenchStandard consumes one round of n messages from q on brk, with
+// the standard stack for p and the given prefetch, on a handler that does
+// nothing, and returns the wall and CPU time from the first handler call
+// to the last.
+func consBenchStandard(b *testing.B, brk *mq.Broker, q string, p retry.Policy, prefetch, n int) (time.Duration, time.Duration) {
+	var calls atomic.Int64
+	var start time.Time
+	var cpu0 time.Duration
+	done := make(chan struct{})
+	h := mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+		switch calls.Add(1) {
+		case 1:
+			start, cpu0 = time.Now(), testenv.CPU()
+		case int64(n):
+			close(done)
+		}
+		return nil
+	})
+	c, err := brk.Consume(testenv.Context(b, time.Minute), q, h, middleware.Standard(p), mq.WithPrefetch(prefetch))
+	if err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		b.Fatal("the round did not finish")
+	}
+	took, cpu := time.Since(start), testenv.CPU()-cpu0
+	if err := c.Stop(testenv.Context(b, 10*time.Second)); err != nil {
+		b.Fatal(err)
+	}
+	return took, cpu
 }

@@ -21,9 +21,9 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -77,19 +77,12 @@ func coreRawChannel(b *testing.B) *amqp.Channel {
 	return ch
 }
 
-// coreCPU is the CPU time this process has used so far (user and system).
-func coreCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // coreReport reports msgs/s and the client's CPU time per message: the
 // broker shares the machine, so throughput moves with whatever else it is
 // doing, while CPU per message is the client's own cost.
 func coreReport(b *testing.B, cpuStart time.Duration) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-	b.ReportMetric(float64((coreCPU()-cpuStart).Microseconds())/float64(b.N), "cpu-µs/msg")
+	b.ReportMetric(float64((testenv.CPU()-cpuStart).Microseconds())/float64(b.N), "cpu-µs/msg")
 }
 
 var coreRawPublishing = amqp.Publishing{DeliveryMode: amqp.Persistent, Body: coreBenchBody}
@@ -98,24 +91,41 @@ var coreRawPublishing = amqp.Publishing{DeliveryMode: amqp.Persistent, Body: cor
 // one channel in confirm mode shared by 64 goroutines, each publishing and
 // waiting for its deferred confirm, so up to 64 are in flight.
 func BenchmarkPublishRaw64(b *testing.B) {
+	coreRaw64(b, func() amqp.Publishing { return coreRawPublishing })
+}
+
+// coreRaw64 publishes with raw amqp091-go from 64 goroutines on one
+// channel in confirm mode, each publishing msg() and waiting for its
+// deferred confirm, so up to 64 are in flight.
+func coreRaw64(b *testing.B, msg func() amqp.Publishing) {
 	q := coreBenchQueue(b)
 	ch := coreRawChannel(b)
+	core64(b, func() error {
+		dc, err := ch.PublishWithDeferredConfirm("", q, true, false, msg())
+		if err != nil {
+			return err
+		}
+		if !dc.Wait() {
+			return errors.New("nacked")
+		}
+		return nil
+	})
+}
+
+// core64 times b.N calls of publish, made from 64 goroutines, and reports
+// them (coreReport).
+func core64(b *testing.B, publish func() error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
-	cpu := coreCPU()
+	cpu := testenv.CPU()
 	for range 64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for next.Add(1) <= int64(b.N) {
-				dc, err := ch.PublishWithDeferredConfirm("", q, true, false, coreRawPublishing)
-				if err != nil {
+				if err := publish(); err != nil {
 					b.Error(err)
-					return
-				}
-				if !dc.Wait() {
-					b.Error("nacked")
 					return
 				}
 			}
@@ -135,25 +145,7 @@ func BenchmarkPublish64(b *testing.B) {
 	if err := pub.Publish(ctx, q, mq.Message{Body: coreBenchBody}); err != nil { // opens the channel
 		b.Fatal(err)
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	cpu := coreCPU()
-	for range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				if err := pub.Publish(ctx, q, mq.Message{Body: coreBenchBody}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	coreReport(b, cpu)
+	core64(b, func() error { return pub.Publish(ctx, q, mq.Message{Body: coreBenchBody}) })
 }
 
 // Raw amqp091-go with up to 1000 publishes in flight: one goroutine, a
@@ -165,7 +157,7 @@ func BenchmarkPublishRawBatch1000(b *testing.B) {
 	const window = 1000
 	ring := make([]*amqp.DeferredConfirmation, window)
 	b.ResetTimer()
-	cpu := coreCPU()
+	cpu := testenv.CPU()
 	for i := range b.N {
 		if dc := ring[i%window]; dc != nil && !dc.Wait() {
 			b.Fatal("nacked")
@@ -201,7 +193,7 @@ func BenchmarkPublishBatch1000(b *testing.B) {
 		msgs[i] = mq.Message{Body: coreBenchBody}
 	}
 	b.ResetTimer()
-	cpu := coreCPU()
+	cpu := testenv.CPU()
 	for done := 0; done < b.N; done += size {
 		n := min(size, b.N-done)
 		if err := pub.PublishBatch(ctx, q, msgs[:n]); err != nil {
@@ -220,34 +212,7 @@ func coreSamePublishing() amqp.Publishing {
 
 // Raw amqp091-go doing what Publish64 does: 64 goroutines on one channel,
 // the library's default properties on every message.
-func BenchmarkPublishRaw64Same(b *testing.B) {
-	q := coreBenchQueue(b)
-	ch := coreRawChannel(b)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	cpu := coreCPU()
-	for range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
-				dc, err := ch.PublishWithDeferredConfirm("", q, true, false, coreSamePublishing())
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if !dc.Wait() {
-					b.Error("nacked")
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	coreReport(b, cpu)
-}
+func BenchmarkPublishRaw64Same(b *testing.B) { coreRaw64(b, coreSamePublishing) }
 
 // Raw amqp091-go doing what PublishBatch1000 does: 1000 written, then all
 // 1000 confirms awaited, the library's default properties on every message.
@@ -257,7 +222,7 @@ func BenchmarkPublishRawBatch1000Same(b *testing.B) {
 	const size = 1000
 	batch := make([]*amqp.DeferredConfirmation, 0, size)
 	b.ResetTimer()
-	cpu := coreCPU()
+	cpu := testenv.CPU()
 	for i := range b.N {
 		dc, err := ch.PublishWithDeferredConfirm("", q, true, false, coreSamePublishing())
 		if err != nil {

@@ -33,35 +33,15 @@ func coreContractTopology(t *testing.T) (top *topology.Topology, exchange string
 		Binding(q, exchange, "order.placed")
 	queues = []string{q, q + ".dlq", q + ".parked", q + ".retry.40s", q + ".retry.80s", q + ".retry.160s"}
 	testenv.Cleanup(t, queues...)
-	t.Cleanup(func() { coreDeleteExchange(t, exchange) })
+	testenv.CleanupExchanges(t, exchange)
 	return top, exchange, queues
-}
-
-func coreDeleteExchange(t *testing.T, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	b, err := mq.Dial(ctx, testenv.URL(), mq.WithLogger(testenv.Discard()))
-	if err != nil {
-		t.Errorf("cleanup: %v", err)
-		return
-	}
-	defer b.Close(ctx)
-	ch, err := b.Channel(ctx)
-	if err != nil {
-		t.Errorf("cleanup: %v", err)
-		return
-	}
-	defer ch.Close()
-	if err := ch.ExchangeDelete(name, false, false); err != nil {
-		t.Errorf("cleanup: delete exchange %s: %v", name, err)
-	}
 }
 
 // Contract §6: a service declares its topology on every boot, so Declare
 // is idempotent; everything §4 lists exists afterwards, routed as planned.
 func TestBrokerDeclareContractTopologyTwice(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
-	ctx := coreCtx(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	top, exchange, queues := coreContractTopology(t)
 	plan, err := top.Plan()
 	if err != nil {
@@ -110,7 +90,7 @@ func TestBrokerDeclareContractTopologyTwice(t *testing.T) {
 // same broker publishing all along never notices.
 func TestBrokerDeclareConflictLeavesPublisherUnharmed(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
-	ctx := coreCtx(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	q := testenv.Name(t, "quorum")
 	testenv.Cleanup(t, q)
 	if err := b.Declare(ctx, topology.New().Queue(q)); err != nil { // quorum, the default
@@ -192,13 +172,13 @@ func TestBrokerDeclareConflictLeavesPublisherUnharmed(t *testing.T) {
 // invalid topology is refused before the broker sees it.
 func TestBrokerDeclareRefusalsAreNamed(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
-	ctx := coreCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	q := coreQueue(t, b, nil)
 
 	// Valid for the builder (the exchange is declared by the topology),
 	// refused by the broker: an exchange of another kind already exists.
 	ex := testenv.Name(t, "ex")
-	t.Cleanup(func() { coreDeleteExchange(t, ex) })
+	testenv.CleanupExchanges(t, ex)
 	if err := b.Declare(ctx, topology.New().Exchange(ex, topology.Fanout)); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +201,7 @@ func TestBrokerDeclareRefusalsAreNamed(t *testing.T) {
 // only) and DeleteQueue (returns what it deleted).
 func TestBrokerInspection(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
-	ctx := coreCtx(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	q := coreQueue(t, b, nil)
 	missing := testenv.Name(t, "missing")
 
@@ -295,7 +275,7 @@ func TestBrokerInspection(t *testing.T) {
 // context that ends.
 func TestBrokerQueueExistsOtherErrors(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
-	ctx := coreCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 
 	other, err := amqp.Dial(testenv.URL())
 	if err != nil {

@@ -7,9 +7,6 @@ package integration
 // they do not collide with the other suites' helpers in this package.
 
 import (
-	"context"
-	"net"
-	"net/url"
 	"testing"
 	"time"
 
@@ -21,31 +18,10 @@ import (
 	"github.com/acemq/acemq-go/topology"
 )
 
-// coreProxy starts a TCP proxy in front of the test broker and returns it
-// with the AMQP URL that goes through it. It is closed when the test ends.
-func coreProxy(t testing.TB) (*tcpproxy.Proxy, string) {
-	t.Helper()
-	u, err := url.Parse(testenv.URL())
-	if err != nil {
-		t.Fatalf("AMQP_URL: %v", err)
-	}
-	host := u.Host
-	if u.Port() == "" {
-		host = net.JoinHostPort(u.Hostname(), "5672")
-	}
-	p, err := tcpproxy.Start(host)
-	if err != nil {
-		t.Fatalf("start proxy: %v", err)
-	}
-	t.Cleanup(p.Close)
-	u.Host = p.Addr()
-	return p, u.String()
-}
-
 // coreProxied starts a broker whose connection goes through a fresh proxy.
 func coreProxied(t testing.TB, cfg mq.Config) (*mq.Broker, *tcpproxy.Proxy) {
 	t.Helper()
-	p, u := coreProxy(t)
+	p, u := testenv.Proxy(t)
 	cfg.URLs = []string{u}
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = 2 * time.Second
@@ -67,6 +43,16 @@ func coreQueue(t testing.TB, b *mq.Broker, args amqp.Table, suffix ...string) st
 		t.Fatalf("declare %s: %v", q, err)
 	}
 	return q
+}
+
+// coreCutRig is the fault tests' setup: a broker straight to the test
+// broker, one whose connection goes through a fresh proxy (to cut), and a
+// queue (coreQueue) declared through the direct one.
+func coreCutRig(t testing.TB, suffix ...string) (direct, b *mq.Broker, p *tcpproxy.Proxy, q string) {
+	t.Helper()
+	direct = testenv.Broker(t, mq.Config{})
+	b, p = coreProxied(t, mq.Config{})
+	return direct, b, p, coreQueue(t, direct, nil, suffix...)
 }
 
 // coreDrain consumes every message ready in q (auto-ack, on a channel of
@@ -105,24 +91,9 @@ func coreDrain(t testing.TB, b *mq.Broker, q string) map[string]int {
 	return seen
 }
 
-// coreClosedPort returns a loopback address nothing listens on.
-func coreClosedPort(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
-
 // coreElapsed is how long fn took.
 func coreElapsed(fn func()) time.Duration {
 	start := time.Now()
 	fn()
 	return time.Since(start)
 }
-
-// coreCtx is a context bounded by d that ends with the test.
-func coreCtx(t testing.TB, d time.Duration) context.Context { return testenv.Context(t, d) }

@@ -29,10 +29,8 @@ import (
 // supervisor's fresh channel objects, an old delivery can only be settled
 // on the channel it came on, which is dead: nothing is lost.
 func TestBrokerOldDeliveryNeverAcksAnother(t *testing.T) {
-	direct := testenv.Broker(t, mq.Config{})
-	b, p := coreProxied(t, mq.Config{})
-	q := coreQueue(t, direct, nil)
-	ctx := coreCtx(t, 60*time.Second)
+	direct, b, p, q := coreCutRig(t)
+	ctx := testenv.Context(t, 60*time.Second)
 
 	const total, acked, prefetch = 30, 4, 8
 	ids := make([]string, total)

@@ -23,7 +23,7 @@ import (
 // URL, redacted, and never the password.
 func TestBrokerStartClosedPortFailsAtDeadline(t *testing.T) {
 	const secret = "s3cr3t-pw"
-	raw := "amqp://guest:" + secret + "@" + coreClosedPort(t) + "/"
+	raw := "amqp://guest:" + secret + "@" + testenv.ClosedAddr(t) + "/"
 	b := mq.New(mq.Config{URLs: []string{raw}, Logger: testenv.Logger(t),
 		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
 	defer b.Close(context.Background())
@@ -147,12 +147,12 @@ func TestBrokerStartWrongCredentialsFailsAtOnce(t *testing.T) {
 // With several URLs, a dead first one is skipped: Start connects to the
 // next, promptly, and the supervisor keeps rotating after a loss.
 func TestBrokerStartSkipsDeadURL(t *testing.T) {
-	dead := "amqp://guest:guest@" + coreClosedPort(t) + "/"
-	p, live := coreProxy(t)
+	dead := "amqp://guest:guest@" + testenv.ClosedAddr(t) + "/"
+	p, live := testenv.Proxy(t)
 	b := mq.New(mq.Config{URLs: []string{dead, live}, Logger: testenv.Logger(t), Heartbeat: 2 * time.Second,
 		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
 	defer b.Close(context.Background())
-	ctx := coreCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	var err error
 	took := coreElapsed(func() { err = b.Start(ctx) })
 	if err != nil {
@@ -180,7 +180,7 @@ func TestBrokerStartSkipsDeadURL(t *testing.T) {
 // gap and WaitReady waits it out, bounded by its context.
 func TestBrokerSupervisorReconnects(t *testing.T) {
 	b, p := coreProxied(t, mq.Config{})
-	ctx := coreCtx(t, 20*time.Second)
+	ctx := testenv.Context(t, 20*time.Second)
 	if !b.Ready() {
 		t.Fatal("not Ready after Start")
 	}
@@ -230,7 +230,7 @@ func TestBrokerSupervisorReconnects(t *testing.T) {
 func TestBrokerCloseLeavesNoGoroutines(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	func() {
-		p, u := coreProxy(t)
+		p, u := testenv.Proxy(t)
 		defer p.Close()
 		b := mq.New(mq.Config{URLs: []string{u}, Logger: testenv.Discard(), ReconnectMin: 10 * time.Millisecond})
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -281,7 +281,7 @@ func TestBrokerCloseLeavesNoGoroutines(t *testing.T) {
 func TestBrokerCloseWhileReconnecting(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	func() {
-		p, u := coreProxy(t)
+		p, u := testenv.Proxy(t)
 		defer p.Close()
 		b := mq.New(mq.Config{URLs: []string{u}, Logger: testenv.Discard(), ReconnectMin: 50 * time.Millisecond})
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -316,7 +316,7 @@ func TestBrokerCloseWhileReconnecting(t *testing.T) {
 func TestBrokerStalledNetworkBoundedByContext(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	func() {
-		p, u := coreProxy(t)
+		p, u := testenv.Proxy(t)
 		defer p.Close()
 		b := mq.New(mq.Config{URLs: []string{u}, Logger: testenv.Logger(t), Heartbeat: 10 * time.Second})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -36,7 +36,7 @@ import (
 //
 // Afterwards publishing goes on, and every confirmed message is consumed.
 func TestChaosMemoryAlarm(t *testing.T) {
-	chaosNoLeaks(t)
+	testenv.NoLeaks(t)
 	const (
 		deadline = 2 * time.Second
 		slack    = 600 * time.Millisecond
@@ -47,18 +47,13 @@ func TestChaosMemoryAlarm(t *testing.T) {
 	ctx := testenv.Context(t, 2*time.Minute)
 	restoreArgs := chaosWatermark(t, ctx)
 
-	direct := chaosBroker(t, nil, chaosName(t, "direct"), "")
+	direct := chaosBroker(t, nil, testenv.Name(t, "direct"), "")
 	p := retry.Exponential(3, 50*time.Millisecond)
-	q := chaosQueue(t, direct, p)
+	q := testenv.Queue(t, direct, p)
 	lg := newChaosLog(t)
-	b := chaosBroker(t, lg, chaosName(t, "alarmed"), "")
+	b := chaosBroker(t, lg, testenv.Name(t, "alarmed"), "")
 	led := newChaosLedger("memory-alarm")
-	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
-		led.call()
-		led.done(d.MessageId)
-		return nil
-	})
-	c, err := b.Consume(ctx, q, h, middleware.Standard(p), mq.WithConcurrency(4))
+	c, err := b.Consume(ctx, q, led.handler(nil), middleware.Standard(p), mq.WithConcurrency(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +73,7 @@ func TestChaosMemoryAlarm(t *testing.T) {
 			t.Fatalf("publish before the alarm: %v", err)
 		}
 	}
-	if !chaosEventually(20*time.Second, led.allHandled) {
+	if !testenv.Poll(20*time.Second, led.allHandled) {
 		t.Fatal("the messages published before the alarm were not all handled")
 	}
 
@@ -128,9 +123,9 @@ func TestChaosMemoryAlarm(t *testing.T) {
 		})
 	}
 	wait(0)
-	if !chaosEventually(10*time.Second, b.Blocked) {
+	if !testenv.Poll(10*time.Second, b.Blocked) {
 		restore()
-		t.Fatalf("the client was not told the broker blocks publishing (connection.blocked) within 10 s of the alarm; events: %s", lg.events())
+		t.Fatalf("the client was not told the broker blocks publishing (connection.blocked) within 10 s of the alarm; events: %s", lg.Events())
 	}
 	knownAfter := time.Since(alarmAt)
 	t.Logf("connection.blocked reached the client %v after the alarm was raised", knownAfter.Round(time.Millisecond))
@@ -185,7 +180,7 @@ func TestChaosMemoryAlarm(t *testing.T) {
 			t.Errorf("publish, %s: %q does not say the broker blocks publishing", m.name, r.err)
 		}
 	}
-	if !chaosEventually(15*time.Second, func() bool { return !b.Blocked() }) {
+	if !testenv.Poll(15*time.Second, func() bool { return !b.Blocked() }) {
 		t.Errorf("the client still thinks the broker blocks publishing 15 s after the alarm was cleared")
 	}
 	if !chaosWait(&wg, 30*time.Second) {
@@ -205,22 +200,22 @@ func TestChaosMemoryAlarm(t *testing.T) {
 			t.Fatalf("publish after the alarm: %v", err)
 		}
 	}
-	if !chaosEventually(30*time.Second, led.allHandled) {
+	if !testenv.Poll(30*time.Second, led.allHandled) {
 		t.Errorf("not every confirmed message was handled after the alarm")
 	}
-	if !chaosEventually(20*time.Second, func() bool { return chaosCount(t, direct, q) == 0 }) {
+	if !testenv.Poll(20*time.Second, func() bool { return testenv.Count(t, direct, q) == 0 }) {
 		t.Errorf("%s still holds messages", q)
 	}
-	chaosStop(t, c, 20*time.Second)
-	left := chaosCount(t, direct, q)
-	if n := lg.count("acemq.connection.blocked"); n < 1 {
+	testenv.Stop(t, c)
+	left := testenv.Count(t, direct, q)
+	if n := lg.Count("acemq.connection.blocked"); n < 1 {
 		t.Errorf("no acemq.connection.blocked record")
 	}
-	if n := lg.count("acemq.connection.unblocked"); n < 1 {
+	if n := lg.Count("acemq.connection.unblocked"); n < 1 {
 		t.Errorf("no acemq.connection.unblocked record")
 	}
 	chaosNoBadSettlement(t, lg)
-	t.Logf("events: %s", lg.events())
+	t.Logf("events: %s", lg.Events())
 	led.report(t, nil, fmt.Sprintf("alarm_held=%v blocked_known_after=%v left=%d",
 		blockedFor.Round(time.Millisecond), knownAfter.Round(time.Millisecond), left))
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +28,7 @@ import (
 // close the connections of everybody else on a shared broker (other test
 // suites running at the same time), so it is not used here.
 func TestChaosBrokerClosesConnection(t *testing.T) {
-	chaosNoLeaks(t)
+	testenv.NoLeaks(t)
 	const (
 		total      = 3000
 		publishers = 3
@@ -37,45 +36,22 @@ func TestChaosBrokerClosesConnection(t *testing.T) {
 		spread     = 9 * time.Second
 	)
 	ctx := testenv.Context(t, 2*time.Minute)
-	direct := chaosBroker(t, nil, chaosName(t, "direct"), "")
+	direct := chaosBroker(t, nil, testenv.Name(t, "direct"), "")
 	p := retry.Exponential(3, 50*time.Millisecond)
-	q := chaosQueue(t, direct, p)
+	q := testenv.Queue(t, direct, p)
 
 	lg := newChaosLog(t)
-	name := chaosName(t, "closed")
+	name := testenv.Name(t, "closed")
 	b := chaosBroker(t, lg, name, "")
 	led := newChaosLedger("broker-connection-close")
-	h := mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
-		led.call()
-		select {
-		case <-time.After(time.Duration(rand.N(2000)) * time.Microsecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		led.done(d.MessageId)
-		return nil
-	})
-	c, err := b.Consume(ctx, q, h, middleware.Standard(p), mq.WithConcurrency(4))
+	c, err := b.Consume(ctx, q, led.handler(chaosBusy), middleware.Standard(p), mq.WithConcurrency(4))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pub := b.Publisher("")
 	defer pub.Close()
 
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range publishers {
-		wg.Go(func() {
-			for i := w; i < total; i += publishers {
-				if d := time.Until(start.Add(spread * time.Duration(i) / total)); d > 0 {
-					time.Sleep(d)
-				}
-				pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-				_ = led.publish(pctx, pub, q, fmt.Sprintf("close-%05d", i))
-				cancel()
-			}
-		})
-	}
+	start, wg := led.paced(ctx, pub, q, "close", total, publishers, spread)
 
 	for i := range closes {
 		time.Sleep(time.Duration(1000+rand.N(1000)) * time.Millisecond)
@@ -97,25 +73,25 @@ func TestChaosBrokerClosesConnection(t *testing.T) {
 			t.Fatalf("close %d: %v", i+1, err)
 		}
 		t.Logf("close %d of %s: %d published, %d confirmed, %d handled so far", i+1, pids[0], cs.published, cs.confirmed, cs.distinct)
-		if !chaosEventually(15*time.Second, func() bool {
-			return lg.count(mq.EventConnectionRestored) >= i+1 && lg.count("acemq.consumer.resubscribed") >= i+1
+		if !testenv.Poll(15*time.Second, func() bool {
+			return lg.Count(mq.EventConnectionRestored) >= i+1 && lg.Count("acemq.consumer.resubscribed") >= i+1
 		}) {
-			t.Fatalf("close %d: not reconnected and resubscribed within 15 s; events: %s", i+1, lg.events())
+			t.Fatalf("close %d: not reconnected and resubscribed within 15 s; events: %s", i+1, lg.Events())
 		}
 		t.Logf("close %d: reconnected and resubscribed %v after the close command was sent", i+1, time.Since(at).Round(time.Millisecond))
 	}
 	wg.Wait()
 	published := time.Since(start)
 
-	if !chaosEventually(60*time.Second, led.allHandled) {
+	if !testenv.Poll(60*time.Second, led.allHandled) {
 		t.Errorf("not every confirmed message was handled within 60 s of the last publish")
 	}
-	if !chaosEventually(20*time.Second, func() bool { return chaosCount(t, direct, q) == 0 }) {
+	if !testenv.Poll(20*time.Second, func() bool { return testenv.Count(t, direct, q) == 0 }) {
 		t.Errorf("%s still holds messages", q)
 	}
 	took := time.Since(start)
-	chaosStop(t, c, 20*time.Second)
-	left := chaosCount(t, direct, q)
+	testenv.Stop(t, c)
+	left := testenv.Count(t, direct, q)
 	if left != 0 {
 		t.Errorf("%d messages left in %s after the consumer stopped", left, q)
 	}
@@ -124,20 +100,20 @@ func TestChaosBrokerClosesConnection(t *testing.T) {
 	}
 	// The supervisor saw the broker's close for what it is.
 	forced := 0
-	for _, r := range lg.all(mq.EventConnectionLost) {
-		if strings.Contains(r.attrs["error"], "320") || strings.Contains(r.attrs["error"], "CONNECTION_FORCED") {
+	for _, r := range lg.All(mq.EventConnectionLost) {
+		if strings.Contains(r.Attrs["error"], "320") || strings.Contains(r.Attrs["error"], "CONNECTION_FORCED") {
 			forced++
 		}
 	}
 	if forced < closes {
-		t.Errorf("%d %s records name the broker's close (320 CONNECTION_FORCED), want %d: %v", forced, mq.EventConnectionLost, closes, lg.all(mq.EventConnectionLost))
+		t.Errorf("%d %s records name the broker's close (320 CONNECTION_FORCED), want %d: %v", forced, mq.EventConnectionLost, closes, lg.All(mq.EventConnectionLost))
 	}
 	chaosNoBadSettlement(t, lg)
 	var downtimes []string // from the supervisor's own measure: lost → restored
-	for _, r := range lg.all(mq.EventConnectionRestored) {
-		downtimes = append(downtimes, r.attrs["after"])
+	for _, r := range lg.All(mq.EventConnectionRestored) {
+		downtimes = append(downtimes, r.Attrs["after"])
 	}
-	t.Logf("events: %s", lg.events())
+	t.Logf("events: %s", lg.Events())
 	led.report(t, nil, fmt.Sprintf("closes=%d reconnected_after=%v left=%d published_in=%v took=%v",
 		closes, downtimes, left, published.Round(time.Millisecond), took.Round(time.Millisecond)))
 }

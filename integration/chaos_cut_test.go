@@ -3,11 +3,9 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +23,7 @@ import (
 // confirmed message is handled at least once, nothing is left in the queue,
 // no acknowledgement lands on the wrong channel.
 func TestChaosConnectionCuts(t *testing.T) {
-	chaosNoLeaks(t)
+	testenv.NoLeaks(t)
 	const (
 		total      = 5000
 		publishers = 6
@@ -33,48 +31,23 @@ func TestChaosConnectionCuts(t *testing.T) {
 		spread     = 9 * time.Second // publishing is spread over this, and the cuts too
 	)
 	ctx := testenv.Context(t, 2*time.Minute)
-	direct := chaosBroker(t, nil, chaosName(t, "direct"), "")
+	direct := chaosBroker(t, nil, testenv.Name(t, "direct"), "")
 	p := retry.Exponential(3, 50*time.Millisecond)
-	q := chaosQueue(t, direct, p)
+	q := testenv.Queue(t, direct, p)
 
-	proxy, u := chaosProxy(t)
+	proxy, u := testenv.Proxy(t)
 	lg := newChaosLog(t)
-	b := chaosBroker(t, lg, chaosName(t, "proxied"), u)
+	b := chaosBroker(t, lg, testenv.Name(t, "proxied"), u)
 	led := newChaosLedger("connection-cuts")
 
-	h := mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
-		led.call()
-		// A little work, so deliveries are in flight when a cut comes.
-		select {
-		case <-time.After(time.Duration(rand.N(2000)) * time.Microsecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		led.done(d.MessageId)
-		return nil
-	})
-	c, err := b.Consume(ctx, q, h, middleware.Standard(p), mq.WithConcurrency(4), mq.WithPrefetch(32))
+	c, err := b.Consume(ctx, q, led.handler(chaosBusy), middleware.Standard(p), mq.WithConcurrency(4), mq.WithPrefetch(32))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pub := b.Publisher("")
 	defer pub.Close()
 
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range publishers {
-		wg.Go(func() {
-			for i := w; i < total; i += publishers {
-				// Paced: message i goes out at start + i/total of the spread.
-				if d := time.Until(start.Add(spread * time.Duration(i) / total)); d > 0 {
-					time.Sleep(d)
-				}
-				pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-				_ = led.publish(pctx, pub, q, fmt.Sprintf("cut-%05d", i))
-				cancel()
-			}
-		})
-	}
+	start, wg := led.paced(ctx, pub, q, "cut", total, publishers, spread)
 
 	// Five random moments while the publishers run, at least 400 ms apart,
 	// so the client has reconnected (or is reconnecting) in between.
@@ -99,36 +72,36 @@ func TestChaosConnectionCuts(t *testing.T) {
 	}
 	wg.Wait()
 	published := time.Since(start)
-	if !chaosEventually(15*time.Second, func() bool { return lg.count("acemq.consumer.resubscribed") >= effective }) {
-		t.Errorf("the consumer resubscribed %d times after %d cuts", lg.count("acemq.consumer.resubscribed"), effective)
+	if !testenv.Poll(15*time.Second, func() bool { return lg.Count("acemq.consumer.resubscribed") >= effective }) {
+		t.Errorf("the consumer resubscribed %d times after %d cuts", lg.Count("acemq.consumer.resubscribed"), effective)
 	}
 
-	if !chaosEventually(60*time.Second, led.allHandled) {
+	if !testenv.Poll(60*time.Second, led.allHandled) {
 		t.Errorf("not every confirmed message was handled within 60 s of the last publish")
 	}
 	// Redeliveries of messages whose acknowledgement died with a cut are
 	// still coming: wait for the queue to empty, then stop.
-	if !chaosEventually(20*time.Second, func() bool { return chaosCount(t, direct, q) == 0 }) {
+	if !testenv.Poll(20*time.Second, func() bool { return testenv.Count(t, direct, q) == 0 }) {
 		t.Errorf("%s still holds messages", q)
 	}
 	took := time.Since(start)
-	chaosStop(t, c, 20*time.Second)
-	left := chaosCount(t, direct, q)
+	testenv.Stop(t, c)
+	left := testenv.Count(t, direct, q)
 	if left != 0 {
 		t.Errorf("%d messages left in %s after the consumer stopped: acknowledgements were lost", left, q)
 	}
 	if n := led.failureCount(); n > 0 {
 		t.Errorf("%d publishes failed: a publish in flight at a cut must be sent again until its context ends", n)
 	}
-	if lost := lg.count(mq.EventConnectionLost); lost < effective {
+	if lost := lg.Count(mq.EventConnectionLost); lost < effective {
 		t.Errorf("%d %s records for %d cuts that hit a connection", lost, mq.EventConnectionLost, effective)
 	}
 	chaosNoBadSettlement(t, lg)
-	dlq := chaosCount(t, direct, q+".dlq")
+	dlq := testenv.Count(t, direct, q+".dlq")
 	if dlq != 0 {
 		t.Errorf("%d messages in the dead-letter queue: nothing here fails", dlq)
 	}
-	t.Logf("events: %s", lg.events())
+	t.Logf("events: %s", lg.Events())
 	led.report(t, nil, fmt.Sprintf("cuts=%d connections_accepted=%d left=%d published_in=%v took=%v",
 		effective, proxy.Accepted(), left, published.Round(time.Millisecond), took.Round(time.Millisecond)))
 }

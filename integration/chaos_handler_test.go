@@ -56,13 +56,13 @@ func chaosPublishAll(t *testing.T, b *mq.Broker, led *chaosLedger, q, prefix str
 // handled on its third. The process lives, the consumer keeps consuming,
 // nothing is dead-lettered.
 func TestChaosHandlerPanics(t *testing.T) {
-	chaosNoLeaks(t)
+	testenv.NoLeaks(t)
 	const total = 700
 	ctx := testenv.Context(t, 2*time.Minute)
 	lg := newChaosLog(t)
-	b := chaosBroker(t, lg, chaosName(t, "panics"), "")
+	b := chaosBroker(t, lg, testenv.Name(t, "panics"), "")
 	p := retry.Waits(10*time.Millisecond, time.Second).With(retry.InProcessLimit(100 * time.Millisecond))
-	q := chaosQueue(t, b, p)
+	q := testenv.Queue(t, b, p)
 	led := newChaosLedger("handler-panics")
 
 	var panics atomic.Int64
@@ -82,7 +82,7 @@ func TestChaosHandlerPanics(t *testing.T) {
 	}
 	start := time.Now()
 	chaosPublishAll(t, b, led, q, "panic", total)
-	if !chaosEventually(60*time.Second, led.allHandled) {
+	if !testenv.Poll(60*time.Second, led.allHandled) {
 		t.Errorf("not every message was handled within 60 s")
 	}
 	took := time.Since(start)
@@ -91,19 +91,19 @@ func TestChaosHandlerPanics(t *testing.T) {
 		t.Fatalf("the consumer ended: %v", c.Err())
 	default:
 	}
-	chaosStop(t, c, 20*time.Second)
+	testenv.Stop(t, c)
 
 	every7, every21 := (total-1)/7+1, (total-1)/21+1 // ids 0, 7, 14, … and 0, 21, 42, …
 	wantPanics := int64(every7 + every21)
 	if n := panics.Load(); n != wantPanics {
 		t.Errorf("%d panics, want %d", n, wantPanics)
 	}
-	if n := lg.count("acemq.handler.panic"); int64(n) != panics.Load() {
+	if n := lg.Count("acemq.handler.panic"); int64(n) != panics.Load() {
 		t.Errorf("%d acemq.handler.panic records for %d panics: each is logged once", n, panics.Load())
 	}
 	rung := topology.RetryQueue(q, time.Second)
 	for _, qq := range []string{q, rung, topology.DeadLetterQueue(q), topology.ParkedQueue(q)} {
-		if n := chaosCount(t, b, qq); n != 0 {
+		if n := testenv.Count(t, b, qq); n != 0 {
 			t.Errorf("%d messages in %s after the run", n, qq)
 		}
 	}
@@ -111,10 +111,10 @@ func TestChaosHandlerPanics(t *testing.T) {
 	if want := total + int(wantPanics); cs.calls != want {
 		t.Errorf("%d handler calls, want %d (one per message, one more per panic)", cs.calls, want)
 	}
-	retries := lg.all("acemq.message.settled")
+	retries := lg.All("acemq.message.settled")
 	brokerHops := 0
 	for _, r := range retries {
-		if r.attrs["outcome"] == string(mq.OutcomeRetry) {
+		if r.Attrs["outcome"] == string(mq.OutcomeRetry) {
 			brokerHops++
 		}
 	}
@@ -122,7 +122,7 @@ func TestChaosHandlerPanics(t *testing.T) {
 		t.Errorf("%d messages went round the broker rung %s, want %d", brokerHops, rung, want)
 	}
 	chaosNoBadSettlement(t, lg)
-	t.Logf("events: %s", lg.events())
+	t.Logf("events: %s", lg.Events())
 	led.report(t, nil, fmt.Sprintf("panics=%d via_rung=%d took=%v", panics.Load(), brokerHops, took.Round(time.Millisecond)))
 }
 
@@ -134,16 +134,16 @@ func TestChaosHandlerPanics(t *testing.T) {
 // <q>.dlq with reason "exhausted" and the timeout as its error. Nothing
 // else is affected and nothing is lost.
 func TestChaosHandlerHangs(t *testing.T) {
-	chaosNoLeaks(t)
+	testenv.NoLeaks(t)
 	const (
 		total   = 60
 		timeout = 200 * time.Millisecond
 	)
 	ctx := testenv.Context(t, 2*time.Minute)
 	lg := newChaosLog(t)
-	b := chaosBroker(t, lg, chaosName(t, "hangs"), "")
+	b := chaosBroker(t, lg, testenv.Name(t, "hangs"), "")
 	p := retry.Fixed(3, 50*time.Millisecond)
-	q := chaosQueue(t, b, p)
+	q := testenv.Queue(t, b, p)
 	led := newChaosLedger("handler-hangs")
 
 	var (
@@ -174,27 +174,27 @@ func TestChaosHandlerHangs(t *testing.T) {
 	chaosPublishAll(t, b, led, q, "hang", total)
 	alwaysHang := total / 5
 	dlq := topology.DeadLetterQueue(q)
-	if !chaosEventually(60*time.Second, func() bool {
-		return led.distinct() == total-alwaysHang && chaosCount(t, b, dlq) == alwaysHang
+	if !testenv.Poll(60*time.Second, func() bool {
+		return led.distinct() == total-alwaysHang && testenv.Count(t, b, dlq) == alwaysHang
 	}) {
-		t.Errorf("within 60 s: %d handled (want %d), %d dead-lettered (want %d)", led.distinct(), total-alwaysHang, chaosCount(t, b, dlq), alwaysHang)
+		t.Errorf("within 60 s: %d handled (want %d), %d dead-lettered (want %d)", led.distinct(), total-alwaysHang, testenv.Count(t, b, dlq), alwaysHang)
 	}
 	took := time.Since(start)
-	chaosStop(t, c, 20*time.Second)
+	testenv.Stop(t, c)
 
 	dead := map[string]bool{}
-	for _, m := range chaosTake(t, b, dlq) {
-		dead[m.id] = true
-		if i := chaosIndex(t, m.id); i%5 != 0 {
-			t.Errorf("%s was dead-lettered, but only hung on its first attempt", m.id)
+	for _, m := range testenv.GetAll(t, b, dlq) {
+		dead[m.MessageId] = true
+		if i := chaosIndex(t, m.MessageId); i%5 != 0 {
+			t.Errorf("%s was dead-lettered, but only hung on its first attempt", m.MessageId)
 		}
-		reason, _ := m.headers[mq.HeaderReason].(string)
-		text, _ := m.headers[mq.HeaderError].(string)
-		if reason != string(mq.ReasonExhausted) || !strings.Contains(text, "timed out") || fmt.Sprint(m.headers[mq.HeaderAttempt]) != "4" {
-			t.Errorf("%s in %s: reason %q, error %q, attempt %v; want exhausted, the timeout, 4", m.id, dlq, reason, text, m.headers[mq.HeaderAttempt])
+		reason, _ := m.Headers[mq.HeaderReason].(string)
+		text, _ := m.Headers[mq.HeaderError].(string)
+		if reason != string(mq.ReasonExhausted) || !strings.Contains(text, "timed out") || fmt.Sprint(m.Headers[mq.HeaderAttempt]) != "4" {
+			t.Errorf("%s in %s: reason %q, error %q, attempt %v; want exhausted, the timeout, 4", m.MessageId, dlq, reason, text, m.Headers[mq.HeaderAttempt])
 		}
 	}
-	if n := chaosCount(t, b, q); n != 0 {
+	if n := testenv.Count(t, b, q); n != 0 {
 		t.Errorf("%d messages left in %s", n, q)
 	}
 	mu.Lock()
@@ -208,7 +208,7 @@ func TestChaosHandlerHangs(t *testing.T) {
 		t.Errorf("%d hung attempts, want %d", n, wantHung)
 	}
 	chaosNoBadSettlement(t, lg)
-	t.Logf("events: %s", lg.events())
+	t.Logf("events: %s", lg.Events())
 	led.report(t, func(id string) bool { return dead[id] }, fmt.Sprintf("timed_out=%d dead_lettered=%d longest_hang=%v took=%v",
 		hung.Load(), len(dead), held.Round(time.Millisecond), took.Round(time.Millisecond)))
 }
@@ -228,16 +228,16 @@ func TestChaosHandlerHangs(t *testing.T) {
 //
 // Nothing is lost: every message is handled or still in the queue.
 func TestChaosSlowHandlerDuringStop(t *testing.T) {
-	chaosNoLeaks(t)
+	testenv.NoLeaks(t)
 	const (
 		total = 40
 		conc  = 4
 	)
 	ctx := testenv.Context(t, 2*time.Minute)
 	lg := newChaosLog(t)
-	b := chaosBroker(t, lg, chaosName(t, "slow"), "")
+	b := chaosBroker(t, lg, testenv.Name(t, "slow"), "")
 	p := retry.Fixed(3, 50*time.Millisecond)
-	q := chaosQueue(t, b, p)
+	q := testenv.Queue(t, b, p)
 	led := newChaosLedger("slow-handler-stop")
 	chaosPublishAll(t, b, led, q, "slow", total)
 
@@ -267,7 +267,7 @@ func TestChaosSlowHandlerDuringStop(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if !chaosEventually(10*time.Second, func() bool { return inFlight.Load() == conc }) {
+		if !testenv.Poll(10*time.Second, func() bool { return inFlight.Load() == conc }) {
 			t.Fatalf("%s: %d handlers in flight, want %d", name, inFlight.Load(), conc)
 		}
 		start := time.Now()
@@ -290,7 +290,7 @@ func TestChaosSlowHandlerDuringStop(t *testing.T) {
 	if n := led.distinct(); n != conc {
 		t.Errorf("A: %d messages handled, want the %d in flight", n, conc)
 	}
-	leftA := chaosCount(t, b, q)
+	leftA := testenv.Count(t, b, q)
 	if leftA+led.distinct() != total {
 		t.Errorf("A: %d handled + %d left in the queue != %d published", led.distinct(), leftA, total)
 	}
@@ -309,8 +309,8 @@ func TestChaosSlowHandlerDuringStop(t *testing.T) {
 	if handledB != conc {
 		t.Errorf("B: %d messages handled in all, want %d (none in B)", handledB, conc)
 	}
-	if !chaosEventually(5*time.Second, func() bool { return chaosCount(t, b, q)+handledB == total }) {
-		t.Errorf("B: %d handled + %d left in the queue != %d published", handledB, chaosCount(t, b, q), total)
+	if !testenv.Poll(5*time.Second, func() bool { return testenv.Count(t, b, q)+handledB == total }) {
+		t.Errorf("B: %d handled + %d left in the queue != %d published", handledB, testenv.Count(t, b, q), total)
 	}
 
 	// C: not enough time, handlers ignore their context.
@@ -325,11 +325,11 @@ func TestChaosSlowHandlerDuringStop(t *testing.T) {
 	}
 
 	left := map[string]bool{}
-	for _, m := range chaosTake(t, b, q) {
-		if left[m.id] {
-			t.Errorf("%s is in the queue twice", m.id)
+	for _, m := range testenv.GetAll(t, b, q) {
+		if left[m.MessageId] {
+			t.Errorf("%s is in the queue twice", m.MessageId)
 		}
-		left[m.id] = true
+		left[m.MessageId] = true
 	}
 	overlap := 0
 	for id := range left {
@@ -343,10 +343,10 @@ func TestChaosSlowHandlerDuringStop(t *testing.T) {
 	if overlap != conc {
 		t.Errorf("%d messages both handled and back in the queue, want the %d that C's handlers finished after the channel closed", overlap, conc)
 	}
-	if n := chaosCount(t, b, topology.DeadLetterQueue(q)); n != 0 {
+	if n := testenv.Count(t, b, topology.DeadLetterQueue(q)); n != 0 {
 		t.Errorf("%d messages dead-lettered: a stop is not a failure", n)
 	}
 	chaosNoBadSettlement(t, lg)
-	t.Logf("events: %s", lg.events())
+	t.Logf("events: %s", lg.Events())
 	led.report(t, func(id string) bool { return left[id] }, fmt.Sprintf("left=%d handled_and_left=%d", len(left), overlap))
 }

@@ -5,8 +5,9 @@ package integration
 // The fault suite of issue 7 (`make chaos`): real faults against the local
 // broker, every message counted. These files build with the chaos tag alone
 // (they lean on nothing in the integration-tagged files, whose helpers other
-// suites own) and alongside them (`-tags 'integration chaos'`, as `make
-// chaos` runs them): every name here starts with chaos.
+// suites own; what every suite shares is in internal/testenv) and alongside
+// them (`-tags 'integration chaos'`, as `make chaos` runs them): every name
+// here starts with chaos.
 //
 // The broker is shared with other users, so no test here stops, restarts or
 // resets it. Connections are cut with a TCP proxy of the test's own; the
@@ -27,49 +28,20 @@ package integration
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/url"
+	"math/rand/v2"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"github.com/acemq/acemq-go/internal/tcpproxy"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
-	"github.com/acemq/acemq-go/retry"
-	"github.com/acemq/acemq-go/topology"
 )
-
-// chaosNoLeaks checks, when the test ends (after every other cleanup:
-// brokers closed, proxies closed, queues deleted), that the goroutines are
-// back to what they were when it started. goleak retries for a while before
-// it fails, which is the settle time for goroutines that are on their way
-// out. Call it first thing in a scenario, so its cleanup runs last.
-func chaosNoLeaks(t *testing.T) {
-	t.Helper()
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() {
-		start, failed := time.Now(), t.Failed()
-		goleak.VerifyNone(t, ignore)
-		if t.Failed() == failed {
-			t.Logf("goroutines back to baseline (checked in %v)", time.Since(start).Round(time.Millisecond))
-		}
-	})
-}
-
-// chaosName is a connection name unique to this test run, so the broker's
-// connection list tells our connections from everybody else's.
-func chaosName(t *testing.T, role string) string { return testenv.Name(t, role) }
 
 // chaosBroker starts a broker for the test (closed when it ends) logging to
 // lg, under a connection name of its own; url "" is the broker itself.
-func chaosBroker(t *testing.T, lg *chaosLog, name, url string) *mq.Broker {
+func chaosBroker(t *testing.T, lg *testenv.LogRecorder, name, url string) *mq.Broker {
 	t.Helper()
 	cfg := mq.Config{ConnectionName: name, Heartbeat: 2 * time.Second,
 		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 500 * time.Millisecond}
@@ -77,107 +49,20 @@ func chaosBroker(t *testing.T, lg *chaosLog, name, url string) *mq.Broker {
 		cfg.URLs = []string{url}
 	}
 	if lg != nil {
-		cfg.Logger = lg.logger()
+		cfg.Logger = lg.Logger()
 	} else {
 		cfg.Logger = testenv.Discard()
 	}
 	return testenv.Broker(t, cfg)
 }
 
-// chaosProxy starts a TCP proxy in front of the test broker (closed when
-// the test ends) and returns it with the AMQP URL through it.
-func chaosProxy(t *testing.T) (*tcpproxy.Proxy, string) {
-	t.Helper()
-	u, err := url.Parse(testenv.URL())
-	if err != nil {
-		t.Fatalf("AMQP_URL: %v", err)
-	}
-	host := u.Host
-	if u.Port() == "" {
-		host = net.JoinHostPort(u.Hostname(), "5672")
-	}
-	p, err := tcpproxy.Start(host)
-	if err != nil {
-		t.Fatalf("start proxy: %v", err)
-	}
-	t.Cleanup(p.Close)
-	u.Host = p.Addr()
-	return p, u.String()
-}
-
-// chaosQueue declares a goit.* queue (quorum, the default) and deletes it
-// when the test ends, with every queue the consumer derives from it for p:
-// .dlq, .parked and p's retry rungs.
-func chaosQueue(t *testing.T, b *mq.Broker, p retry.Policy) string {
-	t.Helper()
-	q := testenv.Name(t)
-	qs := []string{q, topology.DeadLetterQueue(q), topology.ParkedQueue(q)}
-	for _, r := range p.BrokerRungs() {
-		qs = append(qs, topology.RetryQueue(q, r))
-	}
-	testenv.Cleanup(t, qs...)
-	if err := b.Declare(testenv.Context(t, 15*time.Second), topology.New().Queue(q)); err != nil {
-		t.Fatalf("declare %s: %v", q, err)
-	}
-	return q
-}
-
-// chaosCount is the number of ready messages in q, or a failed test.
-func chaosCount(t *testing.T, b *mq.Broker, q string) int {
-	t.Helper()
-	n, err := b.MessageCount(testenv.Context(t, 15*time.Second), q)
-	if err != nil {
-		t.Fatalf("count %s: %v", q, err)
-	}
-	return n
-}
-
-// chaosTake takes every message ready in q (basic.get with ack, on a
-// channel of its own) and returns their ids and headers.
-func chaosTake(t *testing.T, b *mq.Broker, q string) []chaosTaken {
-	t.Helper()
-	ch, err := b.Channel(testenv.Context(t, 15*time.Second))
-	if err != nil {
-		t.Fatalf("channel: %v", err)
-	}
-	defer ch.Close()
-	var out []chaosTaken
-	for {
-		d, ok, err := ch.Get(q, true)
-		if err != nil {
-			t.Fatalf("get from %s: %v", q, err)
-		}
-		if !ok {
-			return out
-		}
-		out = append(out, chaosTaken{id: d.MessageId, headers: d.Headers})
-	}
-}
-
-type chaosTaken struct {
-	id      string
-	headers map[string]any
-}
-
-// chaosStop stops c within d and fails the test if it does not drain.
-func chaosStop(t *testing.T, c *mq.Consumer, d time.Duration) {
-	t.Helper()
-	if err := c.Stop(testenv.Context(t, d)); err != nil {
-		t.Errorf("stop consumer of %s: %v", c.Queue(), err)
-	}
-}
-
-// chaosEventually polls cond every 20 ms until it holds or d passes, and
-// reports whether it held: the caller decides how bad it is.
-func chaosEventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
+// newChaosLog returns the log recorder of a scenario: it keeps every record,
+// so the scenario can count the library's events, and passes the
+// interesting ones to the test log: warnings and errors, and the
+// connection's and consumer's own info records, but not one line per
+// message (acemq.message.settled) nor a stack per panic.
+func newChaosLog(t *testing.T) *testenv.LogRecorder {
+	return testenv.NewLogRecorder(t, "acemq.message.settled", "acemq.handler.panic", "acemq.settle.skipped")
 }
 
 // chaosWait waits for wg at most d; false if it had not finished by then.
@@ -240,6 +125,55 @@ func (l *chaosLedger) done(id string) {
 	l.mu.Lock()
 	l.handled[id]++
 	l.mu.Unlock()
+}
+
+// handler returns a handler that records each call and, once work (nil:
+// none) has returned nil, the message as handled; work's error is the
+// handler's.
+func (l *chaosLedger) handler(work func(context.Context) error) mq.HandlerFunc {
+	return func(ctx context.Context, d *mq.Delivery) error {
+		l.call()
+		if work != nil {
+			if err := work(ctx); err != nil {
+				return err
+			}
+		}
+		l.done(d.MessageId)
+		return nil
+	}
+}
+
+// chaosBusy is up to 2 ms of work that ends early with ctx: a little, so
+// deliveries are in flight when a fault comes.
+func chaosBusy(ctx context.Context) error {
+	select {
+	case <-time.After(time.Duration(rand.N(2000)) * time.Microsecond):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// paced publishes total messages prefix-00000 … to key through pub from
+// publishers goroutines, message i at start + i/total of spread, each with
+// 60 s to be confirmed, and records the outcomes. It returns at once, with
+// the start and the goroutines to wait for.
+func (l *chaosLedger) paced(ctx context.Context, pub *mq.Publisher, key, prefix string, total, publishers int, spread time.Duration) (time.Time, *sync.WaitGroup) {
+	start := time.Now()
+	wg := &sync.WaitGroup{}
+	for w := range publishers {
+		wg.Go(func() {
+			for i := w; i < total; i += publishers {
+				if d := time.Until(start.Add(spread * time.Duration(i) / time.Duration(total))); d > 0 {
+					time.Sleep(d)
+				}
+				pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+				_ = l.publish(pctx, pub, key, fmt.Sprintf("%s-%05d", prefix, i))
+				cancel()
+			}
+		})
+	}
+	return start, wg
 }
 
 // distinct is how many ids were handled.
@@ -371,143 +305,17 @@ func (s *chaosLines) all() []string {
 	return slices.Clone(s.lines)
 }
 
-// chaosRecord is one log record as chaosLog kept it, its attributes
-// (Logger.With ones included) flattened to strings.
-type chaosRecord struct {
-	at    time.Time
-	level slog.Level
-	msg   string
-	attrs map[string]string
-}
-
-func (r chaosRecord) String() string {
-	keys := make([]string, 0, len(r.attrs))
-	for k := range r.attrs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s", r.level, r.msg)
-	for _, k := range keys {
-		fmt.Fprintf(&b, " %s=%q", k, r.attrs[k])
-	}
-	return b.String()
-}
-
-// chaosLog is a slog.Handler that keeps every record, so a scenario can
-// count the library's events, and passes the interesting ones to the test
-// log: warnings and errors, and the connection's and consumer's own info
-// records, but not one line per message (acemq.message.settled) nor a
-// stack per panic.
-type chaosLog struct {
-	store *chaosStore
-	pre   []slog.Attr
-}
-
-type chaosStore struct {
-	t       *testing.T
-	mu      sync.Mutex
-	records []chaosRecord
-	quiet   map[string]bool
-}
-
-func newChaosLog(t *testing.T) *chaosLog {
-	return &chaosLog{store: &chaosStore{t: t, quiet: map[string]bool{
-		"acemq.message.settled": true, "acemq.handler.panic": true, "acemq.settle.skipped": true,
-	}}}
-}
-
-func (h *chaosLog) logger() *slog.Logger { return slog.New(h) }
-
-func (h *chaosLog) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h *chaosLog) Handle(_ context.Context, r slog.Record) error {
-	rec := chaosRecord{at: r.Time, level: r.Level, msg: r.Message, attrs: map[string]string{}}
-	for _, a := range h.pre {
-		rec.attrs[a.Key] = a.Value.String()
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		rec.attrs[a.Key] = a.Value.String()
-		return true
-	})
-	h.store.mu.Lock()
-	h.store.records = append(h.store.records, rec)
-	quiet := h.store.quiet[rec.msg]
-	h.store.mu.Unlock()
-	if !quiet && r.Level >= slog.LevelInfo {
-		h.store.t.Log(rec.at.Format("15:04:05.000"), rec.String())
-	}
-	return nil
-}
-
-func (h *chaosLog) WithAttrs(as []slog.Attr) slog.Handler {
-	c := *h
-	c.pre = append(slices.Clone(h.pre), as...)
-	return &c
-}
-
-func (h *chaosLog) WithGroup(string) slog.Handler { return h }
-
-// all returns the records whose message is msg ("" for every record).
-func (h *chaosLog) all(msg string) []chaosRecord {
-	h.store.mu.Lock()
-	defer h.store.mu.Unlock()
-	var out []chaosRecord
-	for _, r := range h.store.records {
-		if msg == "" || r.msg == msg {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func (h *chaosLog) count(msg string) int { return len(h.all(msg)) }
-
-// containing returns the records whose message or any attribute contains s.
-func (h *chaosLog) containing(s string) []chaosRecord {
-	var out []chaosRecord
-	for _, r := range h.all("") {
-		hit := strings.Contains(r.msg, s)
-		for _, v := range r.attrs {
-			hit = hit || strings.Contains(v, s)
-		}
-		if hit {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// events is how many records of each message were logged, "msg=n ...",
-// for the scenario's report.
-func (h *chaosLog) events() string {
-	n := map[string]int{}
-	for _, r := range h.all("") {
-		n[r.msg]++
-	}
-	keys := make([]string, 0, len(n))
-	for k := range n {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, n[k]))
-	}
-	return strings.Join(parts, " ")
-}
-
 // chaosNoBadSettlement fails t if a channel died of an acknowledgement sent
 // on a channel the delivery did not come on (406 PRECONDITION_FAILED
 // "unknown delivery tag"), or if any message was rejected by the runtime.
-func chaosNoBadSettlement(t *testing.T, lg *chaosLog) {
+func chaosNoBadSettlement(t *testing.T, lg *testenv.LogRecorder) {
 	t.Helper()
 	for _, s := range []string{"PRECONDITION_FAILED", "unknown delivery tag"} {
-		for _, r := range lg.containing(s) {
+		for _, r := range lg.Containing(s) {
 			t.Errorf("a record mentions %q: %v", s, r)
 		}
 	}
-	if n := lg.count("acemq.message.rejected"); n != 0 {
-		t.Errorf("%d messages rejected by the runtime: %v", n, lg.all("acemq.message.rejected")[0])
+	if n := lg.Count("acemq.message.rejected"); n != 0 {
+		t.Errorf("%d messages rejected by the runtime: %v", n, lg.All("acemq.message.rejected")[0])
 	}
 }

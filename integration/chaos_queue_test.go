@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -24,7 +23,7 @@ import (
 // is declared again the consumer resubscribes within its backoff, and every
 // message published after that is handled.
 func TestChaosQueueDeletedAndRecreated(t *testing.T) {
-	chaosNoLeaks(t)
+	testenv.NoLeaks(t)
 	const (
 		batch   = 300
 		gone    = 20
@@ -32,24 +31,19 @@ func TestChaosQueueDeletedAndRecreated(t *testing.T) {
 	)
 	ctx := testenv.Context(t, 2*time.Minute)
 	lg := newChaosLog(t)
-	b := chaosBroker(t, lg, chaosName(t, "deleted"), "") // backoff 20 ms … 500 ms
+	b := chaosBroker(t, lg, testenv.Name(t, "deleted"), "") // backoff 20 ms … 500 ms
 	p := retry.Exponential(3, 50*time.Millisecond)
-	q := chaosQueue(t, b, p)
+	q := testenv.Queue(t, b, p)
 	led := newChaosLedger("queue-deleted-recreated")
-	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
-		led.call()
-		led.done(d.MessageId)
-		return nil
-	})
-	c, err := b.Consume(ctx, q, h, middleware.Standard(p), mq.WithConcurrency(4))
+	c, err := b.Consume(ctx, q, led.handler(nil), middleware.Standard(p), mq.WithConcurrency(4))
 	if err != nil {
 		t.Fatal(err)
 	}
 	chaosPublishAll(t, b, led, q, "before", batch)
-	if !chaosEventually(30*time.Second, led.allHandled) {
+	if !testenv.Poll(30*time.Second, led.allHandled) {
 		t.Fatalf("the messages published before the deletion were not all handled")
 	}
-	if !chaosEventually(10*time.Second, func() bool { return chaosCount(t, b, q) == 0 }) {
+	if !testenv.Poll(10*time.Second, func() bool { return testenv.Count(t, b, q) == 0 }) {
 		t.Fatalf("%s still holds messages before the deletion", q)
 	}
 
@@ -57,8 +51,8 @@ func TestChaosQueueDeletedAndRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	deletedAt := time.Now()
-	if !chaosEventually(10*time.Second, func() bool { return lg.count(mq.EventConsumerSubscribeFailed) >= 1 }) {
-		t.Fatalf("no %s within 10 s of the deletion; events: %s", mq.EventConsumerSubscribeFailed, lg.events())
+	if !testenv.Poll(10*time.Second, func() bool { return lg.Count(mq.EventConsumerSubscribeFailed) >= 1 }) {
+		t.Fatalf("no %s within 10 s of the deletion; events: %s", mq.EventConsumerSubscribeFailed, lg.Events())
 	}
 	// While it is gone: publishes come back unroutable.
 	pub := b.Publisher("")
@@ -76,11 +70,11 @@ func TestChaosQueueDeletedAndRecreated(t *testing.T) {
 		}
 	}
 	time.Sleep(time.Until(deletedAt.Add(observe)))
-	failed := lg.all(mq.EventConsumerSubscribeFailed)
+	failed := lg.All(mq.EventConsumerSubscribeFailed)
 	attempts := len(failed)
 	var waits []time.Duration
 	for _, r := range failed {
-		if d, err := time.ParseDuration(r.attrs["retry_in"]); err == nil {
+		if d, err := time.ParseDuration(r.Attrs["retry_in"]); err == nil {
 			waits = append(waits, d)
 		}
 	}
@@ -93,7 +87,7 @@ func TestChaosQueueDeletedAndRecreated(t *testing.T) {
 	} else if attempts >= 3 && waits[len(waits)-1] <= waits[0] {
 		t.Errorf("the wait between attempts did not grow: %v", waits)
 	}
-	if rec := failed[0]; !strings.Contains(rec.attrs["error"], q) || !strings.Contains(rec.attrs["error"], "404") {
+	if rec := failed[0]; !strings.Contains(rec.Attrs["error"], q) || !strings.Contains(rec.Attrs["error"], "404") {
 		t.Errorf("%v: should name the queue and the refusal (404)", rec)
 	}
 	select {
@@ -106,7 +100,7 @@ func TestChaosQueueDeletedAndRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	redeclaredAt := time.Now()
-	if !chaosEventually(10*time.Second, func() bool { return lg.count("acemq.consumer.resubscribed") >= 1 }) {
+	if !testenv.Poll(10*time.Second, func() bool { return lg.Count("acemq.consumer.resubscribed") >= 1 }) {
 		t.Fatalf("not resubscribed within 10 s of the queue's return")
 	}
 	resumedIn := time.Since(redeclaredAt)
@@ -116,19 +110,19 @@ func TestChaosQueueDeletedAndRecreated(t *testing.T) {
 	}
 
 	chaosPublishAll(t, b, led, q, "after", batch)
-	if !chaosEventually(30*time.Second, led.allHandled) {
+	if !testenv.Poll(30*time.Second, led.allHandled) {
 		t.Errorf("not every message published after the queue's return was handled")
 	}
-	chaosStop(t, c, 20*time.Second)
-	left := chaosCount(t, b, q)
+	testenv.Stop(t, c)
+	left := testenv.Count(t, b, q)
 	if left != 0 {
 		t.Errorf("%d messages left in %s", left, q)
 	}
-	if n := lg.count("acemq.consumer.interrupted"); n != 1 {
+	if n := lg.Count("acemq.consumer.interrupted"); n != 1 {
 		t.Errorf("%d acemq.consumer.interrupted records, want 1 (the deletion)", n)
 	}
 	chaosNoBadSettlement(t, lg)
-	t.Logf("events: %s", lg.events())
+	t.Logf("events: %s", lg.Events())
 	led.report(t, nil, fmt.Sprintf("unroutable_while_gone=%d resubscribe_attempts=%d resumed_in=%v left=%d",
 		unroutable, attempts, resumedIn.Round(time.Millisecond), left))
 }

@@ -15,7 +15,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -24,8 +23,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
@@ -44,63 +41,12 @@ func clusterURL(i int) string {
 	return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", clusterPort(i))
 }
 
-// clusterLog tees the broker's log records to the test log (Info and
-// above: the per-delivery Debug records would drown it) and notes when the
-// connection events happened.
-type clusterLog struct {
-	next   slog.Handler
-	events *clusterEvents
-}
-
-type clusterEvents struct {
-	mu       sync.Mutex
-	lost     []time.Time
-	restored []time.Time
-}
-
-func newClusterLog(t testing.TB) *clusterLog {
-	return &clusterLog{next: testenv.Logger(t).Handler(), events: &clusterEvents{}}
-}
-
-func (h *clusterLog) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h *clusterLog) Handle(ctx context.Context, r slog.Record) error {
-	e := h.events
-	e.mu.Lock()
-	switch r.Message {
-	case mq.EventConnectionLost:
-		e.lost = append(e.lost, r.Time)
-	case mq.EventConnectionRestored:
-		e.restored = append(e.restored, r.Time)
-	}
-	e.mu.Unlock()
-	if r.Level < slog.LevelInfo {
-		return nil
-	}
-	return h.next.Handle(ctx, r)
-}
-
-func (h *clusterLog) WithAttrs(as []slog.Attr) slog.Handler {
-	return &clusterLog{next: h.next.WithAttrs(as), events: h.events}
-}
-
-func (h *clusterLog) WithGroup(name string) slog.Handler {
-	return &clusterLog{next: h.next.WithGroup(name), events: h.events}
-}
-
-// lostAfter and restoredAfter return the first such event after t (zero
-// if none yet).
-func (h *clusterLog) lostAfter(t time.Time) time.Time { return h.events.first(&h.events.lost, t) }
-func (h *clusterLog) restoredAfter(t time.Time) time.Time {
-	return h.events.first(&h.events.restored, t)
-}
-
-func (e *clusterEvents) first(ts *[]time.Time, t time.Time) time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, x := range *ts {
-		if x.After(t) {
-			return x
+// clusterFirstAfter is the time of the first record with message msg
+// logged after t (zero if none yet).
+func clusterFirstAfter(lg *testenv.LogRecorder, msg string, t time.Time) time.Time {
+	for _, r := range lg.All(msg) {
+		if r.Time.After(t) {
+			return r.Time
 		}
 	}
 	return time.Time{}
@@ -293,8 +239,7 @@ func TestClusterFailoverKill(t *testing.T) { clusterFailover(t, clusterKill) }
 
 func clusterFailover(t *testing.T, mode string) {
 	// Registered first, so it runs last: after the broker is closed.
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	testenv.NoLeaks(t)
 
 	ctx := testenv.Context(t, 10*time.Minute)
 	for i := 1; i <= clusterSize; i++ {
@@ -303,7 +248,10 @@ func clusterFailover(t *testing.T, mode string) {
 		}
 	}
 
-	logs := newClusterLog(t)
+	// The broker's records at Info and above go to the test log (the
+	// per-delivery Debug records would drown it); the connection events'
+	// times are read back from it.
+	logs := testenv.NewLogRecorder(t)
 	connName := testenv.Name(t, "conn")
 	urls := make([]string, clusterSize)
 	for i := range urls {
@@ -315,7 +263,7 @@ func clusterFailover(t *testing.T, mode string) {
 		Heartbeat:      5 * time.Second,
 		ReconnectMin:   50 * time.Millisecond,
 		ReconnectMax:   time.Second,
-		Logger:         slog.New(logs),
+		Logger:         logs.Logger(),
 	})
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -484,8 +432,8 @@ func clusterFailover(t *testing.T, mode string) {
 	var lostAt, restoredAt, confirmAt, deliverAt time.Time
 	var newServer string
 	for recovered := false; !recovered; {
-		lostAt = logs.lostAfter(stoppedAt)
-		restoredAt = logs.restoredAfter(stoppedAt)
+		lostAt = clusterFirstAfter(logs, mq.EventConnectionLost, stoppedAt)
+		restoredAt = clusterFirstAfter(logs, mq.EventConnectionRestored, stoppedAt)
 		if !restoredAt.IsZero() {
 			confirmAt = counts.firstConfirmAfter(restoredAt)
 			deliverAt, newServer = counts.firstDeliveryAfter(restoredAt, oldServer)

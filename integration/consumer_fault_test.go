@@ -28,10 +28,10 @@ func TestConsumerSurvivesCuts(t *testing.T) {
 	// Filled directly; only the consumer's broker goes through the proxy.
 	direct, _ := consBroker(t)
 	p := retry.Exponential(3, time.Second, retry.InProcessLimit(0)) // two rungs to redeclare on each resubscribe
-	q := consQueue(t, direct, p)
-	consPublish(t, direct, q, consMessages("cut", total)...)
+	q := testenv.Queue(t, direct, p)
+	testenv.Publish(t, direct, q, consMessages("cut", total)...)
 
-	proxy, u := consProxyURL(t)
+	proxy, u := testenv.Proxy(t)
 	b, lg := consBroker(t, u)
 
 	var mu sync.Mutex
@@ -64,11 +64,11 @@ func TestConsumerSurvivesCuts(t *testing.T) {
 		}
 		n := proxy.Cut()
 		t.Logf("cut %d at %d handled: %d connection(s)", i+1, at, n)
-		testenv.Eventually(t, 10*time.Second, func() bool { return lg.count("acemq.consumer.resubscribed") >= i+1 }, "resubscribed after cut %d", i+1)
+		testenv.Eventually(t, 10*time.Second, func() bool { return lg.Count("acemq.consumer.resubscribed") >= i+1 }, "resubscribed after cut %d", i+1)
 	}
 	testenv.Eventually(t, 60*time.Second, func() bool { d, _ := handled(); return d >= total }, "all %d messages handled", total)
 	took := time.Since(start)
-	consStop(t, c)                     // anything not acknowledged goes back to the queue now
+	testenv.Stop(t, c)                 // anything not acknowledged goes back to the queue now
 	time.Sleep(300 * time.Millisecond) // and reaches its count a moment later
 
 	distinct, calls := handled()
@@ -82,13 +82,13 @@ func TestConsumerSurvivesCuts(t *testing.T) {
 	if len(missing) > 0 {
 		t.Errorf("%d messages never handled, e.g. %v", len(missing), missing[:min(5, len(missing))])
 	}
-	if n := consCount(t, direct, q); n != 0 {
+	if n := testenv.Count(t, direct, q); n != 0 {
 		t.Errorf("%s holds %d messages after the run: acknowledgements were lost", q, n)
 	}
-	if n := lg.count(mq.EventConnectionLost); n < len(cutAt) {
+	if n := lg.Count(mq.EventConnectionLost); n < len(cutAt) {
 		t.Errorf("%d %s records for %d cuts", n, mq.EventConnectionLost, len(cutAt))
 	}
-	interrupted := lg.all("acemq.consumer.interrupted")
+	interrupted := lg.All("acemq.consumer.interrupted")
 	if len(interrupted) < len(cutAt) {
 		t.Errorf("%d acemq.consumer.interrupted records for %d cuts", len(interrupted), len(cutAt))
 	}
@@ -96,20 +96,20 @@ func TestConsumerSurvivesCuts(t *testing.T) {
 	// 406 PRECONDITION_FAILED "unknown delivery tag", which kills that
 	// channel: the consumer would log it as the reason it was interrupted.
 	for _, r := range interrupted {
-		if strings.Contains(r.attrs["reason"], "406") || strings.Contains(r.attrs["reason"], "PRECONDITION_FAILED") {
+		if strings.Contains(r.Attrs["reason"], "406") || strings.Contains(r.Attrs["reason"], "PRECONDITION_FAILED") {
 			t.Errorf("a channel died of a bad acknowledgement: %v", r)
 		}
 	}
 	for _, s := range []string{"PRECONDITION_FAILED", "unknown delivery tag"} {
-		for _, r := range lg.containing(s) {
+		for _, r := range lg.Containing(s) {
 			t.Errorf("a record mentions %q: %v", s, r)
 		}
 	}
-	if n := lg.count("acemq.message.rejected"); n != 0 {
+	if n := lg.Count("acemq.message.rejected"); n != 0 {
 		t.Errorf("%d messages rejected", n)
 	}
-	t.Logf("%d settlements skipped because their channel had died (the broker requeued those)", lg.count("acemq.settle.skipped"))
-	for _, r := range lg.all(mq.EventConsumerSubscribeFailed) {
+	t.Logf("%d settlements skipped because their channel had died (the broker requeued those)", lg.Count("acemq.settle.skipped"))
+	for _, r := range lg.All(mq.EventConsumerSubscribeFailed) {
 		t.Logf("resubscribe failed: %v", r)
 	}
 }

@@ -64,8 +64,8 @@ func TestConsumerStopDrainsInFlight(t *testing.T) {
 	t.Run("handlers finish within the stop context", func(t *testing.T) {
 		t.Parallel()
 		b, _ := consBroker(t)
-		q := consQueue(t, b, p)
-		consPublish(t, b, q, consMessages("stop", total)...)
+		q := testenv.Queue(t, b, p)
+		testenv.Publish(t, b, q, consMessages("stop", total)...)
 		fl := newConsInFlight()
 		h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
 			fl.start(d.MessageId)
@@ -92,8 +92,8 @@ func TestConsumerStopDrainsInFlight(t *testing.T) {
 		if started != startedAtStop {
 			t.Errorf("%d handlers started after Stop began (%d before)", started-startedAtStop, startedAtStop)
 		}
-		consSettledCount(t, b, q, total-finished)
-		remaining := consGetAll(t, b, q)
+		testenv.WaitCount(t, b, q, total-finished, 5*time.Second)
+		remaining := testenv.GetAll(t, b, q)
 		t.Logf("handled %d, back in the queue %d", finished, len(remaining))
 		seen := map[string]bool{}
 		for id := range fl.finished {
@@ -113,8 +113,8 @@ func TestConsumerStopDrainsInFlight(t *testing.T) {
 	t.Run("stop context ends first", func(t *testing.T) {
 		t.Parallel()
 		b, _ := consBroker(t)
-		q := consQueue(t, b, p)
-		consPublish(t, b, q, consMessages("abort", total)...)
+		q := testenv.Queue(t, b, p)
+		testenv.Publish(t, b, q, consMessages("abort", total)...)
 		fl := newConsInFlight()
 		h := mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
 			fl.start(d.MessageId)
@@ -144,7 +144,7 @@ func TestConsumerStopDrainsInFlight(t *testing.T) {
 		}
 		_, finished := fl.counts()
 		var remaining int
-		testenv.Eventually(t, 5*time.Second, func() bool { remaining = consCount(t, b, q); return finished+remaining == total },
+		testenv.Eventually(t, 5*time.Second, func() bool { remaining = testenv.Count(t, b, q); return finished+remaining == total },
 			"handled %d + remaining %d = %d published", finished, remaining, total)
 	})
 }
@@ -155,12 +155,12 @@ func TestConsumerMissingQueueFailsFast(t *testing.T) {
 	b, _ := consBroker(t)
 	p := retry.Exponential(3, time.Second, retry.InProcessLimit(0))
 	q := testenv.Name(t, "missing")
-	consCleanup(t, q, p) // DeclareOnStart declares the failure half first
+	testenv.CleanupDerived(t, q, p) // DeclareOnStart declares the failure half first
 	for _, opts := range [][]mq.ConsumerOption{nil, {middleware.Standard(p)}} {
 		start := time.Now()
 		c, err := b.Consume(testenv.Context(t, 10*time.Second), q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), opts...)
 		if err == nil {
-			consStop(t, c)
+			testenv.Stop(t, c)
 			t.Fatal("Consume on a missing queue succeeded")
 		}
 		if !errors.Is(err, mq.ErrNotFound) || !strings.Contains(err.Error(), q) {
@@ -179,33 +179,33 @@ func TestConsumerQueueDeletedAndRecreated(t *testing.T) {
 	t.Parallel()
 	b, lg := consBroker(t)
 	p := retry.Fixed(2, 10*time.Millisecond)
-	q := consQueue(t, b, p)
+	q := testenv.Queue(t, b, p)
 	got := make(chan string, 10)
 	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error { got <- d.MessageId; return nil })
 	c, err := b.Consume(testenv.Context(t, 30*time.Second), q, h, middleware.Standard(p))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer consStop(t, c)
-	consPublish(t, b, q, mq.Message{MessageID: "before"})
+	defer testenv.Stop(t, c)
+	testenv.Publish(t, b, q, mq.Message{MessageID: "before"})
 	consExpect(t, got, "before")
 
 	if _, err := b.DeleteQueue(testenv.Context(t, 10*time.Second), q); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 5*time.Second, func() bool { return lg.count(mq.EventConsumerSubscribeFailed) >= 1 }, "%s logged", mq.EventConsumerSubscribeFailed)
-	first := lg.count(mq.EventConsumerSubscribeFailed)
+	testenv.Eventually(t, 5*time.Second, func() bool { return lg.Count(mq.EventConsumerSubscribeFailed) >= 1 }, "%s logged", mq.EventConsumerSubscribeFailed)
+	first := lg.Count(mq.EventConsumerSubscribeFailed)
 	time.Sleep(2 * time.Second)
-	attempts := lg.count(mq.EventConsumerSubscribeFailed) - first
+	attempts := lg.Count(mq.EventConsumerSubscribeFailed) - first
 	t.Logf("%d resubscribe attempts in 2s", attempts)
 	if attempts < 2 || attempts > 25 {
 		t.Errorf("%d resubscribe attempts in 2s: want a few, with backoff", attempts)
 	}
-	rec := lg.all(mq.EventConsumerSubscribeFailed)[0]
-	if !strings.Contains(rec.attrs["error"], q) || !strings.Contains(rec.attrs["error"], "404") || rec.attrs["retry_in"] == "" {
+	rec := lg.All(mq.EventConsumerSubscribeFailed)[0]
+	if !strings.Contains(rec.Attrs["error"], q) || !strings.Contains(rec.Attrs["error"], "404") || rec.Attrs["retry_in"] == "" {
 		t.Errorf("record %v: should name the queue, the refusal and the wait", rec)
 	}
-	if n := lg.count("acemq.consumer.interrupted"); n != 1 {
+	if n := lg.Count("acemq.consumer.interrupted"); n != 1 {
 		t.Errorf("%d acemq.consumer.interrupted records, want 1", n)
 	}
 	select {
@@ -217,8 +217,8 @@ func TestConsumerQueueDeletedAndRecreated(t *testing.T) {
 	if err := b.Declare(testenv.Context(t, 10*time.Second), topology.New().Queue(q)); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 5*time.Second, func() bool { return lg.count("acemq.consumer.resubscribed") >= 1 }, "resubscribed")
-	consPublish(t, b, q, mq.Message{MessageID: "after"})
+	testenv.Eventually(t, 5*time.Second, func() bool { return lg.Count("acemq.consumer.resubscribed") >= 1 }, "resubscribed")
+	testenv.Publish(t, b, q, mq.Message{MessageID: "after"})
 	consExpect(t, got, "after")
 }
 
@@ -258,14 +258,14 @@ func consExercise(t *testing.T, b *mq.Broker, q string, p retry.Policy, between 
 	if err != nil {
 		t.Fatal(err)
 	}
-	consPublish(t, b, q, mq.Message{MessageID: "retry"}, mq.Message{MessageID: "park"}, mq.Message{MessageID: "dead"}, mq.Message{MessageID: "panic"})
+	testenv.Publish(t, b, q, mq.Message{MessageID: "retry"}, mq.Message{MessageID: "park"}, mq.Message{MessageID: "dead"}, mq.Message{MessageID: "panic"})
 	testenv.Eventually(t, 15*time.Second, func() bool {
-		return consCount(t, b, topology.ParkedQueue(q)) == 1 && consCount(t, b, topology.DeadLetterQueue(q)) == 1 && n.Load() >= 7
+		return testenv.Count(t, b, topology.ParkedQueue(q)) == 1 && testenv.Count(t, b, topology.DeadLetterQueue(q)) == 1 && n.Load() >= 7
 	}, "every message handled")
 	if between != nil {
 		between()
 	}
-	consStop(t, c)
+	testenv.Stop(t, c)
 }
 
 // No goroutine outlives a stopped consumer: with the broker still open, and
@@ -276,7 +276,7 @@ func TestConsumerLeavesNoGoroutines(t *testing.T) {
 
 	t.Run("broker open", func(t *testing.T) {
 		b, _ := consBroker(t)
-		q := consQueue(t, b, p)
+		q := testenv.Queue(t, b, p)
 		ignore := goleak.IgnoreCurrent()
 		consExercise(t, b, q, p, nil)
 		goleak.VerifyNone(t, ignore)
@@ -284,17 +284,17 @@ func TestConsumerLeavesNoGoroutines(t *testing.T) {
 
 	t.Run("reconnect, then close everything", func(t *testing.T) {
 		helper, _ := consBroker(t)
-		q := consQueue(t, helper, p)
+		q := testenv.Queue(t, helper, p)
 		ignore := goleak.IgnoreCurrent()
-		proxy, u := consProxyURL(t)
-		lg := newConsLog(t)
-		b := mq.New(mq.Config{URLs: []string{u}, Logger: lg.logger(), ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
+		proxy, u := testenv.Proxy(t)
+		lg := testenv.NewLogRecorder(t)
+		b := mq.New(mq.Config{URLs: []string{u}, Logger: lg.Logger(), ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
 		if err := b.Start(testenv.Context(t, 10*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		consExercise(t, b, q, p, func() {
 			proxy.Cut()
-			testenv.Eventually(t, 10*time.Second, func() bool { return lg.count("acemq.consumer.resubscribed") >= 1 }, "resubscribed")
+			testenv.Eventually(t, 10*time.Second, func() bool { return lg.Count("acemq.consumer.resubscribed") >= 1 }, "resubscribed")
 		})
 		if err := b.Close(testenv.Context(t, 10*time.Second)); err != nil {
 			t.Fatal(err)
@@ -311,8 +311,8 @@ func TestConsumerStopWhileDisconnected(t *testing.T) {
 	t.Parallel()
 	direct, _ := consBroker(t)
 	p := retry.Fixed(2, 10*time.Millisecond)
-	q := consQueue(t, direct, p)
-	proxy, u := consProxyURL(t)
+	q := testenv.Queue(t, direct, p)
+	proxy, u := testenv.Proxy(t)
 	b, lg := consBroker(t, u)
 	c, err := b.Consume(testenv.Context(t, 10*time.Second), q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), middleware.Standard(p))
 	if err != nil {
@@ -320,7 +320,7 @@ func TestConsumerStopWhileDisconnected(t *testing.T) {
 	}
 	proxy.Refuse(true)
 	proxy.Cut()
-	testenv.Eventually(t, 10*time.Second, func() bool { return lg.count("acemq.consumer.interrupted") == 1 }, "interrupted")
+	testenv.Eventually(t, 10*time.Second, func() bool { return lg.Count("acemq.consumer.interrupted") == 1 }, "interrupted")
 	time.Sleep(200 * time.Millisecond) // the consumer waits for a connection to resubscribe on
 	start := time.Now()
 	if err := c.Stop(testenv.Context(t, 5*time.Second)); err != nil {
@@ -332,7 +332,7 @@ func TestConsumerStopWhileDisconnected(t *testing.T) {
 	if err := c.Err(); err != nil {
 		t.Errorf("Err = %v after Stop", err)
 	}
-	if recs := lg.all(mq.EventConsumerSubscribeFailed); len(recs) != 0 {
+	if recs := lg.All(mq.EventConsumerSubscribeFailed); len(recs) != 0 {
 		t.Errorf("Stop was reported as a failed resubscribe: %v", recs)
 	}
 	proxy.Refuse(false)
@@ -347,22 +347,22 @@ func TestConsumerInProcessWaitCutShort(t *testing.T) {
 	t.Run("by Stop", func(t *testing.T) {
 		t.Parallel()
 		b, _ := consBroker(t)
-		q := consQueue(t, b, p)
+		q := testenv.Queue(t, b, p)
 		calls := &consCalls{}
 		h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error { calls.add(d); return errors.New("later") })
 		c, err := b.Consume(testenv.Context(t, 10*time.Second), q, h, middleware.Standard(p))
 		if err != nil {
 			t.Fatal(err)
 		}
-		consPublish(t, b, q, mq.Message{MessageID: "wait-stop"})
+		testenv.Publish(t, b, q, mq.Message{MessageID: "wait-stop"})
 		testenv.Eventually(t, 10*time.Second, func() bool { return calls.n() == 1 }, "the first attempt")
 		time.Sleep(100 * time.Millisecond) // into the 20 s wait
 		start := time.Now()
-		consStop(t, c)
+		testenv.Stop(t, c)
 		if took := time.Since(start); took > 2*time.Second {
 			t.Errorf("Stop took %v: the wait was not cut short", took)
 		}
-		consSettledCount(t, b, q, 1)
+		testenv.WaitCount(t, b, q, 1, 5*time.Second)
 		if calls.n() != 1 {
 			t.Errorf("%d calls, want 1", calls.n())
 		}
@@ -371,8 +371,8 @@ func TestConsumerInProcessWaitCutShort(t *testing.T) {
 	t.Run("by a lost connection", func(t *testing.T) {
 		t.Parallel()
 		direct, _ := consBroker(t)
-		q := consQueue(t, direct, p)
-		proxy, u := consProxyURL(t)
+		q := testenv.Queue(t, direct, p)
+		proxy, u := testenv.Proxy(t)
 		b, _ := consBroker(t, u)
 		calls := &consCalls{}
 		redelivered := make(chan bool, 4)
@@ -387,8 +387,8 @@ func TestConsumerInProcessWaitCutShort(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer consStop(t, c)
-		consPublish(t, direct, q, mq.Message{MessageID: "wait-cut"})
+		defer testenv.Stop(t, c)
+		testenv.Publish(t, direct, q, mq.Message{MessageID: "wait-cut"})
 		testenv.Eventually(t, 10*time.Second, func() bool { return calls.n() == 1 }, "the first attempt")
 		time.Sleep(100 * time.Millisecond)
 		proxy.Cut()

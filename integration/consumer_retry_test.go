@@ -35,7 +35,7 @@ func TestConsumerBrokerRungsThenSuccess(t *testing.T) {
 	if got := p.BrokerRungs(); !slices.Equal(got, []time.Duration{time.Second, 2 * time.Second}) {
 		t.Fatalf("BrokerRungs = %v", got)
 	}
-	q := consQueue(t, b, p)
+	q := testenv.Queue(t, b, p)
 	calls := &consCalls{}
 	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
 		if calls.add(d) < 3 {
@@ -48,8 +48,8 @@ func TestConsumerBrokerRungsThenSuccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer consStop(t, c)
-	consPublish(t, b, q, mq.Message{Body: []byte("x"), MessageID: "rungs-1"})
+	defer testenv.Stop(t, c)
+	testenv.Publish(t, b, q, mq.Message{Body: []byte("x"), MessageID: "rungs-1"})
 
 	testenv.Eventually(t, 15*time.Second, func() bool { return calls.n() >= 3 }, "3 calls; got %d", calls.n())
 	time.Sleep(300 * time.Millisecond) // a 4th call would be a bug
@@ -67,14 +67,14 @@ func TestConsumerBrokerRungsThenSuccess(t *testing.T) {
 			t.Errorf("wait %d took %v, want %v ± 1s", i+1, got, want)
 		}
 	}
-	consStop(t, c)                     // anything unsettled would go back to its queue now
+	testenv.Stop(t, c)                 // anything unsettled would go back to its queue now
 	time.Sleep(300 * time.Millisecond) // and reach its count a moment later
 	for _, name := range []string{q, topology.RetryQueue(q, time.Second), topology.RetryQueue(q, 2*time.Second), topology.DeadLetterQueue(q), topology.ParkedQueue(q)} {
-		if n := consCount(t, b, name); n != 0 {
+		if n := testenv.Count(t, b, name); n != 0 {
 			t.Errorf("%s holds %d messages, want 0", name, n)
 		}
 	}
-	if n := lg.count(mq.EventRungMissing); n != 0 {
+	if n := lg.Count(mq.EventRungMissing); n != 0 {
 		t.Errorf("%d %s records", n, mq.EventRungMissing)
 	}
 }
@@ -87,7 +87,7 @@ func TestConsumerExhaustedToDLQ(t *testing.T) {
 	t.Parallel()
 	b, _ := consBroker(t)
 	p := retry.Waits(100*time.Millisecond, time.Second).With(retry.InProcessLimit(500 * time.Millisecond))
-	q := consQueue(t, b, p)
+	q := testenv.Queue(t, b, p)
 	calls := &consCalls{}
 	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
 		n := calls.add(d)
@@ -98,7 +98,7 @@ func TestConsumerExhaustedToDLQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer consStop(t, c)
+	defer testenv.Stop(t, c)
 
 	ts := time.Now().Truncate(time.Second).Add(-time.Hour)
 	sent := mq.Message{
@@ -119,9 +119,9 @@ func TestConsumerExhaustedToDLQ(t *testing.T) {
 		},
 	}
 	start := time.Now()
-	consPublish(t, b, q, sent)
+	testenv.Publish(t, b, q, sent)
 	dlq := topology.DeadLetterQueue(q)
-	testenv.Eventually(t, 15*time.Second, func() bool { return consCount(t, b, dlq) == 1 }, "a message in %s", dlq)
+	testenv.Eventually(t, 15*time.Second, func() bool { return testenv.Count(t, b, dlq) == 1 }, "a message in %s", dlq)
 	time.Sleep(200 * time.Millisecond)
 	if n := calls.n(); n != p.Attempts() {
 		t.Errorf("the handler was called %d times, want %d", n, p.Attempts())
@@ -130,7 +130,7 @@ func TestConsumerExhaustedToDLQ(t *testing.T) {
 	if !slices.Equal(attempts, []int{1, 2, 3}) {
 		t.Errorf("attempts %v, want [1 2 3]", attempts)
 	}
-	got := consGetAll(t, b, dlq)
+	got := testenv.GetAll(t, b, dlq)
 	if len(got) != 1 {
 		t.Fatalf("%d messages in %s", len(got), dlq)
 	}
@@ -163,7 +163,7 @@ func TestConsumerExhaustedToDLQ(t *testing.T) {
 		t.Errorf("%s = %T %v", mq.HeaderFailedAt, hd[mq.HeaderFailedAt], hd[mq.HeaderFailedAt])
 	}
 	for _, name := range []string{q, topology.RetryQueue(q, time.Second), topology.ParkedQueue(q)} {
-		if n := consCount(t, b, name); n != 0 {
+		if n := testenv.Count(t, b, name); n != 0 {
 			t.Errorf("%s holds %d messages", name, n)
 		}
 	}
@@ -186,7 +186,7 @@ func TestConsumerParkAndReject(t *testing.T) {
 			t.Parallel()
 			b, _ := consBroker(t)
 			p := retry.Fixed(5, 50*time.Millisecond)
-			q := consQueue(t, b, p)
+			q := testenv.Queue(t, b, p)
 			calls := &consCalls{}
 			h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
 				calls.add(d)
@@ -196,15 +196,15 @@ func TestConsumerParkAndReject(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer consStop(t, c)
-			consPublish(t, b, q, mq.Message{Body: []byte("p"), MessageID: "mark-1", Headers: amqp.Table{"x-keep": "me"}})
+			defer testenv.Stop(t, c)
+			testenv.Publish(t, b, q, mq.Message{Body: []byte("p"), MessageID: "mark-1", Headers: amqp.Table{"x-keep": "me"}})
 			target := tc.target(q)
-			testenv.Eventually(t, 10*time.Second, func() bool { return consCount(t, b, target) == 1 }, "a message in %s", target)
+			testenv.Eventually(t, 10*time.Second, func() bool { return testenv.Count(t, b, target) == 1 }, "a message in %s", target)
 			time.Sleep(200 * time.Millisecond)
 			if n := calls.n(); n != 1 {
 				t.Errorf("the handler was called %d times, want 1", n)
 			}
-			got := consGetAll(t, b, target)
+			got := testenv.GetAll(t, b, target)
 			if len(got) != 1 {
 				t.Fatalf("%d messages in %s", len(got), target)
 			}
@@ -223,7 +223,7 @@ func TestConsumerParkAndReject(t *testing.T) {
 			if tc.reason == mq.ReasonRejected {
 				other = topology.ParkedQueue(q)
 			}
-			if n := consCount(t, b, q) + consCount(t, b, other); n != 0 {
+			if n := testenv.Count(t, b, q) + testenv.Count(t, b, other); n != 0 {
 				t.Errorf("%d messages elsewhere", n)
 			}
 		})
@@ -241,7 +241,7 @@ func TestConsumerWithoutDeclare(t *testing.T) {
 	t.Run("rung missing", func(t *testing.T) {
 		t.Parallel()
 		b, lg := consBroker(t)
-		q := consQueue(t, b, p)
+		q := testenv.Queue(t, b, p)
 		dlq := topology.DeadLetterQueue(q)
 		if err := b.Declare(testenv.Context(t, 10*time.Second), topology.New().Queue(dlq, topology.Classic())); err != nil {
 			t.Fatal(err)
@@ -252,17 +252,17 @@ func TestConsumerWithoutDeclare(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer consStop(t, c)
-		consPublish(t, b, q, mq.Message{Body: []byte("r"), MessageID: "rung-missing-1"})
-		testenv.Eventually(t, 10*time.Second, func() bool { return consCount(t, b, dlq) == 1 }, "a message in %s", dlq)
-		recs := lg.all(mq.EventRungMissing)
-		if len(recs) != 1 || recs[0].attrs["rung"] != topology.RetryQueue(q, time.Second) {
+		defer testenv.Stop(t, c)
+		testenv.Publish(t, b, q, mq.Message{Body: []byte("r"), MessageID: "rung-missing-1"})
+		testenv.Eventually(t, 10*time.Second, func() bool { return testenv.Count(t, b, dlq) == 1 }, "a message in %s", dlq)
+		recs := lg.All(mq.EventRungMissing)
+		if len(recs) != 1 || recs[0].Attrs["rung"] != topology.RetryQueue(q, time.Second) {
 			t.Errorf("%s records: %v", mq.EventRungMissing, recs)
 		}
 		if exists, err := b.QueueExists(testenv.Context(t, 5*time.Second), topology.RetryQueue(q, time.Second)); err != nil || exists {
 			t.Errorf("the rung exists (%v, %v): declare=false must declare nothing", exists, err)
 		}
-		got := consGetAll(t, b, dlq)
+		got := testenv.GetAll(t, b, dlq)
 		if len(got) != 1 || got[0].Headers[mq.HeaderReason] != string(mq.ReasonRungMissing) || got[0].Headers[mq.HeaderSourceQueue] != q {
 			t.Fatalf("dlq holds %+v", got)
 		}
@@ -274,7 +274,7 @@ func TestConsumerWithoutDeclare(t *testing.T) {
 	t.Run("no dlq either", func(t *testing.T) {
 		t.Parallel()
 		b, lg := consBroker(t)
-		q := consQueue(t, b, p)
+		q := testenv.Queue(t, b, p)
 		calls := &consCalls{}
 		h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error { calls.add(d); return errors.New("fails") })
 		c, err := b.Consume(testenv.Context(t, 20*time.Second), q, h,
@@ -282,26 +282,26 @@ func TestConsumerWithoutDeclare(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		consPublish(t, b, q, mq.Message{Body: []byte("r"), MessageID: "nothing-lost-1"})
-		testenv.Eventually(t, 10*time.Second, func() bool { return lg.count(mq.EventSetAsideFailed) >= 2 },
+		testenv.Publish(t, b, q, mq.Message{Body: []byte("r"), MessageID: "nothing-lost-1"})
+		testenv.Eventually(t, 10*time.Second, func() bool { return lg.Count(mq.EventSetAsideFailed) >= 2 },
 			"%s logged twice", mq.EventSetAsideFailed)
-		consStop(t, c)
-		consSettledCount(t, b, q, 1) // nothing lost
+		testenv.Stop(t, c)
+		testenv.WaitCount(t, b, q, 1, 5*time.Second) // nothing lost
 		time.Sleep(200 * time.Millisecond)
-		if n := consCount(t, b, q); n != 1 {
+		if n := testenv.Count(t, b, q); n != 1 {
 			t.Errorf("%s holds %d messages after stop, want 1", q, n)
 		}
-		rec := lg.all(mq.EventSetAsideFailed)[0]
-		if rec.attrs["target"] != topology.DeadLetterQueue(q) || !strings.Contains(rec.attrs["error"], "unroutable") {
+		rec := lg.All(mq.EventSetAsideFailed)[0]
+		if rec.Attrs["target"] != topology.DeadLetterQueue(q) || !strings.Contains(rec.Attrs["error"], "unroutable") {
 			t.Errorf("record %v", rec)
 		}
-		if lg.count(mq.EventRungMissing) < 1 {
+		if lg.Count(mq.EventRungMissing) < 1 {
 			t.Errorf("no %s before the failed set-aside", mq.EventRungMissing)
 		}
 		// The pause keeps a set-aside that keeps failing from turning into a
 		// hot loop.
-		if n := calls.n(); n > 2*lg.count(mq.EventSetAsideFailed)+2 {
-			t.Errorf("%d calls for %d failed set-asides", n, lg.count(mq.EventSetAsideFailed))
+		if n := calls.n(); n > 2*lg.Count(mq.EventSetAsideFailed)+2 {
+			t.Errorf("%d calls for %d failed set-asides", n, lg.Count(mq.EventSetAsideFailed))
 		}
 		for _, name := range []string{topology.DeadLetterQueue(q), topology.ParkedQueue(q), topology.RetryQueue(q, time.Second)} {
 			if exists, err := b.QueueExists(testenv.Context(t, 5*time.Second), name); err != nil || exists {
@@ -316,7 +316,7 @@ func TestConsumerPanicIsRetried(t *testing.T) {
 	t.Parallel()
 	b, lg := consBroker(t)
 	p := retry.Fixed(3, 50*time.Millisecond)
-	q := consQueue(t, b, p)
+	q := testenv.Queue(t, b, p)
 	var calls atomic.Int32
 	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
 		n := calls.Add(1)
@@ -329,26 +329,26 @@ func TestConsumerPanicIsRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer consStop(t, c)
+	defer testenv.Stop(t, c)
 
-	consPublish(t, b, q, mq.Message{Body: []byte("1"), MessageID: "once"})
+	testenv.Publish(t, b, q, mq.Message{Body: []byte("1"), MessageID: "once"})
 	testenv.Eventually(t, 10*time.Second, func() bool { return calls.Load() >= 2 }, "a retry after the panic")
 	time.Sleep(200 * time.Millisecond)
 	if n := calls.Load(); n != 2 {
 		t.Errorf("%d calls, want 2: one panic, one success", n)
 	}
-	if lg.count("acemq.handler.panic") != 1 {
-		t.Errorf("%d acemq.handler.panic records, want 1", lg.count("acemq.handler.panic"))
+	if lg.Count("acemq.handler.panic") != 1 {
+		t.Errorf("%d acemq.handler.panic records, want 1", lg.Count("acemq.handler.panic"))
 	}
 
 	calls.Store(0)
-	consPublish(t, b, q, mq.Message{Body: []byte("2"), MessageID: "always"})
+	testenv.Publish(t, b, q, mq.Message{Body: []byte("2"), MessageID: "always"})
 	dlq := topology.DeadLetterQueue(q)
-	testenv.Eventually(t, 10*time.Second, func() bool { return consCount(t, b, dlq) == 1 }, "the always-panicking message in %s", dlq)
+	testenv.Eventually(t, 10*time.Second, func() bool { return testenv.Count(t, b, dlq) == 1 }, "the always-panicking message in %s", dlq)
 	if n := calls.Load(); n != int32(p.Attempts()) {
 		t.Errorf("%d calls, want %d", n, p.Attempts())
 	}
-	got := consGetAll(t, b, dlq)
+	got := testenv.GetAll(t, b, dlq)
 	if len(got) != 1 || !strings.HasPrefix(fmt.Sprint(got[0].Headers[mq.HeaderError]), "panic: handler bug on always") {
 		t.Errorf("dlq holds %+v", got)
 	}
@@ -357,7 +357,7 @@ func TestConsumerPanicIsRetried(t *testing.T) {
 		t.Errorf("the consumer ended: %v", c.Err())
 	default:
 	}
-	if n := consCount(t, b, q); n != 0 {
+	if n := testenv.Count(t, b, q); n != 0 {
 		t.Errorf("%s holds %d", q, n)
 	}
 }

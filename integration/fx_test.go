@@ -10,8 +10,6 @@ package integration
 import (
 	"context"
 	"errors"
-	"net"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,7 +24,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/acemq/acemq-go/fxmodule"
-	"github.com/acemq/acemq-go/internal/tcpproxy"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -73,29 +70,6 @@ func fxCount(t testing.TB, b *mq.Broker, q string) (ready, consumers int) {
 	return c[0].Ready, c[0].Consumers
 }
 
-// fxDeleteExchange deletes an exchange when the test ends.
-func fxDeleteExchange(t testing.TB, name string) {
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		b, err := mq.Dial(ctx, testenv.URL(), mq.WithLogger(testenv.Discard()))
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		defer b.Close(ctx)
-		ch, err := b.Channel(ctx)
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		defer ch.Close()
-		if err := ch.ExchangeDelete(name, false, false); err != nil {
-			t.Errorf("cleanup: delete exchange %s: %v", name, err)
-		}
-	})
-}
-
 // A whole app: the topology is declared (with the failure half the
 // consumer's standard stack adds), shared middleware wraps the consumer's
 // own in the order given, a published message is handled, traced through
@@ -107,7 +81,7 @@ func TestFxStartAndStop(t *testing.T) {
 	q := testenv.Name(t)
 	ex := testenv.Name(t, "events")
 	testenv.Cleanup(t, q, topology.DeadLetterQueue(q), topology.ParkedQueue(q))
-	fxDeleteExchange(t, ex)
+	testenv.CleanupExchanges(t, ex)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
 	var (
@@ -267,25 +241,12 @@ func TestFxStopWithInFlightWork(t *testing.T) {
 // A broker that is down (a proxy refusing every connection) fails start
 // within the start timeout, with an error naming the broker — not a hang.
 func TestFxStartWithBrokerDown(t *testing.T) {
-	u, err := url.Parse(testenv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := u.Host
-	if u.Port() == "" {
-		host = net.JoinHostPort(u.Hostname(), "5672")
-	}
-	p, err := tcpproxy.Start(host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, u := testenv.Proxy(t)
 	p.Refuse(true)
-	u.Host = p.Addr()
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
 	const timeout = 2 * time.Second
-	app := fxApp(t, fxConfig(t, u.String()), fx.StartTimeout(timeout),
+	app := fxApp(t, fxConfig(t, u), fx.StartTimeout(timeout),
 		fxmodule.AsTopology(func() *topology.Topology { return topology.New().Queue("goit.never") }),
 		fxmodule.AsConsumer(func() fxmodule.Consumer {
 			return fxmodule.Consumer{Queue: "goit.never", Handler: mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })}
@@ -293,7 +254,7 @@ func TestFxStartWithBrokerDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	began := time.Now()
-	err = app.Start(ctx)
+	err := app.Start(ctx)
 	took := time.Since(began)
 	t.Logf("start failed after %v: %v", took.Round(time.Millisecond), err)
 	if err == nil {

@@ -59,61 +59,12 @@ func opsDeadLetter(id, source string) mq.Message {
 	}
 }
 
-// opsFill publishes msgs to queue q, confirmed, in one batch.
-func opsFill(t testing.TB, b *mq.Broker, q string, msgs []mq.Message) {
-	t.Helper()
-	p := b.Publisher("")
-	defer p.Close()
-	if err := p.PublishBatch(testenv.Context(t, 60*time.Second), q, msgs); err != nil {
-		t.Fatalf("fill %s: %v", q, err)
-	}
-}
-
 func opsDeadLetters(source string, n int) []mq.Message {
 	msgs := make([]mq.Message, n)
 	for i := range msgs {
 		msgs[i] = opsDeadLetter(fmt.Sprintf("m%04d", i), source)
 	}
 	return msgs
-}
-
-func opsReady(t testing.TB, b *mq.Broker, q string) int {
-	t.Helper()
-	n, err := b.MessageCount(testenv.Context(t, 10*time.Second), q)
-	if err != nil {
-		t.Fatalf("count %s: %v", q, err)
-	}
-	return n
-}
-
-// opsWaitReady waits until q holds n ready messages (messages a closed
-// channel held come back asynchronously).
-func opsWaitReady(t testing.TB, b *mq.Broker, q string, n int) {
-	t.Helper()
-	testenv.Eventually(t, 10*time.Second, func() bool { return opsReady(t, b, q) == n },
-		"%s holds %d messages, want %d", q, opsReady(t, b, q), n)
-}
-
-// opsDrain takes every message from q (auto-ack), in queue order.
-func opsDrain(t testing.TB, b *mq.Broker, q string) []amqp.Delivery {
-	t.Helper()
-	ctx := testenv.Context(t, 60*time.Second)
-	ch, err := b.Channel(ctx)
-	if err != nil {
-		t.Fatalf("drain %s: %v", q, err)
-	}
-	defer ch.Close()
-	var out []amqp.Delivery
-	for {
-		d, ok, err := ch.Get(q, true)
-		if err != nil {
-			t.Fatalf("drain %s: %v", q, err)
-		}
-		if !ok {
-			return out
-		}
-		out = append(out, d)
-	}
 }
 
 // Replay moves every dead letter back to its source queue, counted before
@@ -131,8 +82,8 @@ func TestOpsReplayMovesEverything(t *testing.T) {
 	msgs[13].Headers[mq.HeaderSourceQueue] = ""
 	delete(msgs[14].Headers, mq.HeaderSourceQueue)
 	msgs[15].Headers[mq.HeaderSourceQueue] = amqp.Table{"queue": q}
-	opsFill(t, b, dlq, msgs)
-	if n, m := opsReady(t, b, dlq), opsReady(t, b, q); n != 150 || m != 0 {
+	testenv.Publish(t, b, dlq, msgs...)
+	if n, m := testenv.Count(t, b, dlq), testenv.Count(t, b, q); n != 150 || m != 0 {
 		t.Fatalf("before: %s %d, %s %d", dlq, n, q, m)
 	}
 
@@ -154,11 +105,11 @@ func TestOpsReplayMovesEverything(t *testing.T) {
 	if len(calls) != 150 || calls[149] != 150 {
 		t.Errorf("progress called %d times, last %v", len(calls), calls[len(calls)-1:])
 	}
-	if n, m := opsReady(t, b, dlq), opsReady(t, b, q); n != 0 || m != 150 {
+	if n, m := testenv.Count(t, b, dlq), testenv.Count(t, b, q); n != 0 || m != 150 {
 		t.Fatalf("after: %s %d, %s %d; want 0, 150", dlq, n, q, m)
 	}
 
-	got := opsDrain(t, b, q)
+	got := testenv.GetAll(t, b, q)
 	seen := map[string]bool{}
 	for _, d := range got {
 		if seen[d.MessageId] {
@@ -212,10 +163,10 @@ func TestOpsReplayInterruptedAndRerun(t *testing.T) {
 			const total = 300
 			b := testenv.Broker(t, mq.Config{})
 			q, dlq, _ := opsSetup(t, b)
-			opsFill(t, b, dlq, opsDeadLetters(q, total))
+			testenv.Publish(t, b, dlq, opsDeadLetters(q, total)...)
 
 			runs, dups := 0, 0
-			for opsReady(t, b, dlq) > 0 {
+			for testenv.Count(t, b, dlq) > 0 {
 				runs++
 				if runs > 50 {
 					t.Fatal("the replay does not finish")
@@ -236,11 +187,11 @@ func TestOpsReplayInterruptedAndRerun(t *testing.T) {
 					t.Fatalf("run %d: %v", runs, err)
 				}
 				dups += res.Duplicates
-				if n, m := opsReady(t, b, dlq), opsReady(t, b, q); n+m != total+dups {
+				if n, m := testenv.Count(t, b, dlq), testenv.Count(t, b, q); n+m != total+dups {
 					t.Fatalf("after run %d: %s %d + %s %d != %d: lost messages", runs, dlq, n, q, m, total+dups)
 				}
 			}
-			got := opsDrain(t, b, q)
+			got := testenv.GetAll(t, b, q)
 			seen := map[string]int{}
 			for _, d := range got {
 				seen[d.MessageId]++
@@ -265,7 +216,7 @@ func TestOpsReplayUnroutableStopsAndKeeps(t *testing.T) {
 	gone := q + ".gone"
 	msgs := opsDeadLetters(q, 4)
 	msgs[2].Headers[mq.HeaderSourceQueue] = gone
-	opsFill(t, b, dlq, msgs)
+	testenv.Publish(t, b, dlq, msgs...)
 
 	res, err := ops.Replay(testenv.Context(t, 30*time.Second), b, dlq, ops.ReplayOptions{})
 	t.Logf("replay: %+v: %v", res, err)
@@ -275,8 +226,8 @@ func TestOpsReplayUnroutableStopsAndKeeps(t *testing.T) {
 	if res.Moved != 2 {
 		t.Errorf("moved %d before the unroutable one, want 2", res.Moved)
 	}
-	opsWaitReady(t, b, dlq, 2)
-	if m := opsReady(t, b, q); m != 2 {
+	testenv.WaitCount(t, b, dlq, 2, 10*time.Second)
+	if m := testenv.Count(t, b, q); m != 2 {
 		t.Fatalf("%s holds %d, want 2", q, m)
 	}
 
@@ -284,7 +235,7 @@ func TestOpsReplayUnroutableStopsAndKeeps(t *testing.T) {
 	if err != nil || res.Moved != 2 || res.Targets[q] != 2 {
 		t.Fatalf("replay with To: %+v, %v", res, err)
 	}
-	if n, m := opsReady(t, b, dlq), opsReady(t, b, q); n != 0 || m != 4 {
+	if n, m := testenv.Count(t, b, dlq), testenv.Count(t, b, q); n != 0 || m != 4 {
 		t.Fatalf("after: %s %d, %s %d", dlq, n, q, m)
 	}
 }
@@ -302,7 +253,7 @@ func TestOpsReplaySkipsWhatItCannotPlace(t *testing.T) {
 	msgs := opsDeadLetters(q, 3)
 	delete(msgs[0].Headers, mq.HeaderSourceQueue)
 	msgs[2].Headers[mq.HeaderSourceQueue] = holding // itself
-	opsFill(t, b, holding, msgs)
+	testenv.Publish(t, b, holding, msgs...)
 
 	res, err := ops.Replay(testenv.Context(t, 30*time.Second), b, holding, ops.ReplayOptions{})
 	t.Logf("replay: %+v", res)
@@ -317,8 +268,8 @@ func TestOpsReplaySkipsWhatItCannotPlace(t *testing.T) {
 			t.Errorf("skipped %s: %v", s.MessageID, s.Err)
 		}
 	}
-	opsWaitReady(t, b, holding, 2)
-	if m := opsReady(t, b, q); m != 1 {
+	testenv.WaitCount(t, b, holding, 2, 10*time.Second)
+	if m := testenv.Count(t, b, q); m != 1 {
 		t.Fatalf("%s holds %d, want 1", q, m)
 	}
 }
@@ -328,14 +279,14 @@ func TestOpsReplaySkipsWhatItCannotPlace(t *testing.T) {
 func TestOpsReplayDryRunLimitAndMissing(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
 	q, _, parked := opsSetup(t, b)
-	opsFill(t, b, parked, opsDeadLetters(q, 5))
+	testenv.Publish(t, b, parked, opsDeadLetters(q, 5)...)
 
 	res, err := ops.Replay(testenv.Context(t, 30*time.Second), b, parked, ops.ReplayOptions{DryRun: true})
 	if err != nil || !res.DryRun || res.Moved != 5 || res.Targets[q] != 5 {
 		t.Fatalf("dry run: %+v, %v", res, err)
 	}
-	opsWaitReady(t, b, parked, 5)
-	if m := opsReady(t, b, q); m != 0 {
+	testenv.WaitCount(t, b, parked, 5, 10*time.Second)
+	if m := testenv.Count(t, b, q); m != 0 {
 		t.Fatalf("the dry run moved %d", m)
 	}
 
@@ -343,7 +294,7 @@ func TestOpsReplayDryRunLimitAndMissing(t *testing.T) {
 	if err != nil || res.Total != 3 || res.Moved != 3 {
 		t.Fatalf("limit 3: %+v, %v", res, err)
 	}
-	if n, m := opsReady(t, b, parked), opsReady(t, b, q); n != 2 || m != 3 {
+	if n, m := testenv.Count(t, b, parked), testenv.Count(t, b, q); n != 2 || m != 3 {
 		t.Fatalf("after limit 3: %s %d, %s %d", parked, n, q, m)
 	}
 
@@ -353,7 +304,7 @@ func TestOpsReplayDryRunLimitAndMissing(t *testing.T) {
 	if _, err := ops.Replay(testenv.Context(t, 10*time.Second), b, parked, ops.ReplayOptions{To: q + ".nope"}); !errors.Is(err, mq.ErrNotFound) {
 		t.Errorf("to a missing queue: %v, want mq.ErrNotFound", err)
 	}
-	if n := opsReady(t, b, parked); n != 2 {
+	if n := testenv.Count(t, b, parked); n != 2 {
 		t.Errorf("%s holds %d after the failed calls, want 2", parked, n)
 	}
 }
@@ -363,7 +314,7 @@ func TestOpsReplayDryRunLimitAndMissing(t *testing.T) {
 func TestOpsPeekLeavesTheQueueUnchanged(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
 	q, dlq, _ := opsSetup(t, b)
-	opsFill(t, b, dlq, opsDeadLetters(q, 5))
+	testenv.Publish(t, b, dlq, opsDeadLetters(q, 5)...)
 
 	got, err := ops.Peek(testenv.Context(t, 10*time.Second), b, dlq, 3)
 	if err != nil || len(got) != 3 {
@@ -376,14 +327,14 @@ func TestOpsPeekLeavesTheQueueUnchanged(t *testing.T) {
 			t.Errorf("peeked %d: %+v", i, p)
 		}
 	}
-	opsWaitReady(t, b, dlq, 5)
+	testenv.WaitCount(t, b, dlq, 5, 10*time.Second)
 	all, err := ops.Peek(testenv.Context(t, 10*time.Second), b, dlq, 50)
 	if err != nil || len(all) != 5 {
 		t.Fatalf("peek 50: %d, %v", len(all), err)
 	}
-	opsWaitReady(t, b, dlq, 5)
+	testenv.WaitCount(t, b, dlq, 5, 10*time.Second)
 	var order []string
-	for _, d := range opsDrain(t, b, dlq) {
+	for _, d := range testenv.GetAll(t, b, dlq) {
 		order = append(order, d.MessageId)
 	}
 	if got := strings.Join(order, ","); got != "m0000,m0001,m0002,m0003,m0004" {
@@ -397,7 +348,7 @@ func TestOpsPeekLeavesTheQueueUnchanged(t *testing.T) {
 func TestOpsCount(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
 	q, dlq, _ := opsSetup(t, b)
-	opsFill(t, b, dlq, opsDeadLetters(q, 7))
+	testenv.Publish(t, b, dlq, opsDeadLetters(q, 7)...)
 	got, err := ops.Count(testenv.Context(t, 10*time.Second), b, dlq, q, q+".nope")
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +413,7 @@ func opsRun(t testing.TB, args ...string) (code int, stdout, stderr string) {
 func TestOpsCLI(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
 	q, dlq, _ := opsSetup(t, b)
-	opsFill(t, b, dlq, opsDeadLetters(q, 150))
+	testenv.Publish(t, b, dlq, opsDeadLetters(q, 150)...)
 
 	code, out, errs := opsRun(t, "count", q, dlq)
 	if code != 0 || !strings.Contains(out, dlq+"  150") {
@@ -473,26 +424,26 @@ func TestOpsCLI(t *testing.T) {
 		!strings.Contains(out, "source-queue:  "+q) || !strings.Contains(out, "all left in place") {
 		t.Fatalf("peek: exit %d\n%s%s", code, out, errs)
 	}
-	opsWaitReady(t, b, dlq, 150)
+	testenv.WaitCount(t, b, dlq, 150, 10*time.Second)
 
 	code, out, errs = opsRun(t, "replay", dlq, "--dry-run")
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("dry run: would move 150 of 150 message(s) from %s: 150 to %s", dlq, q)) {
 		t.Fatalf("dry run: exit %d\n%s%s", code, out, errs)
 	}
-	opsWaitReady(t, b, dlq, 150)
+	testenv.WaitCount(t, b, dlq, 150, 10*time.Second)
 
 	code, out, errs = opsRun(t, "replay", dlq, "--limit", "50")
 	if code != 0 || !strings.Contains(out, "moved 50 of 50") {
 		t.Fatalf("replay --limit 50: exit %d\n%s%s", code, out, errs)
 	}
-	if n, m := opsReady(t, b, dlq), opsReady(t, b, q); n != 100 || m != 50 {
+	if n, m := testenv.Count(t, b, dlq), testenv.Count(t, b, q); n != 100 || m != 50 {
 		t.Fatalf("after --limit 50: %s %d, %s %d", dlq, n, q, m)
 	}
 	code, out, errs = opsRun(t, "replay", dlq)
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("moved 100 of 100 message(s) from %s: 100 to %s", dlq, q)) {
 		t.Fatalf("replay: exit %d\n%s%s", code, out, errs)
 	}
-	if n, m := opsReady(t, b, dlq), opsReady(t, b, q); n != 0 || m != 150 {
+	if n, m := testenv.Count(t, b, dlq), testenv.Count(t, b, q); n != 0 || m != 150 {
 		t.Fatalf("after replay: %s %d, %s %d", dlq, n, q, m)
 	}
 
@@ -510,7 +461,7 @@ func TestOpsCLIInterrupted(t *testing.T) {
 	const total = 2000
 	b := testenv.Broker(t, mq.Config{})
 	q, dlq, _ := opsSetup(t, b)
-	opsFill(t, b, dlq, opsDeadLetters(q, total))
+	testenv.Publish(t, b, dlq, opsDeadLetters(q, total)...)
 
 	cmd := exec.Command(opsCLI(t), "replay", dlq)
 	cmd.Env = append(os.Environ(), "AMQP_URL="+testenv.URL())
@@ -520,7 +471,7 @@ func TestOpsCLIInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Interrupt once the replay is under way.
-	testenv.Eventually(t, 20*time.Second, func() bool { return opsReady(t, b, q) > 0 }, "the replay did not start")
+	testenv.Eventually(t, 20*time.Second, func() bool { return testenv.Count(t, b, q) > 0 }, "the replay did not start")
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	err := cmd.Wait()
 	code := 0
@@ -532,7 +483,7 @@ func TestOpsCLIInterrupted(t *testing.T) {
 	if code != 130 && code != 0 {
 		t.Fatalf("exit %d after SIGINT, want 130 (or 0 if it had finished)", code)
 	}
-	n, m := opsReady(t, b, dlq), opsReady(t, b, q)
+	n, m := testenv.Count(t, b, dlq), testenv.Count(t, b, q)
 	t.Logf("after the interrupt: %s %d, %s %d", dlq, n, q, m)
 	if n+m != total {
 		t.Fatalf("%d + %d != %d after the interrupt", n, m, total)
@@ -541,7 +492,7 @@ func TestOpsCLIInterrupted(t *testing.T) {
 		t.Fatalf("second run: exit %d\n%s%s", code, o, e)
 	}
 	seen := map[string]int{}
-	got := opsDrain(t, b, q)
+	got := testenv.GetAll(t, b, q)
 	for _, d := range got {
 		seen[d.MessageId]++
 	}

@@ -11,21 +11,17 @@ package integration
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/acemq/acemq-go/internal/testenv"
-	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/otelmq"
 	"github.com/acemq/acemq-go/retry"
@@ -61,7 +57,6 @@ func BenchmarkOtelConsume(b *testing.B) {
 }
 
 func otelBenchConsume(b *testing.B, prefetch int) {
-	info := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	exp := &otelDiscard{}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
 	reader := sdkmetric.NewManualReader()
@@ -71,15 +66,12 @@ func otelBenchConsume(b *testing.B, prefetch int) {
 		_ = mp.Shutdown(context.Background())
 	})
 	ins := otelmq.New(otelmq.WithTracerProvider(tp), otelmq.WithMeterProvider(mp), otelmq.WithPropagators(propagation.TraceContext{}))
-	plain := testenv.Broker(b, mq.Config{Logger: info})
-	traced := testenv.Broker(b, mq.Config{Logger: info}, mq.WithHooks(ins))
+	plain := testenv.Broker(b, mq.Config{Logger: consBenchInfo})
+	traced := testenv.Broker(b, mq.Config{Logger: consBenchInfo}, mq.WithHooks(ins))
 
 	p := retry.Exponential(5, time.Second)
-	q := consQueue(b, plain, p, topology.Classic())
-	msgs := make([]mq.Message, otelBenchRound)
-	for i := range msgs {
-		msgs[i] = mq.Message{Body: []byte(`{"bench":true}`), DeliveryMode: amqp.Transient, ContentType: "application/json"}
-	}
+	q := testenv.Queue(b, plain, p, topology.Classic())
+	msgs := consBenchMessages(otelBenchRound)
 	fill := func(brk *mq.Broker) {
 		pub := brk.Publisher("")
 		defer pub.Close()
@@ -92,31 +84,7 @@ func otelBenchConsume(b *testing.B, prefetch int) {
 		}
 	}
 	round := func(brk *mq.Broker) time.Duration {
-		var n atomic.Int64
-		var start time.Time
-		done := make(chan struct{})
-		h := mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
-			switch n.Add(1) {
-			case 1:
-				start = time.Now()
-			case otelBenchRound:
-				close(done)
-			}
-			return nil
-		})
-		c, err := brk.Consume(testenv.Context(b, time.Minute), q, h, middleware.Standard(p), mq.WithPrefetch(prefetch))
-		if err != nil {
-			b.Fatal(err)
-		}
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			b.Fatal("the round did not finish")
-		}
-		took := time.Since(start)
-		if err := c.Stop(testenv.Context(b, 10*time.Second)); err != nil {
-			b.Fatal(err)
-		}
+		took, _ := consBenchStandard(b, brk, q, p, prefetch, otelBenchRound)
 		return took
 	}
 

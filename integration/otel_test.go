@@ -7,9 +7,7 @@ package integration
 // Its helpers start with otel.
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,19 +46,20 @@ func otelPolicy() retry.Policy {
 }
 
 // otelRig is a broker instrumented with an Instrumentation that records
-// spans and metrics in memory, logging as JSON through otelmq.LogHandler.
+// spans and metrics in memory, logging through otelmq.LogHandler to a
+// LogRecorder.
 type otelRig struct {
 	t      *testing.T
 	b      *mq.Broker
 	spans  *tracetest.SpanRecorder
 	reader *sdkmetric.ManualReader
-	logs   *otelBuffer
+	logs   *testenv.LogRecorder
 	log    *slog.Logger // the broker's, wrapped with otelmq.LogHandler
 }
 
 func newOtelRig(t *testing.T, opts ...otelmq.Option) *otelRig {
 	t.Helper()
-	r := &otelRig{t: t, spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader(), logs: &otelBuffer{}}
+	r := &otelRig{t: t, spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader(), logs: testenv.NewLogRecorder(t)}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
 	t.Cleanup(func() {
@@ -72,7 +71,7 @@ func newOtelRig(t *testing.T, opts ...otelmq.Option) *otelRig {
 		otelmq.WithMeterProvider(mp),
 		otelmq.WithPropagators(propagation.TraceContext{}),
 	}, opts...)...)
-	r.log = slog.New(otelmq.LogHandler(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	r.log = slog.New(otelmq.LogHandler(r.logs))
 	r.b = testenv.Broker(t, mq.Config{Logger: r.log}, mq.WithHooks(ins))
 	return r
 }
@@ -154,38 +153,6 @@ func otelServer(t *testing.T) (string, int) {
 		port, _ = strconv.Atoi(p)
 	}
 	return u.Hostname(), port
-}
-
-type otelBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *otelBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-// records returns the JSON records whose msg is msg.
-func (w *otelBuffer) records(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(w.b.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 func otelNamed(spans []sdktrace.ReadOnlySpan, name string) []sdktrace.ReadOnlySpan {
@@ -410,13 +377,13 @@ func TestOtelMessageLifeIsOneTrace(t *testing.T) {
 
 	// The library's own records (Logging's acemq.message.settled) carry the
 	// process span they were written in.
-	settled := r.logs.records(t, "acemq.message.settled")
+	settled := r.logs.All("acemq.message.settled")
 	if len(settled) != 3 {
 		t.Fatalf("%d acemq.message.settled records, want 3", len(settled))
 	}
 	for i, rec := range settled {
-		if rec["trace_id"] != tid.String() || rec["span_id"] != process[i].SpanContext().SpanID().String() {
-			t.Errorf("settled record %d: trace_id %v span_id %v, want %s %s", i, rec["trace_id"], rec["span_id"], tid, process[i].SpanContext().SpanID())
+		if rec.Attrs["trace_id"] != tid.String() || rec.Attrs["span_id"] != process[i].SpanContext().SpanID().String() {
+			t.Errorf("settled record %d: trace_id %v span_id %v, want %s %s", i, rec.Attrs["trace_id"], rec.Attrs["span_id"], tid, process[i].SpanContext().SpanID())
 		}
 	}
 }
@@ -488,14 +455,14 @@ func TestOtelHandlerLogCarriesTheSpan(t *testing.T) {
 	if !sc.Equal(process.SpanContext()) {
 		t.Fatalf("the handler's context carries %v, want the process span", sc)
 	}
-	recs := r.logs.records(t, "goit.handled")
+	recs := r.logs.All("goit.handled")
 	if len(recs) != 1 {
 		t.Fatalf("%d records", len(recs))
 	}
-	if recs[0]["trace_id"] != sc.TraceID().String() || recs[0]["span_id"] != sc.SpanID().String() {
+	if recs[0].Attrs["trace_id"] != sc.TraceID().String() || recs[0].Attrs["span_id"] != sc.SpanID().String() {
 		t.Errorf("record %v, want trace_id %s span_id %s", recs[0], sc.TraceID(), sc.SpanID())
 	}
-	if strings.Contains(r.logs.b.String(), "secret body") {
+	if len(r.logs.Containing("secret body")) > 0 {
 		t.Errorf("a message body reached the log")
 	}
 }

@@ -23,7 +23,7 @@ import (
 // asked for with Mandatory().
 func TestPublishUnroutable(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
-	ctx := coreCtx(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	q := coreQueue(t, b, nil)
 
 	def := b.Publisher("")
@@ -40,7 +40,7 @@ func TestPublishUnroutable(t *testing.T) {
 	}
 
 	ex := testenv.Name(t, "ex")
-	t.Cleanup(func() { coreDeleteExchange(t, ex) })
+	testenv.CleanupExchanges(t, ex)
 	if err := b.Declare(ctx, topology.New().Exchange(ex, topology.Direct).Queue(q, topology.Classic()).Binding(q, ex, "bound")); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestPublishUnroutable(t *testing.T) {
 // that caused them, never to a neighbour.
 func TestPublishReturnsCorrelatedUnderConcurrency(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
-	ctx := coreCtx(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	q := coreQueue(t, b, nil)
 	missing := testenv.Name(t, "missing")
 	pub := b.Publisher("")
@@ -135,7 +135,7 @@ func TestPublishReturnsCorrelatedUnderConcurrency(t *testing.T) {
 // next publish, and other publishers never notice.
 func TestPublishMissingExchange(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
-	ctx := coreCtx(t, 20*time.Second)
+	ctx := testenv.Context(t, 20*time.Second)
 	q := coreQueue(t, b, nil)
 	missing := testenv.Name(t, "no-such-exchange")
 	bad := b.Publisher(missing)
@@ -177,7 +177,7 @@ func TestPublishMissingExchange(t *testing.T) {
 	if err := b.Declare(ctx, topology.New().Exchange(missing, topology.Fanout).Queue(q, topology.Classic()).Binding(q, missing, "")); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { coreDeleteExchange(t, missing) })
+	testenv.CleanupExchanges(t, missing)
 	if err := bad.Publish(ctx, "k", mq.Message{}); err != nil {
 		t.Fatalf("publish once the exchange exists: %v", err)
 	}
@@ -189,7 +189,7 @@ func TestPublishMissingExchange(t *testing.T) {
 // already over.
 func TestPublishEndedContextReturnsPromptly(t *testing.T) {
 	b, p := coreProxied(t, mq.Config{Heartbeat: 10 * time.Second})
-	ctx := coreCtx(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	q := coreQueue(t, b, nil)
 	pub := b.Publisher("")
 	if err := pub.Publish(ctx, q, mq.Message{}); err != nil {
@@ -247,7 +247,7 @@ func TestPublishEndedContextReturnsPromptly(t *testing.T) {
 // rest confirmed and in the queue.
 func TestPublishBatchReportsEachMessage(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
-	ctx := coreCtx(t, 20*time.Second)
+	ctx := testenv.Context(t, 20*time.Second)
 	q := coreQueue(t, b, nil)
 	pub := b.Publisher("")
 
@@ -282,7 +282,7 @@ func TestPublishBatchReportsEachMessage(t *testing.T) {
 // broker unblocks; a cut clears the block with the connection it was on.
 func TestPublishWaitsWhileBlocked(t *testing.T) {
 	b, p := coreProxied(t, mq.Config{})
-	ctx := coreCtx(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	q := coreQueue(t, b, nil)
 	pub := b.Publisher("")
 	if err := pub.Publish(ctx, q, mq.Message{}); err != nil {

@@ -22,10 +22,8 @@ import (
 // queue; duplicates (a message the broker took just before a cut, sent
 // again) are allowed and reported.
 func TestPublishSurvivesCuts(t *testing.T) {
-	direct := testenv.Broker(t, mq.Config{})
-	b, p := coreProxied(t, mq.Config{})
-	q := coreQueue(t, direct, nil)
-	ctx := coreCtx(t, 120*time.Second)
+	direct, b, p, q := coreCutRig(t)
+	ctx := testenv.Context(t, 120*time.Second)
 	pub := b.Publisher("")
 
 	const total, workers, cuts = 10000, 8, 3
@@ -102,10 +100,8 @@ func TestPublishSurvivesCuts(t *testing.T) {
 // on the right publish: the new channel's confirm stream starts afresh
 // (amqp091-go's Config.Recovery gets this wrong: flaw (2) of issue 3).
 func TestPublishConfirmLostInCutIsResent(t *testing.T) {
-	direct := testenv.Broker(t, mq.Config{})
-	b, p := coreProxied(t, mq.Config{})
-	ctx := coreCtx(t, 60*time.Second)
-	q := coreQueue(t, direct, nil, "ok")
+	direct, b, p, q := coreCutRig(t, "ok")
+	ctx := testenv.Context(t, 60*time.Second)
 	// Always full, refusing: every publish to it is nacked by the broker.
 	full := coreQueue(t, direct, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}, "full")
 	pub := b.Publisher("")
@@ -191,10 +187,8 @@ func TestPublishConfirmLostInCutIsResent(t *testing.T) {
 // A batch in flight when the connection is cut is sent again: every
 // message of a batch that returned nil is in the queue.
 func TestPublishBatchSurvivesCut(t *testing.T) {
-	direct := testenv.Broker(t, mq.Config{})
-	b, p := coreProxied(t, mq.Config{})
-	q := coreQueue(t, direct, nil)
-	ctx := coreCtx(t, 60*time.Second)
+	direct, b, p, q := coreCutRig(t)
+	ctx := testenv.Context(t, 60*time.Second)
 	pub := b.Publisher("")
 
 	const batches, size = 10, 500
@@ -243,10 +237,8 @@ func TestPublishBatchSurvivesCut(t *testing.T) {
 // its own: a publish is either confirmed (and in the queue) or fails with
 // its context's error; never anything else, never a hang.
 func TestPublishShortContextsAcrossCuts(t *testing.T) {
-	direct := testenv.Broker(t, mq.Config{})
-	b, p := coreProxied(t, mq.Config{})
-	q := coreQueue(t, direct, nil)
-	ctx := coreCtx(t, 60*time.Second)
+	direct, b, p, q := coreCutRig(t)
+	ctx := testenv.Context(t, 60*time.Second)
 	pub := b.Publisher("")
 
 	var (

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -32,7 +31,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/acemq/acemq-go/internal/tcpproxy"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -148,17 +146,6 @@ func redactURL(t testing.TB, user, password, hostport string) string {
 		u.Host = hostport
 	}
 	return u.String()
-}
-
-func redactHostPort(t testing.TB) string {
-	u, err := url.Parse(testenv.URL())
-	if err != nil {
-		t.Fatalf("AMQP_URL: %v", err)
-	}
-	if u.Port() == "" {
-		return net.JoinHostPort(u.Hostname(), "5672")
-	}
-	return u.Host
 }
 
 // redactUser creates a user with password on the test broker, allowed
@@ -285,11 +272,7 @@ func TestRedactionPasswordNeverShows(t *testing.T) {
 	})
 
 	t.Run("connection cut through a proxy", func(t *testing.T) {
-		proxy, err := tcpproxy.Start(redactHostPort(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer proxy.Close()
+		proxy, _ := testenv.Proxy(t)
 		b := newBroker(redactURL(t, user, password, proxy.Addr()))
 		ctx := testenv.Context(t, time.Minute)
 		if err := b.Start(ctx); err != nil {
@@ -361,12 +344,7 @@ func TestRedactionPasswordNeverShows(t *testing.T) {
 	})
 
 	t.Run("unreachable and malformed URLs", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		closedPort := ln.Addr().String()
-		_ = ln.Close()
+		closedPort := testenv.ClosedAddr(t)
 		for _, u := range []string{
 			redactURL(t, user, password, closedPort),                                    // nothing listens
 			"ftp://" + user + ":" + url.PathEscape(password) + "@127.0.0.1/",            // not AMQP

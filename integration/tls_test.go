@@ -26,8 +26,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
@@ -170,8 +168,7 @@ func tlsDialFails(t *testing.T, cfg mq.Config) error {
 }
 
 func TestTLS(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // runs last
+	testenv.NoLeaks(t) // registered first: runs last
 
 	pki := newTLSPKI(t)
 	startTLSNode(t, pki)

@@ -182,7 +182,7 @@ func TestMessageLifeIsOneTrace(t *testing.T) {
 			attribute.String("messaging.rabbitmq.destination.routing_key", "orders"),
 			attribute.Int("messaging.rabbitmq.message.delivery_tag", i+1),
 			attribute.String("messaging.message.conversation_id", "corr-1"),
-				attribute.Int("acemq.attempt", wantAttempt[i]),
+			attribute.Int("acemq.attempt", wantAttempt[i]),
 			attribute.String("acemq.outcome", wantOutcome[i]),
 			attribute.String("error.type", "_OTHER"),
 		)

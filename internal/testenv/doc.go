@@ -1,7 +1,17 @@
-// Package testenv is the integration tests' shared footing: the broker URL
-// (AMQP_URL, default amqp://guest:guest@127.0.0.1:5672/), unique goit.*
-// names that are deleted when the test ends, and a broker started for the
-// test and closed after it.
+// Package testenv is the integration tests' shared footing, for every
+// suite and build tag (integration, chaos, cluster, tls):
+//
+//   - the broker URL (AMQP_URL, default amqp://guest:guest@127.0.0.1:5672/),
+//     unique goit.* names that are deleted when the test ends, and a broker
+//     started for the test and closed after it (URL, Name, Cleanup, Broker);
+//   - queues and what is in them: Queue (with the queues a consumer derives
+//     from it, CleanupDerived), CleanupExchanges, Publish, Count,
+//     WaitCount, GetAll, and Stop for a consumer;
+//   - faults and checks: Proxy (a TCP proxy in front of the broker, to cut
+//     or refuse connections), ClosedAddr, Rabbitmqctl, Eventually and Poll,
+//     NoLeaks (goroutines back to baseline when the test ends), CPU;
+//   - logs: Logger and Discard, and LogRecorder, a slog.Handler that keeps
+//     every record for assertions on the library's events.
 //
 // It must not be imported by non-test code. A broker that does not answer
 // is a test failure here, never a skip: `make test` starts one first.

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -105,6 +107,18 @@ func Broker(t testing.TB, cfg mq.Config, opts ...mq.Option) *mq.Broker {
 // Cleanup deletes the named queues when the test ends, on a broker of its
 // own (the test's broker may be closed by then).
 func Cleanup(t testing.TB, queues ...string) {
+	atEnd(t, func(ctx context.Context, b *mq.Broker) {
+		for _, q := range queues {
+			if _, err := b.DeleteQueue(ctx, q); err != nil {
+				t.Errorf("cleanup: delete %s: %v", q, err)
+			}
+		}
+	})
+}
+
+// atEnd runs fn when the test ends, on a broker of its own (the test's
+// broker may be closed by then), all within 20 s.
+func atEnd(t testing.TB, fn func(ctx context.Context, b *mq.Broker)) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -114,22 +128,45 @@ func Cleanup(t testing.TB, queues ...string) {
 			return
 		}
 		defer b.Close(ctx)
-		for _, q := range queues {
-			if _, err := b.DeleteQueue(ctx, q); err != nil {
-				t.Errorf("cleanup: delete %s: %v", q, err)
-			}
-		}
+		fn(ctx, b)
 	})
 }
 
-// Eventually polls cond every 20 ms until it holds or d passes.
+// Eventually polls cond every 20 ms until it holds or d passes, and fails
+// the test with msg if it did not hold by then.
 func Eventually(t testing.TB, d time.Duration, cond func() bool, msg string, args ...any) {
 	t.Helper()
+	if !Poll(d, cond) {
+		t.Fatalf("not within %v: "+msg, append([]any{d}, args...)...)
+	}
+}
+
+// Poll polls cond every 20 ms until it holds or d passes, and reports
+// whether it held: the caller decides how bad it is.
+func Poll(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: "+msg, append([]any{d}, args...)...)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
+}
+
+// NoLeaks checks, when the test ends, that the goroutines are back to what
+// they were when NoLeaks was called. goleak retries for a while before it
+// fails, which is the settle time for goroutines on their way out. Call it
+// first thing in a test, so its cleanup runs last: after the brokers,
+// proxies and queues the test set up are closed and deleted.
+func NoLeaks(t *testing.T) {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		start, failed := time.Now(), t.Failed()
+		goleak.VerifyNone(t, ignore)
+		if t.Failed() == failed {
+			t.Logf("goroutines back to baseline (checked in %v)", time.Since(start).Round(time.Millisecond))
+		}
+	})
 }
