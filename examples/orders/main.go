@@ -9,7 +9,7 @@
 //	make demo            # or: go run ./examples/orders
 //
 // AMQP_URL picks the broker (default amqp://guest:guest@127.0.0.1:5672/).
-// DEMO_NO_COLOR=1 turns colours off.
+// DEMO_NO_COLOR=1 turns colours off; DEMO_PREFIX prefixes every name.
 package main
 
 import (
@@ -41,10 +41,13 @@ import (
 var policy = retry.Waits(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second).
 	With(retry.InProcessLimit(800 * time.Millisecond))
 
-const (
-	exchange = "orders-events"
-	shipping = "shipping.orders"
-	billing  = "billing.orders"
+// The demo's names. DEMO_PREFIX puts a prefix on every one of them (the
+// test that runs the demo uses goit.*, so it can share a broker).
+var (
+	prefix   = os.Getenv("DEMO_PREFIX")
+	exchange = prefix + "orders-events"
+	shipping = prefix + "shipping.orders"
+	billing  = prefix + "billing.orders"
 )
 
 func demoTopology() *topology.Topology {
