@@ -13,7 +13,8 @@ import (
 func TestChaosZZSummary(t *testing.T) {
 	lines := chaosSummary.all()
 	if len(lines) == 0 {
-		t.Skip("no chaos scenario ran")
+		t.Log("no chaos scenario ran in this run (filtered with -run): nothing to summarise")
+		return
 	}
 	fmt.Println("=== CHAOS SUMMARY (at least once: lost must be 0; duplicates are allowed and counted)")
 	for _, l := range lines {
