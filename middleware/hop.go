@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -26,7 +25,7 @@ func setAside(ctx context.Context, d *mq.Delivery, reason mq.Reason, cause error
 		mq.HeaderAttempt:     attemptValue(d.Attempt() + 1),
 		mq.HeaderSourceQueue: d.Queue(),
 		mq.HeaderReason:      string(reason),
-		mq.HeaderError:       capError(cause),
+		mq.HeaderError:       mq.ErrorText(cause),
 		mq.HeaderFailedAt:    time.Now().UTC().Truncate(time.Second),
 	})
 	if err != nil {
@@ -46,24 +45,4 @@ func attemptValue(n int) int32 {
 		return 1<<31 - 1
 	}
 	return int32(n)
-}
-
-// capError is the handler's error text for x-acemq-error, at most
-// mq.MaxErrorHeader bytes and cut on a rune boundary.
-func capError(err error) string {
-	s := errText(err)
-	if err == nil {
-		s = ""
-	}
-	if len(s) <= mq.MaxErrorHeader {
-		return s
-	}
-	// Back off to the start of the rune the cap falls in (at most
-	// utf8.UTFMax-1 bytes). Only the cut is inspected: bytes that were not
-	// valid UTF-8 in the handler's text are kept as they were.
-	n := mq.MaxErrorHeader
-	for i := 0; i < utf8.UTFMax-1 && n > 0 && !utf8.RuneStart(s[n]); i++ {
-		n--
-	}
-	return s[:n]
 }

@@ -195,8 +195,8 @@ func TestCapError(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := capError(c.err); got != c.want {
-				t.Errorf("capError: %d bytes, want %d", len(got), len(c.want))
+			if got := mq.ErrorText(c.err); got != c.want {
+				t.Errorf("mq.ErrorText: %d bytes, want %d", len(got), len(c.want))
 			}
 		})
 	}

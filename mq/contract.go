@@ -1,5 +1,7 @@
 package mq
 
+import "unicode/utf8"
+
 // Headers the library writes on the messages it republishes (contract §7).
 // Other AceMQ libraries read them; they are written here once.
 const (
@@ -28,6 +30,27 @@ const (
 
 // MaxErrorHeader caps HeaderError, in bytes.
 const MaxErrorHeader = 4096
+
+// ErrorText is err's text as the library writes it down — in
+// x-acemq-error, and in otelmq's span statuses: at most MaxErrorHeader
+// bytes, cut on a rune boundary; empty for nil. Only the cut is inspected:
+// bytes that were not valid UTF-8 in the error's text are kept as they were.
+func ErrorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := err.Error()
+	if len(s) <= MaxErrorHeader {
+		return s
+	}
+	// Back off to the start of the rune the cap falls in (at most
+	// utf8.UTFMax-1 bytes).
+	n := MaxErrorHeader
+	for i := 0; i < utf8.UTFMax-1 && n > 0 && !utf8.RuneStart(s[n]); i++ {
+		n--
+	}
+	return s[:n]
+}
 
 // Reason is the value of HeaderReason.
 type Reason string

@@ -169,7 +169,7 @@ func (ins *Instrumentation) OnDeliveryDone(ctx context.Context, d *mq.Delivery, 
 			OutcomeKey.String(string(outcome)))
 		if err != nil {
 			et := ErrorType(err)
-			st.span.SetStatus(codes.Error, capText(err.Error()))
+			st.span.SetStatus(codes.Error, mq.ErrorText(err))
 			attrs = append(attrs, semconv.ErrorTypeKey.String(et))
 			m = st.qs.failed.get(et)
 		}
@@ -213,7 +213,7 @@ func (ins *Instrumentation) OnAttemptDone(ctx context.Context, d *mq.Delivery, e
 	st.span.AddEvent(eventAttempt, trace.WithAttributes(
 		AttemptKey.Int(d.Attempt()),
 		semconv.ErrorTypeKey.String(ErrorType(err)),
-		semconv.ExceptionMessage(capText(err.Error())),
+		semconv.ExceptionMessage(mq.ErrorText(err)),
 	))
 }
 

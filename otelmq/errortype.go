@@ -3,7 +3,6 @@ package otelmq
 import (
 	"context"
 	"errors"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -108,33 +107,13 @@ func replyCodeName(code int) string {
 	return ""
 }
 
-// maxStatus caps a span status description, in bytes: an error's text can
-// be long (a wrapped chain), and a span is not a log.
-const maxStatus = mq.MaxErrorHeader
-
 // fail marks span as failed with err: status Error with the error's text
 // (capped) and the attribute error.type, which it returns.
 func fail(span trace.Span, err error) string {
 	et := ErrorType(err)
 	if span.IsRecording() {
-		span.SetStatus(codes.Error, capText(err.Error()))
+		span.SetStatus(codes.Error, mq.ErrorText(err))
 		span.SetAttributes(semconv.ErrorTypeKey.String(et))
 	}
 	return et
-}
-
-func capText(s string) string {
-	if len(s) <= maxStatus {
-		return s
-	}
-	s = s[:maxStatus]
-	// Drop a rune cut in half at the end (at most UTFMax-1 bytes), and
-	// nothing else: invalid bytes earlier on are the error's own.
-	for i := 1; i < utf8.UTFMax && len(s) > 0; i++ {
-		if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size != 1 {
-			break
-		}
-		s = s[:len(s)-1]
-	}
-	return s
 }
