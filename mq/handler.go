@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -39,17 +40,19 @@ func Chain(h Handler, mws ...Middleware) Handler {
 	return h
 }
 
-// chain also returns every handler it built, outermost first.
+// chain also returns every handler a middleware built, outermost first. A
+// nil middleware is skipped (listing the handler inside it in its place
+// would run that handler's Subscribe and Stop hooks twice).
 func chain(h Handler, mws []Middleware) (Handler, []Handler) {
-	built := make([]Handler, len(mws))
+	built := make([]Handler, 0, len(mws))
 	for i := len(mws) - 1; i >= 0; i-- {
 		if mws[i] == nil {
-			built[i] = h
 			continue
 		}
 		h = mws[i](h)
-		built[i] = h
+		built = append(built, h)
 	}
+	slices.Reverse(built)
 	return h, built
 }
 

@@ -268,3 +268,33 @@ func TestPanicError(t *testing.T) {
 		t.Error("a non-error panic value unwraps to nil")
 	}
 }
+
+// A nil middleware in the list is skipped: the handler inside it must not
+// be listed twice, or its Subscribe and Stop hooks would run twice.
+func TestChainSkipsNilMiddleware(t *testing.T) {
+	var subscribes int
+	counting := func(next mq.Handler) mq.Handler { return &subscribeCounter{next, &subscribes} }
+	b := mq.New(mq.Config{URLs: []string{"amqp://127.0.0.1:1/"}})
+	_, err := b.Consume(context.Background(), "q", mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }),
+		mq.WithMiddleware(nil, counting, nil))
+	if !errors.Is(err, mq.ErrNotStarted) {
+		t.Fatalf("Consume on a broker never started: %v, want ErrNotStarted", err)
+	}
+	if subscribes != 1 {
+		t.Errorf("the middleware's Subscribe ran %d times, want 1", subscribes)
+	}
+}
+
+type subscribeCounter struct {
+	next mq.Handler
+	n    *int
+}
+
+func (s *subscribeCounter) Handle(ctx context.Context, d *mq.Delivery) error {
+	return s.next.Handle(ctx, d)
+}
+
+func (s *subscribeCounter) Subscribe(context.Context, *mq.Subscription) error {
+	*s.n++
+	return nil
+}
