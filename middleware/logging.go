@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -32,7 +33,7 @@ func (g *logging) Handle(ctx context.Context, d *mq.Delivery) error {
 	}
 	level, outcome := slog.LevelDebug, d.Outcome()
 	switch {
-	case mqIsRequeue(err):
+	case err != nil && errors.Is(err, mq.ErrRequeue):
 		level, outcome = slog.LevelWarn, mq.OutcomeRequeue
 	case err != nil:
 		return err

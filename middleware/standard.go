@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"errors"
 	"log/slog"
 	"time"
 
@@ -81,5 +80,3 @@ func standardStack(p retry.Policy, opts []StandardOption) []mq.Middleware {
 	}
 	return mws
 }
-
-func mqIsRequeue(err error) bool { return err != nil && errors.Is(err, mq.ErrRequeue) }

@@ -308,8 +308,10 @@ func (c *Consumer) run(sub *subscription) {
 				failingSince = time.Now()
 			}
 			if c.cfg.giveUp > 0 && time.Since(failingSince) >= c.cfg.giveUp {
+				// The error is returned through Err (each failure was
+				// logged as it came); the record only marks the end.
 				endErr = fmt.Errorf("mq: consumer of %q gave up after %v: %w", c.queue, c.cfg.giveUp, err)
-				c.log.Error("acemq.consumer.gave.up", "error", err)
+				c.log.Error("acemq.consumer.gave.up", "after", c.cfg.giveUp)
 				return
 			}
 			if errors.Is(err, ErrClosed) {
