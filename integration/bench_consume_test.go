@@ -56,7 +56,7 @@ func consBenchConsume(b *testing.B, prefetch int) {
 	msgs := consBenchMessages(consBenchRound)
 	fill := func() {
 		for i := range msgs {
-			msgs[i].MessageID = "" // a fresh id each round
+			msgs[i].MessageId = "" // a fresh id each round
 		}
 		if err := pub.PublishBatch(testenv.Context(b, time.Minute), q, msgs); err != nil {
 			b.Fatalf("fill: %v", err)

@@ -37,7 +37,7 @@ func TestBrokerOldDeliveryNeverAcksAnother(t *testing.T) {
 	msgs := make([]mq.Message, total)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("m%02d", i)
-		msgs[i] = mq.Message{MessageID: ids[i], Body: []byte(ids[i])}
+		msgs[i] = mq.Message{MessageId: ids[i], Body: []byte(ids[i])}
 	}
 	if err := direct.Publisher("").PublishBatch(ctx, q, msgs); err != nil {
 		t.Fatal(err)

@@ -102,7 +102,7 @@ func (l *chaosLedger) publish(ctx context.Context, pub *mq.Publisher, key, id st
 	l.mu.Lock()
 	l.published++
 	l.mu.Unlock()
-	err := pub.Publish(ctx, key, mq.Message{MessageID: id, Body: []byte(`{"chaos":"` + id + `"}`), ContentType: "application/json"})
+	err := pub.Publish(ctx, key, mq.Message{MessageId: id, Body: []byte(`{"chaos":"` + id + `"}`), ContentType: "application/json"})
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {

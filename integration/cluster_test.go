@@ -375,7 +375,7 @@ func clusterFailover(t *testing.T, mode string) {
 				}
 				id := "m-" + strconv.FormatInt(seq.Add(1), 10)
 				pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-				err := pub.Publish(pctx, q, mq.Message{MessageID: id, Body: []byte(id)})
+				err := pub.Publish(pctx, q, mq.Message{MessageId: id, Body: []byte(id)})
 				cancel()
 				counts.publish(id, err)
 				time.Sleep(2 * time.Millisecond) // a steady stream, not a flood
@@ -446,7 +446,7 @@ func clusterFailover(t *testing.T, mode string) {
 			counts.mu.Unlock()
 			fresh := b.Publisher("")
 			fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			t.Logf("a publish on a fresh channel: %v", fresh.Publish(fctx, q, mq.Message{MessageID: "fresh", Body: []byte("fresh")}))
+			t.Logf("a publish on a fresh channel: %v", fresh.Publish(fctx, q, mq.Message{MessageId: "fresh", Body: []byte("fresh")}))
 			cancel()
 			fresh.Close()
 			t.Fatalf("no recovery within 90s of stopping %s: connection lost=%v, %s=%v, a confirm after it=%v, a delivery from another node=%v",

@@ -29,7 +29,7 @@ func consBroker(t testing.TB, urls ...string) (*mq.Broker, *testenv.LogRecorder)
 func consMessages(prefix string, n int) []mq.Message {
 	msgs := make([]mq.Message, n)
 	for i := range msgs {
-		msgs[i] = mq.Message{Body: []byte(fmt.Sprintf(`{"n":%d}`, i)), MessageID: fmt.Sprintf("%s-%d", prefix, i), ContentType: "application/json"}
+		msgs[i] = mq.Message{Body: []byte(fmt.Sprintf(`{"n":%d}`, i)), MessageId: fmt.Sprintf("%s-%d", prefix, i), ContentType: "application/json"}
 	}
 	return msgs
 }

@@ -187,7 +187,7 @@ func TestConsumerQueueDeletedAndRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer testenv.Stop(t, c)
-	testenv.Publish(t, b, q, mq.Message{MessageID: "before"})
+	testenv.Publish(t, b, q, mq.Message{MessageId: "before"})
 	consExpect(t, got, "before")
 
 	if _, err := b.DeleteQueue(testenv.Context(t, 10*time.Second), q); err != nil {
@@ -218,7 +218,7 @@ func TestConsumerQueueDeletedAndRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 5*time.Second, func() bool { return lg.Count("acemq.consumer.resubscribed") >= 1 }, "resubscribed")
-	testenv.Publish(t, b, q, mq.Message{MessageID: "after"})
+	testenv.Publish(t, b, q, mq.Message{MessageId: "after"})
 	consExpect(t, got, "after")
 }
 
@@ -258,7 +258,7 @@ func consExercise(t *testing.T, b *mq.Broker, q string, p retry.Policy, between 
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Publish(t, b, q, mq.Message{MessageID: "retry"}, mq.Message{MessageID: "park"}, mq.Message{MessageID: "dead"}, mq.Message{MessageID: "panic"})
+	testenv.Publish(t, b, q, mq.Message{MessageId: "retry"}, mq.Message{MessageId: "park"}, mq.Message{MessageId: "dead"}, mq.Message{MessageId: "panic"})
 	testenv.Eventually(t, 15*time.Second, func() bool {
 		return testenv.Count(t, b, topology.ParkedQueue(q)) == 1 && testenv.Count(t, b, topology.DeadLetterQueue(q)) == 1 && n.Load() >= 7
 	}, "every message handled")
@@ -354,7 +354,7 @@ func TestConsumerInProcessWaitCutShort(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		testenv.Publish(t, b, q, mq.Message{MessageID: "wait-stop"})
+		testenv.Publish(t, b, q, mq.Message{MessageId: "wait-stop"})
 		testenv.Eventually(t, 10*time.Second, func() bool { return calls.n() == 1 }, "the first attempt")
 		time.Sleep(100 * time.Millisecond) // into the 20 s wait
 		start := time.Now()
@@ -388,7 +388,7 @@ func TestConsumerInProcessWaitCutShort(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer testenv.Stop(t, c)
-		testenv.Publish(t, direct, q, mq.Message{MessageID: "wait-cut"})
+		testenv.Publish(t, direct, q, mq.Message{MessageId: "wait-cut"})
 		testenv.Eventually(t, 10*time.Second, func() bool { return calls.n() == 1 }, "the first attempt")
 		time.Sleep(100 * time.Millisecond)
 		proxy.Cut()

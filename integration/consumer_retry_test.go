@@ -49,7 +49,7 @@ func TestConsumerBrokerRungsThenSuccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer testenv.Stop(t, c)
-	testenv.Publish(t, b, q, mq.Message{Body: []byte("x"), MessageID: "rungs-1"})
+	testenv.Publish(t, b, q, mq.Message{Body: []byte("x"), MessageId: "rungs-1"})
 
 	testenv.Eventually(t, 15*time.Second, func() bool { return calls.n() >= 3 }, "3 calls; got %d", calls.n())
 	time.Sleep(300 * time.Millisecond) // a 4th call would be a bug
@@ -106,12 +106,12 @@ func TestConsumerExhaustedToDLQ(t *testing.T) {
 		ContentType:     "application/json",
 		ContentEncoding: "utf-8",
 		Priority:        2,
-		CorrelationID:   "corr-42",
+		CorrelationId:   "corr-42",
 		ReplyTo:         "goit.replies",
-		MessageID:       "msg-42",
+		MessageId:       "msg-42",
 		Timestamp:       ts,
 		Type:            "order.placed",
-		AppID:           "goit-shop",
+		AppId:           "goit-shop",
 		Headers: amqp.Table{
 			"x-tenant": "acme",
 			"x-count":  int32(7),
@@ -136,8 +136,8 @@ func TestConsumerExhaustedToDLQ(t *testing.T) {
 	}
 	d := got[0]
 	if string(d.Body) != string(sent.Body) || d.ContentType != sent.ContentType || d.ContentEncoding != sent.ContentEncoding ||
-		d.Priority != sent.Priority || d.CorrelationId != sent.CorrelationID || d.ReplyTo != sent.ReplyTo ||
-		d.MessageId != sent.MessageID || !d.Timestamp.Equal(ts) || d.Type != sent.Type || d.AppId != sent.AppID ||
+		d.Priority != sent.Priority || d.CorrelationId != sent.CorrelationId || d.ReplyTo != sent.ReplyTo ||
+		d.MessageId != sent.MessageId || !d.Timestamp.Equal(ts) || d.Type != sent.Type || d.AppId != sent.AppId ||
 		d.DeliveryMode != amqp.Persistent {
 		t.Errorf("the dead letter's body or properties changed:\n got %+v\nsent %+v", d, sent)
 	}
@@ -197,7 +197,7 @@ func TestConsumerParkAndReject(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer testenv.Stop(t, c)
-			testenv.Publish(t, b, q, mq.Message{Body: []byte("p"), MessageID: "mark-1", Headers: amqp.Table{"x-keep": "me"}})
+			testenv.Publish(t, b, q, mq.Message{Body: []byte("p"), MessageId: "mark-1", Headers: amqp.Table{"x-keep": "me"}})
 			target := tc.target(q)
 			testenv.Eventually(t, 10*time.Second, func() bool { return testenv.Count(t, b, target) == 1 }, "a message in %s", target)
 			time.Sleep(200 * time.Millisecond)
@@ -253,7 +253,7 @@ func TestConsumerWithoutDeclare(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer testenv.Stop(t, c)
-		testenv.Publish(t, b, q, mq.Message{Body: []byte("r"), MessageID: "rung-missing-1"})
+		testenv.Publish(t, b, q, mq.Message{Body: []byte("r"), MessageId: "rung-missing-1"})
 		testenv.Eventually(t, 10*time.Second, func() bool { return testenv.Count(t, b, dlq) == 1 }, "a message in %s", dlq)
 		recs := lg.All(mq.EventRungMissing)
 		if len(recs) != 1 || recs[0].Attrs["rung"] != topology.RetryQueue(q, time.Second) {
@@ -282,7 +282,7 @@ func TestConsumerWithoutDeclare(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		testenv.Publish(t, b, q, mq.Message{Body: []byte("r"), MessageID: "nothing-lost-1"})
+		testenv.Publish(t, b, q, mq.Message{Body: []byte("r"), MessageId: "nothing-lost-1"})
 		testenv.Eventually(t, 10*time.Second, func() bool { return lg.Count(mq.EventSetAsideFailed) >= 2 },
 			"%s logged twice", mq.EventSetAsideFailed)
 		testenv.Stop(t, c)
@@ -331,7 +331,7 @@ func TestConsumerPanicIsRetried(t *testing.T) {
 	}
 	defer testenv.Stop(t, c)
 
-	testenv.Publish(t, b, q, mq.Message{Body: []byte("1"), MessageID: "once"})
+	testenv.Publish(t, b, q, mq.Message{Body: []byte("1"), MessageId: "once"})
 	testenv.Eventually(t, 10*time.Second, func() bool { return calls.Load() >= 2 }, "a retry after the panic")
 	time.Sleep(200 * time.Millisecond)
 	if n := calls.Load(); n != 2 {
@@ -342,7 +342,7 @@ func TestConsumerPanicIsRetried(t *testing.T) {
 	}
 
 	calls.Store(0)
-	testenv.Publish(t, b, q, mq.Message{Body: []byte("2"), MessageID: "always"})
+	testenv.Publish(t, b, q, mq.Message{Body: []byte("2"), MessageId: "always"})
 	dlq := topology.DeadLetterQueue(q)
 	testenv.Eventually(t, 10*time.Second, func() bool { return testenv.Count(t, b, dlq) == 1 }, "the always-panicking message in %s", dlq)
 	if n := calls.Load(); n != int32(p.Attempts()) {

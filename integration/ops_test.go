@@ -46,8 +46,8 @@ func opsSetup(t testing.TB, b *mq.Broker) (q, dlq, parked string) {
 // source after 5 attempts.
 func opsDeadLetter(id, source string) mq.Message {
 	return mq.Message{
-		MessageID: id, Body: []byte(`{"order":"` + id + `"}`), ContentType: "application/json",
-		CorrelationID: "corr-" + id, Type: "order.placed", Timestamp: time.Unix(1700000000, 0),
+		MessageId: id, Body: []byte(`{"order":"` + id + `"}`), ContentType: "application/json",
+		CorrelationId: "corr-" + id, Type: "order.placed", Timestamp: time.Unix(1700000000, 0),
 		Headers: amqp.Table{
 			mq.HeaderAttempt:     int32(5),
 			mq.HeaderSourceQueue: source,
@@ -117,7 +117,7 @@ func TestOpsReplayMovesEverything(t *testing.T) {
 		}
 		seen[d.MessageId] = true
 		want := opsDeadLetter(d.MessageId, q)
-		if string(d.Body) != string(want.Body) || d.ContentType != want.ContentType || d.CorrelationId != want.CorrelationID ||
+		if string(d.Body) != string(want.Body) || d.ContentType != want.ContentType || d.CorrelationId != want.CorrelationId ||
 			d.Type != want.Type || !d.Timestamp.Equal(want.Timestamp) || d.DeliveryMode != amqp.Persistent {
 			t.Errorf("%s: properties changed: %+v", d.MessageId, d)
 		}
@@ -265,7 +265,7 @@ func TestOpsReplaySkipsWhatItCannotPlace(t *testing.T) {
 	}
 	for _, s := range res.Skipped {
 		if !errors.Is(s.Err, ops.ErrNoSource) {
-			t.Errorf("skipped %s: %v", s.MessageID, s.Err)
+			t.Errorf("skipped %s: %v", s.MessageId, s.Err)
 		}
 	}
 	testenv.WaitCount(t, b, holding, 2, 10*time.Second)
@@ -321,7 +321,7 @@ func TestOpsPeekLeavesTheQueueUnchanged(t *testing.T) {
 		t.Fatalf("peek: %d, %v", len(got), err)
 	}
 	for i, p := range got {
-		if p.MessageID != fmt.Sprintf("m%04d", i) || p.Position != i+1 || p.Attempt != 5 || p.Reason != "exhausted" ||
+		if p.MessageId != fmt.Sprintf("m%04d", i) || p.Position != i+1 || p.Attempt != 5 || p.Reason != "exhausted" ||
 			p.Error != "db down" || p.SourceQueue != q || !p.FailedAt.Equal(time.Unix(1700000100, 0)) ||
 			p.Preview != fmt.Sprintf(`{"order":"m%04d"}`, i) || p.Headers["x-tenant"] != "acme" {
 			t.Errorf("peeked %d: %+v", i, p)

@@ -76,7 +76,7 @@ func otelBenchConsume(b *testing.B, prefetch int) {
 		pub := brk.Publisher("")
 		defer pub.Close()
 		for i := range msgs {
-			msgs[i].MessageID = "" // a fresh id each round
+			msgs[i].MessageId = "" // a fresh id each round
 			msgs[i].Headers = nil
 		}
 		if err := pub.PublishBatch(testenv.Context(b, time.Minute), q, msgs); err != nil {

@@ -225,7 +225,7 @@ func (r *otelRig) life() (string, []trace.SpanContext) {
 		mu.Unlock()
 		return fmt.Errorf("attempt %d: %w", d.Attempt(), errors.New("payment service down"))
 	}, middleware.Standard(otelPolicy()))
-	r.publish(q, mq.Message{Body: []byte("hello"), CorrelationID: "corr-1"})
+	r.publish(q, mq.Message{Body: []byte("hello"), CorrelationId: "corr-1"})
 	r.waitSpans("process "+q, 3)
 	r.stop(c)
 	mu.Lock()

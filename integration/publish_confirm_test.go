@@ -86,7 +86,7 @@ func TestPublishReturnsCorrelatedUnderConcurrency(t *testing.T) {
 				}
 				// The same message id on both sides: correlation must not
 				// rest on ids alone.
-				errs[i] = pub.Publish(ctx, key, mq.Message{MessageID: fmt.Sprintf("m-%d", i/3), Body: []byte("x"),
+				errs[i] = pub.Publish(ctx, key, mq.Message{MessageId: fmt.Sprintf("m-%d", i/3), Body: []byte("x"),
 					Headers: amqp.Table{"i": int32(i)}})
 			}
 		}()
@@ -253,7 +253,7 @@ func TestPublishBatchReportsEachMessage(t *testing.T) {
 
 	msgs := make([]mq.Message, 500)
 	for i := range msgs {
-		msgs[i] = mq.Message{MessageID: fmt.Sprintf("b-%d", i), Body: []byte("x")}
+		msgs[i] = mq.Message{MessageId: fmt.Sprintf("b-%d", i), Body: []byte("x")}
 	}
 	if err := pub.PublishBatch(ctx, q, msgs); err != nil {
 		t.Fatalf("PublishBatch: %v", err)
@@ -298,7 +298,7 @@ func TestPublishWaitsWhileBlocked(t *testing.T) {
 		t.Fatalf("publish while blocked: %v; want the deadline, with the broker's reason", err)
 	}
 	res := make(chan error, 1)
-	go func() { res <- pub.Publish(ctx, q, mq.Message{MessageID: "waited"}) }()
+	go func() { res <- pub.Publish(ctx, q, mq.Message{MessageId: "waited"}) }()
 	select {
 	case err := <-res:
 		t.Fatalf("publish went through while blocked: %v", err)
@@ -321,7 +321,7 @@ func TestPublishWaitsWhileBlocked(t *testing.T) {
 	// unblocked, and the waiting publish goes out on it.
 	p.SendBlocked("disk alarm (made up)")
 	testenv.Eventually(t, 5*time.Second, b.Blocked, "not blocked")
-	go func() { res <- pub.Publish(ctx, q, mq.Message{MessageID: "after-cut"}) }()
+	go func() { res <- pub.Publish(ctx, q, mq.Message{MessageId: "after-cut"}) }()
 	time.Sleep(100 * time.Millisecond)
 	p.Cut()
 	select {

@@ -42,7 +42,7 @@ func TestPublishSurvivesCuts(t *testing.T) {
 				if i >= total {
 					return
 				}
-				err := pub.Publish(ctx, q, mq.Message{MessageID: fmt.Sprintf("f-%05d", i), Body: []byte("payload")})
+				err := pub.Publish(ctx, q, mq.Message{MessageId: fmt.Sprintf("f-%05d", i), Body: []byte("payload")})
 				if err != nil {
 					if failures.Add(1) <= 5 {
 						t.Errorf("publish %d: %v", i, err)
@@ -108,7 +108,7 @@ func TestPublishConfirmLostInCutIsResent(t *testing.T) {
 
 	// Warm up: the channel's sequence numbers are well past 1.
 	for i := range 10 {
-		if err := pub.Publish(ctx, q, mq.Message{MessageID: fmt.Sprintf("w-%d", i)}); err != nil {
+		if err := pub.Publish(ctx, q, mq.Message{MessageId: fmt.Sprintf("w-%d", i)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := pub.Publish(ctx, full, mq.Message{}); !errors.Is(err, mq.ErrNacked) {
@@ -119,9 +119,9 @@ func TestPublishConfirmLostInCutIsResent(t *testing.T) {
 	// The broker's answers stop reaching us; the message gets in.
 	p.Stall(false, true)
 	res := make(chan error, 2)
-	go func() { res <- pub.Publish(ctx, q, mq.Message{MessageID: "lost-confirm"}) }()
+	go func() { res <- pub.Publish(ctx, q, mq.Message{MessageId: "lost-confirm"}) }()
 	go func() {
-		err := pub.Publish(ctx, full, mq.Message{MessageID: "lost-nack"})
+		err := pub.Publish(ctx, full, mq.Message{MessageId: "lost-nack"})
 		if !errors.Is(err, mq.ErrNacked) {
 			err = fmt.Errorf("publish to the full queue: %v; want ErrNacked", err)
 		} else {
@@ -155,9 +155,9 @@ func TestPublishConfirmLostInCutIsResent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if i%2 == 0 {
-				errs[i] = pub.Publish(ctx, q, mq.Message{MessageID: fmt.Sprintf("a-%d", i)})
+				errs[i] = pub.Publish(ctx, q, mq.Message{MessageId: fmt.Sprintf("a-%d", i)})
 			} else {
-				errs[i] = pub.Publish(ctx, full, mq.Message{MessageID: fmt.Sprintf("a-%d", i)})
+				errs[i] = pub.Publish(ctx, full, mq.Message{MessageId: fmt.Sprintf("a-%d", i)})
 			}
 		}()
 	}
@@ -198,7 +198,7 @@ func TestPublishBatchSurvivesCut(t *testing.T) {
 		for bi := range batches {
 			msgs := make([]mq.Message, size)
 			for i := range msgs {
-				msgs[i] = mq.Message{MessageID: fmt.Sprintf("b-%d-%d", bi, i), Body: []byte("x")}
+				msgs[i] = mq.Message{MessageId: fmt.Sprintf("b-%d-%d", bi, i), Body: []byte("x")}
 			}
 			if err := pub.PublishBatch(ctx, q, msgs); err != nil {
 				done <- fmt.Errorf("batch %d: %w", bi, err)
@@ -260,7 +260,7 @@ func TestPublishShortContextsAcrossCuts(t *testing.T) {
 				}
 				id := fmt.Sprintf("s-%d-%d", w, i)
 				pctx, cancel := context.WithTimeout(ctx, time.Duration(20+i%50)*time.Millisecond)
-				err := pub.Publish(pctx, q, mq.Message{MessageID: id})
+				err := pub.Publish(pctx, q, mq.Message{MessageId: id})
 				cancel()
 				switch {
 				case err == nil:

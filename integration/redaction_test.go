@@ -238,7 +238,7 @@ func TestRedactionPasswordNeverShows(t *testing.T) {
 		}
 		pub := b.Publisher("")
 		for _, body := range []string{"ok", "fail", "park"} {
-			if err := pub.Publish(ctx, q, mq.Message{Body: []byte(body), MessageID: body}); err != nil {
+			if err := pub.Publish(ctx, q, mq.Message{Body: []byte(body), MessageId: body}); err != nil {
 				t.Fatalf("publish %s: %v", body, err)
 			}
 		}

@@ -218,7 +218,7 @@ func TestTLS(t *testing.T) {
 		})
 		pub := b.Publisher("")
 		defer pub.Close()
-		if err := pub.Publish(ctx, q, mq.Message{Body: []byte("over TLS"), MessageID: "tls-1"}); err != nil {
+		if err := pub.Publish(ctx, q, mq.Message{Body: []byte("over TLS"), MessageId: "tls-1"}); err != nil {
 			t.Fatalf("publish: %v", err)
 		}
 		got := make(chan string, 1)

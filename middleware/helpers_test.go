@@ -160,9 +160,9 @@ func sample(headers amqp.Table) amqp.Delivery {
 func sameProperties(t *testing.T, d amqp.Delivery, m mq.Message) {
 	t.Helper()
 	if string(m.Body) != string(d.Body) || m.ContentType != d.ContentType || m.ContentEncoding != d.ContentEncoding ||
-		m.DeliveryMode != d.DeliveryMode || m.Priority != d.Priority || m.CorrelationID != d.CorrelationId ||
-		m.ReplyTo != d.ReplyTo || m.MessageID != d.MessageId || !m.Timestamp.Equal(d.Timestamp) ||
-		m.Type != d.Type || m.AppID != d.AppId || m.Expiration != d.Expiration || m.UserID != d.UserId {
+		m.DeliveryMode != d.DeliveryMode || m.Priority != d.Priority || m.CorrelationId != d.CorrelationId ||
+		m.ReplyTo != d.ReplyTo || m.MessageId != d.MessageId || !m.Timestamp.Equal(d.Timestamp) ||
+		m.Type != d.Type || m.AppId != d.AppId || m.Expiration != d.Expiration || m.UserId != d.UserId {
 		t.Errorf("the hop changed the message:\n got %+v\nfrom %+v", m, d)
 	}
 	for k, v := range d.Headers {

@@ -399,7 +399,7 @@ func (c *Consumer) work(sub *subscription) {
 
 func (c *Consumer) handle(sub *subscription, raw amqp.Delivery) {
 	raw.Acknowledger = nil // settlement belongs to the runtime
-	d := &Delivery{Delivery: raw, queue: c.queue, attempt: AttemptOf(raw.Headers), sub: sub, c: c}
+	d := &Delivery{envelope: envelope(raw), queue: c.queue, attempt: AttemptOf(raw.Headers), sub: sub, c: c}
 	ctx := sub.ctx
 	hooks := c.b.hooks.delivery
 	for _, h := range hooks {

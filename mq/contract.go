@@ -26,6 +26,13 @@ const (
 	// republished the message, so the next delivery can link to it while
 	// traceparent keeps pointing at the message's creation.
 	HeaderHopTraceparent = "x-acemq-hop-traceparent"
+	// HeaderOriginalExchange and HeaderOriginalRoutingKey are the exchange
+	// and routing key the message was first delivered with, written by its
+	// first hop and kept by every later hop and by replay, so a handler sees
+	// the same origin on attempt 5 as on attempt 1 (Delivery.Exchange and
+	// Delivery.RoutingKey read them). Optional extensions of the contract.
+	HeaderOriginalExchange   = "x-acemq-original-exchange"
+	HeaderOriginalRoutingKey = "x-acemq-original-routing-key"
 )
 
 // MaxErrorHeader caps HeaderError, in bytes.

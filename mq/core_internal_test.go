@@ -87,11 +87,11 @@ func TestMessageDefaults(t *testing.T) {
 	if p.DeliveryMode != amqp.Persistent || p.MessageId == "" || p.Timestamp.Before(before) {
 		t.Errorf("defaults not applied: %+v", p)
 	}
-	if m.MessageID != p.MessageId || !m.Timestamp.Equal(p.Timestamp) {
+	if m.MessageId != p.MessageId || !m.Timestamp.Equal(p.Timestamp) {
 		t.Errorf("the message does not learn its id and timestamp: %+v", m)
 	}
 	ts := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
-	m = Message{DeliveryMode: amqp.Transient, MessageID: "mine", Timestamp: ts}
+	m = Message{DeliveryMode: amqp.Transient, MessageId: "mine", Timestamp: ts}
 	p = m.publishing()
 	if p.DeliveryMode != amqp.Transient || p.MessageId != "mine" || !p.Timestamp.Equal(ts) {
 		t.Errorf("set values overridden: %+v", p)

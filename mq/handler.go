@@ -106,13 +106,15 @@ func (s *Subscription) RetryPolicy() retry.Policy {
 	return retry.Policy{}
 }
 
-// Delivery is one message as a consumer received it: the amqp091-go
-// delivery (its fields by their amqp091-go names: d.Body, d.Headers,
-// d.MessageId, d.CorrelationId, d.RoutingKey, d.Redelivered, …), the queue
-// it came from and its attempt number. It is stamped with the channel it
-// came on; the runtime settles it there, and never on a later channel.
+// Delivery is one message as a consumer received it: the fields of the
+// amqp091-go delivery by their amqp091-go names (d.Body, d.Headers,
+// d.MessageId, d.CorrelationId, d.ContentType, d.Exchange, d.RoutingKey,
+// d.Redelivered, d.DeliveryTag, …), the queue it came from and its attempt
+// number. It is stamped with the channel it came on; the runtime settles it
+// there, and never on a later channel. It has no Ack, Nack or Reject:
+// settlement belongs to the runtime, and the handler's error decides it.
 type Delivery struct {
-	amqp.Delivery
+	envelope
 
 	queue   string
 	attempt int
@@ -127,6 +129,11 @@ type Delivery struct {
 	log     *slog.Logger
 	emit    func(ctx context.Context, e Event)
 }
+
+// envelope is amqp.Delivery without its methods: its fields are promoted
+// into Delivery, its Ack/Nack/Reject (which would bypass the runtime and
+// always fail, the acknowledger being withheld) are not.
+type envelope amqp.Delivery
 
 // Queue is the queue the delivery came from.
 func (d *Delivery) Queue() string { return d.queue }
@@ -172,7 +179,7 @@ func (d *Delivery) Logger() *slog.Logger {
 
 // Message copies the delivery for republishing: body and properties
 // unchanged, headers copied.
-func (d *Delivery) Message() Message { return MessageOf(d.Delivery) }
+func (d *Delivery) Message() Message { return MessageOf(amqp.Delivery(d.envelope)) }
 
 // Forward republishes the delivery — body and properties unchanged, with
 // set added to its headers — to queue through the default exchange,

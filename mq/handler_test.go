@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -168,7 +169,7 @@ func TestTestDelivery(t *testing.T) {
 	if gotQueue != "orders.dlq" || gotKind != mq.HopDeadLetter {
 		t.Errorf("forwarded to %q as %q", gotQueue, gotKind)
 	}
-	if string(got.Body) != "body" || got.ContentType != "text/plain" || got.CorrelationID != "c1" || got.MessageID != "m1" {
+	if string(got.Body) != "body" || got.ContentType != "text/plain" || got.CorrelationId != "c1" || got.MessageId != "m1" {
 		t.Errorf("forwarded message changed: %+v", got)
 	}
 	if got.Headers["x-new"] != "n" || got.Headers["k"] != "over" || got.Headers[mq.HeaderAttempt] != int32(4) {
@@ -297,4 +298,37 @@ func (s *subscribeCounter) Handle(ctx context.Context, d *mq.Delivery) error {
 func (s *subscribeCounter) Subscribe(context.Context, *mq.Subscription) error {
 	*s.n++
 	return nil
+}
+
+// A Delivery must not offer settlement methods: amqp091-go's would always
+// fail (the runtime withholds the acknowledger) and would bypass the
+// runtime's settle-once, on-its-own-channel rule.
+func TestDeliveryHasNoSettlementMethods(t *testing.T) {
+	for _, typ := range []reflect.Type{reflect.TypeOf(mq.Delivery{}), reflect.TypeOf(&mq.Delivery{})} {
+		for _, m := range []string{"Ack", "Nack", "Reject"} {
+			if _, ok := typ.MethodByName(m); ok {
+				t.Errorf("%v has a %s method; settlement belongs to the runtime", typ, m)
+			}
+		}
+	}
+	d := mq.NewTestDelivery("q", amqp.Delivery{MessageId: "m-1", RoutingKey: "rk", Body: []byte("b")})
+	if d.MessageId != "m-1" || d.RoutingKey != "rk" || string(d.Body) != "b" {
+		t.Errorf("the amqp091-go fields are not promoted: %+v", d)
+	}
+}
+
+// The message id has one spelling on both sides of the library: the
+// amqp091-go one a Delivery carries.
+func TestMessageAndDeliverySpellTheIdsAlike(t *testing.T) {
+	msg := reflect.TypeOf(mq.Message{})
+	del := reflect.TypeOf(amqp.Delivery{})
+	for i := range msg.NumField() {
+		f := msg.Field(i)
+		if !f.IsExported() || f.Name == "Body" || f.Name == "Headers" {
+			continue
+		}
+		if _, ok := del.FieldByName(f.Name); !ok {
+			t.Errorf("Message.%s has no field of the same name on a delivery", f.Name)
+		}
+	}
 }

@@ -14,7 +14,7 @@ import (
 // as amqp091-go names them on a delivery.
 //
 // Defaults for a new message: persistent (DeliveryMode 0 means
-// amqp.Persistent; set amqp.Transient to opt out), a unique MessageID and the
+// amqp.Persistent; set amqp.Transient to opt out), a unique MessageId and the
 // current Timestamp when those are empty. A message copied from a delivery
 // (Delivery.Message, MessageOf) keeps its properties exactly as they were.
 type Message struct {
@@ -24,14 +24,14 @@ type Message struct {
 	// DeliveryMode: 0 (default) is persistent, amqp.Transient is transient.
 	DeliveryMode  uint8
 	Priority      uint8
-	CorrelationID string
+	CorrelationId string
 	ReplyTo       string
 	Expiration    string
-	MessageID     string
+	MessageId     string
 	Timestamp     time.Time
 	Type          string
-	UserID        string
-	AppID         string
+	UserId        string
+	AppId         string
 	Headers       amqp.Table
 
 	verbatim bool
@@ -47,14 +47,14 @@ func MessageOf(d amqp.Delivery) Message {
 		ContentEncoding: d.ContentEncoding,
 		DeliveryMode:    d.DeliveryMode,
 		Priority:        d.Priority,
-		CorrelationID:   d.CorrelationId,
+		CorrelationId:   d.CorrelationId,
 		ReplyTo:         d.ReplyTo,
 		Expiration:      d.Expiration,
-		MessageID:       d.MessageId,
+		MessageId:       d.MessageId,
 		Timestamp:       d.Timestamp,
 		Type:            d.Type,
-		UserID:          d.UserId,
-		AppID:           d.AppId,
+		UserId:          d.UserId,
+		AppId:           d.AppId,
 		Headers:         cloneHeaders(d.Headers),
 		verbatim:        true,
 	}
@@ -69,14 +69,14 @@ func (m *Message) publishing() amqp.Publishing {
 		ContentEncoding: m.ContentEncoding,
 		DeliveryMode:    m.DeliveryMode,
 		Priority:        m.Priority,
-		CorrelationId:   m.CorrelationID,
+		CorrelationId:   m.CorrelationId,
 		ReplyTo:         m.ReplyTo,
 		Expiration:      m.Expiration,
-		MessageId:       m.MessageID,
+		MessageId:       m.MessageId,
 		Timestamp:       m.Timestamp,
 		Type:            m.Type,
-		UserId:          m.UserID,
-		AppId:           m.AppID,
+		UserId:          m.UserId,
+		AppId:           m.AppId,
 		Body:            m.Body,
 	}
 	if m.verbatim {
@@ -87,7 +87,7 @@ func (m *Message) publishing() amqp.Publishing {
 	}
 	if p.MessageId == "" {
 		p.MessageId = NewMessageID()
-		m.MessageID = p.MessageId
+		m.MessageId = p.MessageId
 	}
 	if p.Timestamp.IsZero() {
 		p.Timestamp = time.Now()

@@ -484,7 +484,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 			if failed == nil {
 				s := &slots[i]
 				m := msgs[i]
-				m.MessageID, m.Timestamp, m.Headers = s.id, s.ts, s.headers
+				m.MessageId, m.Timestamp, m.Headers = s.id, s.ts, s.headers
 				s.f, failed = p.write(ctx, routingKey, m.publishing())
 			}
 			if failed != nil {

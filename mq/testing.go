@@ -34,7 +34,7 @@ func TestEvents(fn func(ctx context.Context, e Event)) TestOption {
 // Without TestForward, Forward fails with ErrClosed.
 func NewTestDelivery(queue string, raw amqp.Delivery, opts ...TestOption) *Delivery {
 	raw.Acknowledger = nil
-	d := &Delivery{Delivery: raw, queue: queue, attempt: AttemptOf(raw.Headers)}
+	d := &Delivery{envelope: envelope(raw), queue: queue, attempt: AttemptOf(raw.Headers)}
 	for _, o := range opts {
 		o(d)
 	}

@@ -39,6 +39,6 @@ func ExamplePeek() {
 	}
 	for _, m := range msgs {
 		fmt.Printf("%s attempt=%d reason=%s error=%q from=%s: %s\n",
-			m.MessageID, m.Attempt, m.Reason, m.Error, m.SourceQueue, m.Preview)
+			m.MessageId, m.Attempt, m.Reason, m.Error, m.SourceQueue, m.Preview)
 	}
 }

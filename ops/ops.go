@@ -110,11 +110,11 @@ type Peeked struct {
 	Queue    string
 	Position int
 
-	MessageID     string
-	CorrelationID string
+	MessageId     string
+	CorrelationId string
 	ContentType   string
 	Type          string
-	AppID         string
+	AppId         string
 	Timestamp     time.Time // zero when the message has none
 	RoutingKey    string    // the key it was last published with
 	Redelivered   bool
@@ -178,8 +178,8 @@ func peeked(queue string, pos int, d amqp.Delivery) Peeked {
 	h := d.Headers
 	p := Peeked{
 		Queue: queue, Position: pos,
-		MessageID: d.MessageId, CorrelationID: d.CorrelationId, ContentType: d.ContentType,
-		Type: d.Type, AppID: d.AppId, Timestamp: d.Timestamp, RoutingKey: d.RoutingKey,
+		MessageId: d.MessageId, CorrelationId: d.CorrelationId, ContentType: d.ContentType,
+		Type: d.Type, AppId: d.AppId, Timestamp: d.Timestamp, RoutingKey: d.RoutingKey,
 		Redelivered: d.Redelivered,
 		Attempt:     mq.AttemptOf(h),
 		Body:        d.Body,

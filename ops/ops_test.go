@@ -118,7 +118,7 @@ func TestPeeked(t *testing.T) {
 		Body: []byte(`{"order":42}`),
 	}
 	p := peeked("orders.dlq", 3, d)
-	if p.Queue != "orders.dlq" || p.Position != 3 || p.MessageID != "m1" || !p.Redelivered ||
+	if p.Queue != "orders.dlq" || p.Position != 3 || p.MessageId != "m1" || !p.Redelivered ||
 		p.Attempt != 4 || p.Reason != "exhausted" || p.Error != "db down" || !p.FailedAt.Equal(at) ||
 		p.SourceQueue != "orders" || p.ReplayedFrom != "orders.parked" || !p.ReplayedAt.Equal(at) ||
 		p.Preview != `{"order":42}` || len(p.Headers) != 7 {

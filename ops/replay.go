@@ -82,7 +82,7 @@ type ReplayResult struct {
 
 // Skipped is a message Replay left where it was.
 type Skipped struct {
-	MessageID string
+	MessageId string
 	Err       error
 }
 
@@ -164,7 +164,7 @@ func Replay(ctx context.Context, b *mq.Broker, from string, opts ReplayOptions) 
 			if err != nil {
 				// Held unacknowledged until the channel closes, so the next
 				// get moves on; then it returns to where it was.
-				res.Skipped = append(res.Skipped, Skipped{MessageID: d.MessageId, Err: err})
+				res.Skipped = append(res.Skipped, Skipped{MessageId: d.MessageId, Err: err})
 				log.Warn("acemq.replay.skipped", "queue", from, "message_id", d.MessageId, "error", err)
 				progress(opts, res)
 				continue

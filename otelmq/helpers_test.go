@@ -58,8 +58,8 @@ func (r *rig) publish(ctx context.Context, exchange, key string, m mq.Message, h
 	if m.Headers == nil {
 		m.Headers = amqp.Table{}
 	}
-	if m.MessageID == "" {
-		m.MessageID = mq.NewMessageID()
+	if m.MessageId == "" {
+		m.MessageId = mq.NewMessageID()
 	}
 	p := &mq.Publishing{Exchange: exchange, RoutingKey: key, Mandatory: exchange == "", Hop: hop, Message: &m, Server: server}
 	hctx := r.ins.OnPublish(ctx, p)
@@ -86,7 +86,7 @@ func (r *rig) next(queue string) *mq.Delivery {
 	r.queues[queue] = msgs[1:]
 	r.tag++
 	raw := amqp.Delivery{
-		Headers: m.Headers, MessageId: m.MessageID, CorrelationId: m.CorrelationID,
+		Headers: m.Headers, MessageId: m.MessageId, CorrelationId: m.CorrelationId,
 		Body: m.Body, DeliveryTag: r.tag, RoutingKey: queue,
 	}
 	return mq.NewTestDelivery(queue, raw, mq.TestForward(r.forward), mq.TestEvents(r.ins.OnEvent))

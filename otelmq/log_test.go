@@ -35,7 +35,7 @@ func TestLogInsideAHandlerCarriesTheSpan(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(otelmq.LogHandler(slog.NewJSONHandler(&buf, nil))).With("service", "shipping")
 	var sc trace.SpanContext
-	r.queues["orders"] = []mq.Message{{MessageID: "m1", Body: []byte("secret body"), Headers: amqp.Table{}}}
+	r.queues["orders"] = []mq.Message{{MessageId: "m1", Body: []byte("secret body"), Headers: amqp.Table{}}}
 	r.deliver(r.next("orders"), func(ctx context.Context, d *mq.Delivery) error {
 		sc = trace.SpanContextFromContext(ctx)
 		log.InfoContext(ctx, "handling", "message_id", d.MessageId)

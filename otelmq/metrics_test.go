@@ -144,7 +144,7 @@ func TestMetricsOfAMessageLife(t *testing.T) {
 // a metric attribute.
 func TestMetricsOfAnAck(t *testing.T) {
 	r := newRig(t)
-	r.queues["amq.gen-abc"] = []mq.Message{{MessageID: "m1"}}
+	r.queues["amq.gen-abc"] = []mq.Message{{MessageId: "m1"}}
 	r.deliver(r.next("amq.gen-abc"), func(context.Context, *mq.Delivery) error { return nil }, 0, mq.HopNone, "")
 	got := r.collect()
 	metricdatatest.AssertEqual(t, metricdata.Metrics{

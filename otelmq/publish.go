@@ -122,11 +122,11 @@ func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.Publishing) con
 		attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(p.RoutingKey))
 	}
 	if m := p.Message; m != nil {
-		if m.MessageID != "" {
-			attrs = append(attrs, semconv.MessagingMessageID(m.MessageID))
+		if m.MessageId != "" {
+			attrs = append(attrs, semconv.MessagingMessageID(m.MessageId))
 		}
-		if m.CorrelationID != "" {
-			attrs = append(attrs, semconv.MessagingMessageConversationID(m.CorrelationID))
+		if m.CorrelationId != "" {
+			attrs = append(attrs, semconv.MessagingMessageConversationID(m.CorrelationId))
 		}
 	}
 

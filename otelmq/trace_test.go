@@ -27,7 +27,7 @@ import (
 // lettered. It returns the traceparent the application's publish wrote.
 func (r *rig) life() string {
 	r.t.Helper()
-	if err := r.publish(context.Background(), "", "orders", mq.Message{Body: []byte("hello"), CorrelationID: "corr-1"}, mq.HopNone, nil); err != nil {
+	if err := r.publish(context.Background(), "", "orders", mq.Message{Body: []byte("hello"), CorrelationId: "corr-1"}, mq.HopNone, nil); err != nil {
 		r.t.Fatal(err)
 	}
 	tp, _ := r.queues["orders"][0].Headers["traceparent"].(string)
@@ -333,7 +333,7 @@ func TestDeliveryReadsBytesHeaders(t *testing.T) {
 // its first hop writes one, so later deliveries share a trace.
 func TestUninstrumentedProducer(t *testing.T) {
 	r := newRig(t)
-	r.queues["orders"] = []mq.Message{{MessageID: "m1", Headers: amqp.Table{}}}
+	r.queues["orders"] = []mq.Message{{MessageId: "m1", Headers: amqp.Table{}}}
 	r.deliver(r.next("orders"), failing, 0, mq.HopRetry, "orders.retry.1s")
 	r.expire("orders.retry.1s", "orders")
 	r.deliver(r.next("orders"), func(context.Context, *mq.Delivery) error { return nil }, 0, mq.HopNone, "")
@@ -377,7 +377,7 @@ func TestReplayJoinsTheMessageTrace(t *testing.T) {
 // publishes, whose messages get a creation context of their own.
 func TestHandlerWorkNestsUnderTheDelivery(t *testing.T) {
 	r := newRig(t)
-	r.queues["orders"] = []mq.Message{{MessageID: "m1", Headers: amqp.Table{}}}
+	r.queues["orders"] = []mq.Message{{MessageId: "m1", Headers: amqp.Table{}}}
 	r.deliver(r.next("orders"), func(ctx context.Context, d *mq.Delivery) error {
 		return r.publish(ctx, "shipping", "order.placed", mq.Message{Body: []byte("x")}, mq.HopNone, nil)
 	}, 0, mq.HopNone, "")
@@ -497,7 +497,7 @@ func TestSampledOut(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()), sdktrace.WithSpanProcessor(sr))
 	r := newRig(t, otelmq.WithTracerProvider(tp))
 	r.life()
-	r.queues["orders"] = []mq.Message{{MessageID: "m2", Headers: amqp.Table{}}}
+	r.queues["orders"] = []mq.Message{{MessageId: "m2", Headers: amqp.Table{}}}
 	r.deliver(r.next("orders"), failing, 1, mq.HopPark, "orders.parked")
 	if n := len(sr.Ended()); n != 0 {
 		t.Errorf("%d spans recorded with NeverSample", n)
@@ -534,7 +534,7 @@ func TestAttemptsStayOnTheProcessSpan(t *testing.T) {
 // them; a first attempt that succeeds is not.
 func TestAttemptEvents(t *testing.T) {
 	r := newRig(t)
-	r.queues["orders"] = []mq.Message{{MessageID: "m1", Headers: amqp.Table{}}}
+	r.queues["orders"] = []mq.Message{{MessageId: "m1", Headers: amqp.Table{}}}
 	r.deliver(r.next("orders"), func(_ context.Context, d *mq.Delivery) error {
 		if d.Attempt() < 3 {
 			return fmt.Errorf("attempt %d: %w", d.Attempt(), mq.ErrUnroutable)

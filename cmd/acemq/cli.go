@@ -194,7 +194,7 @@ func (c *peekCmd) Run(e *env) error {
 }
 
 func printPeeked(w io.Writer, m ops.Peeked) {
-	fmt.Fprintf(w, "#%d  message-id=%s", m.Position, orNone(m.MessageID))
+	fmt.Fprintf(w, "#%d  message-id=%s", m.Position, orNone(m.MessageId))
 	if m.ContentType != "" {
 		fmt.Fprintf(w, "  content-type=%s", m.ContentType)
 	}
@@ -317,7 +317,7 @@ func printReplay(w io.Writer, res ops.ReplayResult) {
 	}
 	fmt.Fprintln(w)
 	for _, s := range res.Skipped {
-		fmt.Fprintf(w, "  left in %s: message %s: %v\n", res.From, orNone(s.MessageID), s.Err)
+		fmt.Fprintf(w, "  left in %s: message %s: %v\n", res.From, orNone(s.MessageId), s.Err)
 	}
 	if res.Duplicates > 0 {
 		fmt.Fprintf(w, "  %d message(s) are now in their target and still in %s (ack lost after the republish)\n", res.Duplicates, res.From)

@@ -89,7 +89,7 @@ func TestPrintReplay(t *testing.T) {
 	var b bytes.Buffer
 	printReplay(&b, ops.ReplayResult{From: "orders.dlq", Total: 5, Moved: 4,
 		Targets: map[string]int{"orders": 3, "billing": 1},
-		Skipped: []ops.Skipped{{MessageID: "m9", Err: errors.New("no source")}}})
+		Skipped: []ops.Skipped{{MessageId: "m9", Err: errors.New("no source")}}})
 	want := "moved 4 of 5 message(s) from orders.dlq: 1 to billing, 3 to orders\n  left in orders.dlq: message m9: no source\n"
 	if b.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)

@@ -96,7 +96,7 @@ func publishOrders(log *slog.Logger, progress *tracker) func(fx.Lifecycle, *mq.B
 			p = b.Publisher(exchange)
 			for _, o := range orders {
 				body, _ := json.Marshal(o)
-				err := p.Publish(ctx, "order.placed", mq.Message{Body: body, ContentType: "application/json", CorrelationID: o.ID})
+				err := p.Publish(ctx, "order.placed", mq.Message{Body: body, ContentType: "application/json", CorrelationId: o.ID})
 				if err != nil {
 					return fmt.Errorf("publish order %s: %w", o.ID, err)
 				}
