@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -15,14 +14,21 @@ import (
 
 // RetryLadder runs p against the handler's errors. After failed attempt k:
 //
-//   - a wait of at most p's in-process limit is waited here, then the
-//     handler is called again (the next attempt); Stop or a lost channel cuts
-//     the wait short and the message is requeued, not lost;
-//   - a longer wait republishes the message, unchanged but for
-//     x-acemq-attempt = k+1 and x-acemq-source-queue, to the broker rung
-//     <queue>.retry.<wait>, which brings it back after the wait;
+//   - a wait of at most p's in-process limit is waited here
+//     (mq.Delivery.Wait: the delivery stays unacknowledged and its worker
+//     goes on with the rest of the queue), then the handler is called again,
+//     as the next attempt, inside the same middleware call;
+//   - a longer wait republishes the message, x-acemq-attempt = k+1 and
+//     x-acemq-source-queue added, to the broker rung <queue>.retry.<wait>,
+//     which brings it back after the wait;
 //   - when every attempt is used, the message goes to <queue>.dlq with the
 //     failure headers (reason "exhausted").
+//
+// A wait cut short keeps the attempts used: when the consumer stops, the
+// message is republished to its own queue with the next attempt before the
+// original is acknowledged; when the channel is lost (nothing can be
+// acknowledged), the consumer remembers the attempt for the redelivery,
+// and a quorum queue's x-delivery-count counts it after a restart.
 //
 // The original is acknowledged only after the hop's publish is confirmed
 // and not returned. A rung that does not exist (the publish comes back
@@ -31,7 +37,8 @@ import (
 // set-aside returns the original to its queue after a pause.
 //
 // Errors marked Park or Reject are never retried: they pass through for
-// Parking. An mq.Requeue error passes through too.
+// Parking. An mq.Requeue error passes through too. A panic inside the
+// ladder (a classifier's, say) is a failed attempt like any other.
 func RetryLadder(p retry.Policy) mq.Middleware {
 	return func(next mq.Handler) mq.Handler { return &ladder{next: next, p: p} }
 }
@@ -55,7 +62,7 @@ func (l *ladder) Subscribe(_ context.Context, s *mq.Subscription) error {
 
 func (l *ladder) Handle(ctx context.Context, d *mq.Delivery) error {
 	for {
-		err := l.next.Handle(ctx, d)
+		err := l.attempt(ctx, d)
 		if err == nil || IsPark(err) || IsReject(err) || errors.Is(err, mq.ErrRequeue) {
 			return err
 		}
@@ -70,8 +77,8 @@ func (l *ladder) Handle(ctx context.Context, d *mq.Delivery) error {
 			d.Logger().DebugContext(ctx, mq.EventRetry, "message_id", d.MessageId, "attempt", d.Attempt(),
 				"kind", "in-process", "wait", step.Wait, "error", err)
 			d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: "in-process", Attempt: d.Attempt(), Wait: step.Wait, Err: err})
-			if !wait(ctx, d, step.Wait) {
-				return mq.Requeue(err)
+			if werr := d.Wait(ctx, step.Wait); werr != nil {
+				return l.cut(ctx, d, step, err)
 			}
 		case retry.WaitOnBroker:
 			return l.toRung(ctx, d, step, err)
@@ -79,6 +86,41 @@ func (l *ladder) Handle(ctx context.Context, d *mq.Delivery) error {
 			return setAside(ctx, d, mq.ReasonExhausted, err)
 		}
 	}
+}
+
+// attempt calls the handler once; a panic below the ladder is an error.
+func (l *ladder) attempt(ctx context.Context, d *mq.Delivery) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			pe := mq.NewPanicError(r)
+			d.Logger().ErrorContext(ctx, "acemq.handler.panic", "message_id", d.MessageId, "attempt", d.Attempt(),
+				"panic", fmt.Sprint(r), "stack", string(pe.Stack))
+			err = pe
+		}
+	}()
+	return l.next.Handle(ctx, d)
+}
+
+// cut keeps the attempts of a delivery whose in-process wait was cut short.
+// While its channel lives (the consumer is stopping), the message goes back
+// to its own queue as a copy whose x-acemq-attempt is the next attempt,
+// confirmed before the original is acknowledged. Otherwise it is returned
+// as it is, and the consumer's memory or the broker's delivery count carry
+// the attempt.
+func (l *ladder) cut(ctx context.Context, d *mq.Delivery, step retry.Step, cause error) error {
+	if ctx.Err() != nil {
+		return mq.Requeue(cause)
+	}
+	ferr := d.Forward(ctx, d.Queue(), mq.HopRetry, amqp.Table{
+		mq.HeaderAttempt:     attemptValue(step.Next),
+		mq.HeaderSourceQueue: d.Queue(),
+	})
+	if ferr != nil {
+		return mq.Requeue(fmt.Errorf("keep attempt %d through %s: %w", step.Next, d.Queue(), ferr))
+	}
+	d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: "carried", Target: d.Queue(), Attempt: d.Attempt(), Err: cause})
+	d.SetOutcome(mq.OutcomeRetry, cause)
+	return nil
 }
 
 func (l *ladder) toRung(ctx context.Context, d *mq.Delivery, step retry.Step, cause error) error {
@@ -100,21 +142,4 @@ func (l *ladder) toRung(ctx context.Context, d *mq.Delivery, step retry.Step, ca
 	default:
 		return mq.Requeue(fmt.Errorf("retry via %s: %w", rung, ferr))
 	}
-}
-
-// wait waits d in-process; false when the wait was cut short (stop, lost
-// channel, ended context).
-func wait(ctx context.Context, d *mq.Delivery, w time.Duration) bool {
-	if w <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(w)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-	case <-d.Draining():
-	}
-	return false
 }

@@ -23,6 +23,9 @@ type Broker struct {
 	log   *slog.Logger
 	hooks hookSet
 
+	loginOnce sync.Once
+	loginName string
+
 	mu         sync.Mutex
 	state      *conn         // the live connection; nil while there is none
 	changed    chan struct{} // closed and replaced whenever state changes

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,9 @@ const (
 	DefaultPrefetch     = 32
 	DefaultConcurrency  = 1
 	DefaultRequeuePause = time.Second
+	// DefaultMaxWaiting is how many deliveries of one consumer may wait
+	// in-process at once without holding a worker (WithMaxWaiting).
+	DefaultMaxWaiting = 256
 )
 
 // ConsumerOption configures a consumer.
@@ -34,6 +38,8 @@ type consumerConfig struct {
 	mws          []Middleware
 	requeuePause time.Duration
 	giveUp       time.Duration
+	maxWaiting   int
+	inOrder      bool
 	errs         []error
 }
 
@@ -82,6 +88,33 @@ func WithRequeuePause(d time.Duration) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) { c.requeuePause = max(d, 0) })
 }
 
+// WithMaxWaiting sets how many deliveries may wait in-process for their
+// next attempt at once (Delivery.Wait) without holding a worker. Default
+// DefaultMaxWaiting (256). The broker counts a waiting delivery as
+// unacknowledged, so the consumer asks for a prefetch of the WithPrefetch
+// value plus n: the deliveries waiting never starve the window of the
+// healthy ones. Past n, a further wait holds its worker, as with InOrder,
+// until a waiting delivery leaves. 0 makes every wait hold its worker.
+func WithMaxWaiting(n int) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) {
+		if n < 0 {
+			c.errs = append(c.errs, fmt.Errorf("WithMaxWaiting(%d): must be at least 0", n))
+			return
+		}
+		c.maxWaiting = n
+	})
+}
+
+// InOrder keeps the queue's order through retries: an in-process wait holds
+// its worker, so no later message overtakes a failing one (with the default
+// concurrency of 1, the queue waits with it). Without InOrder, a delivery
+// waiting in-process frees its worker for the rest of the queue. Broker
+// rungs reorder a queue whatever the option: keep every wait in-process
+// for strict order.
+func InOrder() ConsumerOption {
+	return consumerOption(func(c *consumerConfig) { c.inOrder = true })
+}
+
 // WithGiveUpAfter ends the consumer with an error (see Done and Err) once
 // it has failed to resubscribe for d without a break — a queue deleted for
 // good, say. Default: never; the consumer retries with backoff and says why
@@ -100,6 +133,7 @@ type Consumer struct {
 	log     *slog.Logger
 	handler Handler
 	built   []Handler
+	memo    attemptMemo
 
 	life    context.Context // ends at Stop or Broker.Close: bounds resubscribing
 	endLife context.CancelFunc
@@ -123,7 +157,7 @@ var consumerSeq atomic.Uint64
 // access fails here, with the reason named. The consumer then runs until
 // Stop (or Broker.Close).
 func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...ConsumerOption) (*Consumer, error) {
-	cfg := consumerConfig{requeuePause: DefaultRequeuePause}
+	cfg := consumerConfig{requeuePause: DefaultRequeuePause, maxWaiting: DefaultMaxWaiting}
 	for _, o := range opts {
 		if o != nil {
 			o.applyConsumer(&cfg)
@@ -149,6 +183,9 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 		if len(cfg.tag) > 255 {
 			cfg.tag = cfg.tag[len(cfg.tag)-255:]
 		}
+	}
+	if cfg.inOrder {
+		cfg.maxWaiting = 0
 	}
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, fmt.Errorf("mq: consume %q: %w", queue, err)
@@ -238,10 +275,25 @@ type subscription struct {
 	draining   chan struct{}
 	drainOnce  sync.Once
 	closeOnce  sync.Once
+
+	// slots holds one token per delivery being handled: at most the
+	// consumer's concurrency. A delivery waiting in-process gives its token
+	// back (Delivery.Wait) and a worker goroutine is added in its place, so
+	// the queue goes on; workers counts them, waiting the deliveries
+	// waiting without a token.
+	slots   chan struct{}
+	workers atomic.Int32
+	waiting atomic.Int32
+	wg      sync.WaitGroup
 }
 
 func (s *subscription) drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 func (s *subscription) close() { s.closeOnce.Do(func() { _ = s.ch.Close() }) }
+
+// prefetch is what the consumer asks of basic.qos: the window for the
+// deliveries being handled plus room for those waiting in-process, which the
+// broker counts as unacknowledged too.
+func (cfg *consumerConfig) qos() int { return min(cfg.prefetch+cfg.maxWaiting, math.MaxUint16) }
 
 func (c *Consumer) subscribe(ctx context.Context, resub bool) (*subscription, error) {
 	info := &Subscription{Queue: c.queue, Broker: c.b, Logger: c.log, Resubscribe: resub, handlers: c.built}
@@ -259,11 +311,11 @@ func (c *Consumer) subscribe(ctx context.Context, resub bool) (*subscription, er
 	// Both calls wait for the broker's answer; ctx bounds that wait on a
 	// network gone quiet (the channel is closed if the answer comes late).
 	closeCh := func() { _ = ch.Close() }
-	if err := c.b.bounded(ctx, func() error { return ch.Qos(c.cfg.prefetch, 0, false) }, closeCh); err != nil {
+	if err := c.b.bounded(ctx, func() error { return ch.Qos(c.cfg.qos(), 0, false) }, closeCh); err != nil {
 		c.b.closeLater(ch)
 		return nil, brokerError(fmt.Sprintf("set prefetch for queue %q", c.queue), err)
 	}
-	s := &subscription{ch: ch, st: st, draining: make(chan struct{}),
+	s := &subscription{ch: ch, st: st, draining: make(chan struct{}), slots: make(chan struct{}, c.cfg.concurrency),
 		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
 		cancels: ch.NotifyCancel(make(chan string, 1))}
 	var deliveries <-chan amqp.Delivery
@@ -331,17 +383,12 @@ func (c *Consumer) run(sub *subscription) {
 // serve runs the workers on sub until it ends or the consumer stops, and
 // returns why it ended. Every worker has returned when serve does.
 func (c *Consumer) serve(sub *subscription) string {
-	var wg sync.WaitGroup
 	for range c.cfg.concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.work(sub)
-		}()
+		sub.spawn(c)
 	}
 	workersDone := make(chan struct{})
 	go func() {
-		wg.Wait()
+		sub.wg.Wait()
 		close(workersDone)
 	}()
 	select {
@@ -378,28 +425,48 @@ func (c *Consumer) serve(sub *subscription) string {
 	}
 }
 
+// spawn adds a worker goroutine; the subscription's wait group owns it.
+func (s *subscription) spawn(c *Consumer) {
+	s.workers.Add(1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		c.work(s)
+	}()
+}
+
+// work takes deliveries one at a time and handles each holding a slot. A
+// worker beyond the concurrency (added while a delivery waited) retires
+// after its delivery.
 func (c *Consumer) work(sub *subscription) {
 	for {
 		select {
 		case <-sub.draining:
+			sub.workers.Add(-1)
 			return
 		case raw, ok := <-sub.deliveries:
 			if !ok {
+				sub.workers.Add(-1)
 				return
 			}
 			select {
+			case sub.slots <- struct{}{}:
 			case <-sub.draining:
+				sub.workers.Add(-1)
 				return // not started: the channel's close requeues it
-			default:
 			}
 			c.handle(sub, raw)
+		}
+		if n := sub.workers.Load(); n > int32(c.cfg.concurrency) && sub.workers.CompareAndSwap(n, n-1) {
+			return
 		}
 	}
 }
 
 func (c *Consumer) handle(sub *subscription, raw amqp.Delivery) {
 	raw.Acknowledger = nil // settlement belongs to the runtime
-	d := &Delivery{envelope: envelope(raw), queue: c.queue, attempt: AttemptOf(raw.Headers), sub: sub, c: c}
+	restoreOrigin(&raw)
+	d := &Delivery{envelope: envelope(raw), queue: c.queue, attempt: c.memo.attempt(raw), sub: sub, c: c, slot: true}
 	ctx := sub.ctx
 	hooks := c.b.hooks.delivery
 	for _, h := range hooks {
@@ -407,9 +474,80 @@ func (c *Consumer) handle(sub *subscription, raw amqp.Delivery) {
 	}
 	err := c.invoke(ctx, d)
 	c.settle(sub, d, err)
+	if d.slot {
+		<-sub.slots
+	}
 	for i := len(hooks) - 1; i >= 0; i-- {
 		hooks[i].OnDeliveryDone(ctx, d, err)
 	}
+}
+
+// restoreOrigin gives a delivery that has hopped the exchange and routing
+// key it was first delivered with, from the headers its first hop wrote.
+func restoreOrigin(raw *amqp.Delivery) {
+	if len(raw.Headers) == 0 {
+		return
+	}
+	if v, ok := raw.Headers[HeaderOriginalExchange].(string); ok {
+		raw.Exchange = v
+	}
+	if v, ok := raw.Headers[HeaderOriginalRoutingKey].(string); ok {
+		raw.RoutingKey = v
+	}
+}
+
+// wait is Delivery.Wait on a consumer: d waits w without its slot, unless
+// the consumer keeps order or too many wait already, while a new worker
+// takes the slot's place; then it takes a slot again for its next attempt.
+func (c *Consumer) wait(ctx context.Context, d *Delivery, w time.Duration) error {
+	sub := d.sub
+	free := d.slot && sub.waiting.Add(1) <= int32(c.cfg.maxWaiting)
+	if d.slot && !free {
+		sub.waiting.Add(-1)
+	}
+	if free {
+		// While it waits, this goroutine is no worker: one takes its place.
+		d.slot = false
+		<-sub.slots
+		if sub.workers.Add(-1) < int32(c.cfg.concurrency) {
+			sub.spawn(c)
+		}
+	}
+	err := waitFor(ctx, sub.draining, w)
+	if free {
+		sub.waiting.Add(-1)
+		sub.workers.Add(1) // back in its worker loop after this delivery; retires if one too many
+		if err == nil {
+			select {
+			case sub.slots <- struct{}{}:
+				d.slot = true
+			case <-sub.draining:
+				err = ErrWaitCut
+			case <-ctx.Done():
+				err = ErrWaitCut
+			}
+		}
+	}
+	return err
+}
+
+// waitFor waits w, or until ctx ends or cut closes: then ErrWaitCut.
+func waitFor(ctx context.Context, cut <-chan struct{}, w time.Duration) error {
+	if w <= 0 {
+		if ctx.Err() != nil {
+			return ErrWaitCut
+		}
+		return nil
+	}
+	t := time.NewTimer(w)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+	case <-cut:
+	}
+	return ErrWaitCut
 }
 
 func (c *Consumer) invoke(ctx context.Context, d *Delivery) (err error) {
@@ -417,7 +555,10 @@ func (c *Consumer) invoke(ctx context.Context, d *Delivery) (err error) {
 		if r := recover(); r != nil {
 			pe := NewPanicError(r)
 			c.log.Error("acemq.handler.panic", "message_id", d.MessageId, "panic", fmt.Sprint(r), "stack", string(pe.Stack))
-			err = pe
+			// A panic that escaped every middleware is never a reject (on a
+			// queue with no dead-letter route that would drop the message):
+			// the message goes back to its queue after the pause.
+			err = Requeue(pe)
 		}
 	}()
 	return c.handler.Handle(ctx, d)
@@ -431,16 +572,22 @@ func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
 	switch {
 	case err != nil && sub.ctx.Err() != nil:
 		// We cut the handler short (lost channel, stop deadline): its
-		// failure is ours, not the message's. Back to the queue.
+		// failure is ours, not the message's. Back to the queue, and the
+		// attempt it used remembered for its redelivery.
 		d.outcome, d.cause = OutcomeRequeue, err
+		c.memo.remember(d)
+		c.requeued(d, "cut short", err)
 		serr = sub.ch.Nack(d.DeliveryTag, false, true)
 	case err == nil:
 		if d.outcome == "" {
 			d.outcome = OutcomeAck
 		}
+		c.memo.forget(d)
 		serr = sub.ch.Ack(d.DeliveryTag, false)
 	case errors.Is(err, ErrRequeue):
 		d.outcome, d.cause = OutcomeRequeue, err
+		c.memo.remember(d)
+		c.requeued(d, "requeue", err)
 		if c.cfg.requeuePause > 0 {
 			t := time.NewTimer(c.cfg.requeuePause)
 			select {
@@ -452,12 +599,24 @@ func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
 		serr = sub.ch.Nack(d.DeliveryTag, false, true)
 	default:
 		d.outcome, d.cause = OutcomeReject, err
+		c.memo.forget(d)
 		c.log.Warn("acemq.message.rejected", "message_id", d.MessageId, "attempt", d.attempt, "error", err)
 		serr = sub.ch.Nack(d.DeliveryTag, false, false)
 	}
 	if serr != nil {
 		c.log.Debug("acemq.settle.skipped", "message_id", d.MessageId, "outcome", string(d.outcome), "error", serr)
 	}
+}
+
+// requeued reports a return of d to its queue: each one counts against a
+// quorum queue's delivery limit (RabbitMQ 4.x: 20 by default), past which
+// the broker dead-letters the message or, with no dead-letter route, drops
+// it. The event and its metric make such loops visible.
+func (c *Consumer) requeued(d *Delivery, why string, err error) {
+	n, _ := deliveryCount(d.Headers)
+	c.log.Warn(EventRequeued, "message_id", d.MessageId, "attempt", d.attempt, "why", why,
+		"delivery_count", n, "error", err)
+	c.b.hooks.emit(d.sub.ctx, Event{Name: EventRequeued, Queue: c.queue, Attempt: d.attempt, Kind: why, Err: err})
 }
 
 // hops is the consumer's own publisher for the library's hops: default

@@ -94,6 +94,11 @@ const (
 	// EventConsumerSubscribeFailed: a running consumer could not resubscribe
 	// and will try again.
 	EventConsumerSubscribeFailed = "acemq.consumer.subscribe.failed"
+	// EventRequeued: the library returned a delivery to its queue itself (a
+	// hop that could not be made, a handler or wait cut short, a panic
+	// outside every middleware). Event.Kind says why. On a quorum queue each
+	// return counts against its delivery limit (RabbitMQ 4.x: 20 by default).
+	EventRequeued = "acemq.message.requeued"
 )
 
 // Outcome is what became of a delivery.

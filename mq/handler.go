@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -123,11 +124,13 @@ type Delivery struct {
 	cause   error
 	sub     *subscription
 	c       *Consumer
+	slot    bool // holds one of its subscription's slots
 
 	// Test seams (NewTestDelivery).
 	forward func(ctx context.Context, queue string, kind HopKind, m Message) error
 	log     *slog.Logger
 	emit    func(ctx context.Context, e Event)
+	wait    func(ctx context.Context, w time.Duration) error
 }
 
 // envelope is amqp.Delivery without its methods: its fields are promoted
@@ -181,16 +184,19 @@ func (d *Delivery) Logger() *slog.Logger {
 // unchanged, headers copied.
 func (d *Delivery) Message() Message { return MessageOf(amqp.Delivery(d.envelope)) }
 
-// Forward republishes the delivery — body and properties unchanged, with
-// set added to its headers — to queue through the default exchange,
-// mandatory, and returns once the broker confirmed it: ErrUnroutable if
-// queue does not exist. This is how the library makes its own hops (retry,
-// dead letter, park); kind tells the hooks which.
+// Forward republishes the delivery to queue through the default exchange,
+// mandatory, with set added to its headers, and returns once the broker
+// confirmed it: ErrUnroutable if queue does not exist. This is how the
+// library makes its own hops (retry, dead letter, park); kind tells the
+// hooks which.
+//
+// The copy is the delivery's body and properties but for what would make
+// it vanish, multiply or be refused on the way (HopMessage), and it
+// records where the message came from: the exchange and routing key it was
+// first delivered with (HeaderOriginalExchange, HeaderOriginalRoutingKey),
+// written by the first hop and kept by every later one.
 func (d *Delivery) Forward(ctx context.Context, queue string, kind HopKind, set amqp.Table) error {
-	m := d.Message()
-	if m.Headers == nil {
-		m.Headers = make(amqp.Table, len(set))
-	}
+	m := d.HopMessage()
 	for k, v := range set {
 		m.Headers[k] = v
 	}
