@@ -82,7 +82,9 @@ func TestBrokerOldDeliveryNeverAcksAnother(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	c, err := b.Consume(ctx, q, handler, mq.WithConcurrency(prefetch), mq.WithPrefetch(prefetch))
+	// WithMaxWaiting(0): the broker sends exactly the prefetch, which the
+	// counts below rest on (nothing here waits in-process).
+	c, err := b.Consume(ctx, q, handler, mq.WithConcurrency(prefetch), mq.WithPrefetch(prefetch), mq.WithMaxWaiting(0))
 	if err != nil {
 		t.Fatal(err)
 	}

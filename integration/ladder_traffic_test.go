@@ -454,3 +454,163 @@ func TestLadderPanickingClassifierLosesNothing(t *testing.T) {
 		t.Errorf("%d rejections; a panic must never reject", n)
 	}
 }
+
+// A panic in a middleware of the user's outside the standard stack, on a
+// queue with Retry and no DeadLetter: the runtime returns the message to
+// its queue after the pause (an event says so), never rejects it.
+func TestLadderPanicOutsideEveryMiddlewareIsRequeued(t *testing.T) {
+	t.Parallel()
+	b, lg := consBroker(t)
+	p := retry.Exponential(2, 100*time.Millisecond)
+	q := testenv.Queue(t, b, p, topology.Retry(p))
+	var panics atomic.Int32
+	outer := func(next mq.Handler) mq.Handler {
+		return mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+			if panics.Add(1) == 1 {
+				panic("outer middleware bug")
+			}
+			return next.Handle(ctx, d)
+		})
+	}
+	var calls consCalls
+	c, err := b.Consume(testenv.Context(t, 20*time.Second), q, mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+		calls.add(d)
+		return nil
+	}), mq.WithMiddleware(outer), middleware.Standard(p), mq.WithRequeuePause(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Stop(t, c)
+	testenv.Publish(t, b, q, mq.Message{Body: []byte("x"), MessageId: "outer-panic"})
+	testenv.Eventually(t, 10*time.Second, func() bool { return calls.n() == 1 }, "the message was not handled after the panic")
+	if n := lg.Count(mq.EventRequeued); n != 1 {
+		t.Errorf("%d %s records, want 1", n, mq.EventRequeued)
+	}
+	if n := lg.Count("acemq.message.rejected"); n != 0 {
+		t.Errorf("%d rejections; a panic must never reject", n)
+	}
+}
+
+// Waiting deliveries free their worker but never raise the concurrency:
+// with WithConcurrency(2) and every message failing once, at most 2
+// handler calls run at once.
+func TestLadderWaitsKeepTheConcurrency(t *testing.T) {
+	t.Parallel()
+	b, _ := consBroker(t)
+	p := retry.Exponential(2, 200*time.Millisecond)
+	q := testenv.Queue(t, b, p)
+	var running, most atomic.Int32
+	var mu sync.Mutex
+	seen := map[string]int{}
+	handled := 0
+	c, err := b.Consume(testenv.Context(t, 20*time.Second), q, mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(5 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		seen[d.MessageId]++
+		if seen[d.MessageId] == 1 {
+			return errors.New("fails once")
+		}
+		handled++
+		return nil
+	}), middleware.Standard(p), mq.WithConcurrency(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Stop(t, c)
+	testenv.Publish(t, b, q, consMessages("conc", 60)...)
+	testenv.Eventually(t, 15*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return handled == 60 }, "60 handled")
+	if m := most.Load(); m > 2 {
+		t.Errorf("%d handler calls ran at once, want at most the concurrency 2", m)
+	}
+}
+
+// Past WithMaxWaiting, a wait holds its worker (the documented bound): with
+// one waiting allowed, a second failing message stalls the queue for its
+// wait.
+func TestLadderPastMaxWaitingAWaitHoldsItsWorker(t *testing.T) {
+	t.Parallel()
+	b, _ := consBroker(t)
+	p := retry.Exponential(2, time.Second)
+	q := testenv.Queue(t, b, p)
+	var mu sync.Mutex
+	at := map[string]time.Time{}
+	c, err := b.Consume(testenv.Context(t, 20*time.Second), q, mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.HasPrefix(d.MessageId, "bad") && d.Attempt() == 1 {
+			return errors.New("fails once")
+		}
+		at[d.MessageId] = time.Now()
+		return nil
+	}), middleware.Standard(p), mq.WithMaxWaiting(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Stop(t, c)
+	start := time.Now()
+	testenv.Publish(t, b, q, mq.Message{Body: []byte("x"), MessageId: "bad-1"}, mq.Message{Body: []byte("x"), MessageId: "bad-2"},
+		mq.Message{Body: []byte("x"), MessageId: "ok"})
+	testenv.Eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(at) == 3 }, "3 handled")
+	mu.Lock()
+	defer mu.Unlock()
+	if lag := at["ok"].Sub(start); lag < 900*time.Millisecond {
+		t.Errorf("the healthy message was handled %v after the publish: the second wait did not hold the worker", lag)
+	}
+}
+
+// A set-aside that keeps failing (here: .parked does not exist) returns the
+// message to its queue again and again; each return is visible
+// (acemq.message.requeued, with the broker's delivery count), and on a
+// quorum queue with a delivery limit the broker ends the loop by
+// dead-lettering it. RabbitMQ 4.x gives every quorum queue a limit of 20;
+// 3.10 has none, so the test sets x-delivery-limit itself.
+func TestLadderRequeueLoopIsVisibleAndBoundedByTheDeliveryLimit(t *testing.T) {
+	t.Parallel()
+	b, lg := consBroker(t)
+	q := testenv.Name(t)
+	dlq := topology.DeadLetterQueue(q)
+	testenv.Cleanup(t, q, dlq)
+	ch, err := b.Channel(testenv.Context(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.ExchangeDeclare(topology.DeadLetterExchange, "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int32(3),
+		"x-dead-letter-exchange": topology.DeadLetterExchange, "x-dead-letter-routing-key": dlq}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(dlq, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(dlq, dlq, topology.DeadLetterExchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.Consume(testenv.Context(t, 20*time.Second), q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+		return middleware.Park(errors.New("a person must look"))
+	}), middleware.Standard(retry.Policy{}, middleware.WithoutDeclare()), mq.WithRequeuePause(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Stop(t, c)
+	testenv.Publish(t, b, q, mq.Message{Body: []byte("x"), MessageId: "loop"})
+	testenv.WaitCount(t, b, dlq, 1, 15*time.Second)
+	recs := lg.All(mq.EventRequeued)
+	if len(recs) < 3 {
+		t.Fatalf("%d %s records, want one per return (3 before the limit)", len(recs), mq.EventRequeued)
+	}
+	if got := recs[len(recs)-1].Attrs["delivery_count"]; got == "" || got == "0" {
+		t.Errorf("the last requeue record carries delivery_count=%v, want the broker's count", got)
+	}
+	d := testenv.GetAll(t, b, dlq)[0]
+	if d.Headers["x-first-death-reason"] != "delivery_limit" {
+		t.Errorf("the .dlq copy died of %v, want delivery_limit", d.Headers["x-first-death-reason"])
+	}
+}

@@ -19,9 +19,6 @@ const (
 	DefaultPrefetch     = 32
 	DefaultConcurrency  = 1
 	DefaultRequeuePause = time.Second
-	// DefaultMaxWaiting is how many deliveries of one consumer may wait
-	// in-process at once without holding a worker (WithMaxWaiting).
-	DefaultMaxWaiting = 256
 )
 
 // ConsumerOption configures a consumer.
@@ -89,12 +86,15 @@ func WithRequeuePause(d time.Duration) ConsumerOption {
 }
 
 // WithMaxWaiting sets how many deliveries may wait in-process for their
-// next attempt at once (Delivery.Wait) without holding a worker. Default
-// DefaultMaxWaiting (256). The broker counts a waiting delivery as
-// unacknowledged, so the consumer asks for a prefetch of the WithPrefetch
-// value plus n: the deliveries waiting never starve the window of the
-// healthy ones. Past n, a further wait holds its worker, as with InOrder,
-// until a waiting delivery leaves. 0 makes every wait hold its worker.
+// next attempt at once (Delivery.Wait) without holding a worker. Default:
+// the prefetch. The broker counts a waiting delivery as unacknowledged, and
+// RabbitMQ applies a changed basic.qos only to consumers that subscribe
+// after it, so the consumer asks for the prefetch plus n from the start:
+// waiting deliveries never starve the window of the healthy ones (with
+// nothing waiting, up to n more deliveries sit in the client's buffer).
+// Past n, a further wait holds its worker, as with InOrder, until a waiting
+// delivery leaves. 0 makes every wait hold its worker and asks for exactly
+// the prefetch.
 func WithMaxWaiting(n int) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) {
 		if n < 0 {
@@ -157,7 +157,7 @@ var consumerSeq atomic.Uint64
 // access fails here, with the reason named. The consumer then runs until
 // Stop (or Broker.Close).
 func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...ConsumerOption) (*Consumer, error) {
-	cfg := consumerConfig{requeuePause: DefaultRequeuePause, maxWaiting: DefaultMaxWaiting}
+	cfg := consumerConfig{requeuePause: DefaultRequeuePause, maxWaiting: -1}
 	for _, o := range opts {
 		if o != nil {
 			o.applyConsumer(&cfg)
@@ -183,6 +183,9 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 		if len(cfg.tag) > 255 {
 			cfg.tag = cfg.tag[len(cfg.tag)-255:]
 		}
+	}
+	if cfg.maxWaiting < 0 {
+		cfg.maxWaiting = cfg.prefetch
 	}
 	if cfg.inOrder {
 		cfg.maxWaiting = 0
@@ -454,6 +457,13 @@ func (c *Consumer) work(sub *subscription) {
 			case <-sub.draining:
 				sub.workers.Add(-1)
 				return // not started: the channel's close requeues it
+			}
+			select {
+			case <-sub.draining: // both were ready: draining wins
+				<-sub.slots
+				sub.workers.Add(-1)
+				return
+			default:
 			}
 			c.handle(sub, raw)
 		}

@@ -1,0 +1,140 @@
+//go:build chaos
+
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acemq/acemq-go/internal/testenv"
+	"github.com/acemq/acemq-go/middleware"
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/retry"
+	"github.com/acemq/acemq-go/topology"
+)
+
+// Scenario: failing handlers in in-process waits while the connection is
+// cut and the consumer is stopped and started again. 2000 messages over
+// ~8 s; every 5th fails its first two attempts (so it is waiting, in
+// process, much of the time), every 50th always fails (it must end in .dlq,
+// once); the proxy cuts the connection three times and the consumer is
+// restarted twice while that goes on. Every confirmed message is handled or
+// in .dlq, none is in .dlq that should not be, nothing is left in the queue.
+func TestChaosWaitsUnderCutsAndRestarts(t *testing.T) {
+	testenv.NoLeaks(t)
+	const (
+		total  = 2000
+		spread = 8 * time.Second
+	)
+	ctx := testenv.Context(t, 3*time.Minute)
+	direct := chaosBroker(t, nil, testenv.Name(t, "direct"), "")
+	p := retry.Exponential(4, 200*time.Millisecond) // waits 200, 400, 800 ms: all in-process
+	q := testenv.Queue(t, direct, p)
+
+	proxy, u := testenv.Proxy(t)
+	lg := newChaosLog(t)
+	b := chaosBroker(t, lg, testenv.Name(t, "proxied"), u)
+	led := newChaosLedger("waits-cuts-restarts")
+
+	var mu sync.Mutex
+	failed := map[string]int{}
+	num := func(id string) int { n, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:]); return n }
+	work := func(_ context.Context, d *mq.Delivery) error {
+		n := num(d.MessageId)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case n%50 == 0:
+			return errors.New("always fails")
+		case n%5 == 0 && failed[d.MessageId] < 2:
+			failed[d.MessageId]++
+			return fmt.Errorf("fails twice (%d)", failed[d.MessageId])
+		}
+		return nil
+	}
+	h := mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+		led.call()
+		if err := work(ctx, d); err != nil {
+			return err
+		}
+		led.done(d.MessageId)
+		return nil
+	})
+	consume := func() *mq.Consumer {
+		c, err := b.Consume(ctx, q, h, middleware.Standard(p), mq.WithConcurrency(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := consume()
+	pub := b.Publisher("")
+	defer pub.Close()
+	start, wg := led.paced(ctx, pub, q, "wait", total, 4, spread)
+
+	for i, at := range []time.Duration{1500 * time.Millisecond, 3 * time.Second, 4500 * time.Millisecond, 6 * time.Second, 7 * time.Second} {
+		time.Sleep(time.Until(start.Add(at)))
+		if i%2 == 0 {
+			t.Logf("at %v: cut %d connection(s)", at, proxy.Cut())
+			continue
+		}
+		stopCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		if err := c.Stop(stopCtx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+		cancel()
+		c = consume()
+		t.Logf("at %v: consumer restarted", at)
+	}
+	wg.Wait()
+	dlq := topology.DeadLetterQueue(q)
+	wantDead := 0
+	led.mu.Lock()
+	for id := range led.confirmed {
+		if num(id)%50 == 0 {
+			wantDead++
+		}
+	}
+	led.mu.Unlock()
+	healthy := func() bool {
+		led.mu.Lock()
+		defer led.mu.Unlock()
+		for id := range led.confirmed {
+			if num(id)%50 != 0 && led.handled[id] == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	if !testenv.Poll(60*time.Second, healthy) {
+		t.Errorf("not every confirmed healthy message was handled within 60 s")
+	}
+	if !testenv.Poll(30*time.Second, func() bool { return testenv.Count(t, direct, dlq) >= wantDead && testenv.Count(t, direct, q) == 0 }) {
+		t.Errorf("%s holds %d (want %d), %s holds %d (want 0)", dlq, testenv.Count(t, direct, dlq), wantDead, q, testenv.Count(t, direct, q))
+	}
+	testenv.Stop(t, c)
+	dead := map[string]int{}
+	for _, d := range testenv.GetAll(t, direct, dlq) {
+		dead[d.MessageId]++
+	}
+	for id, n := range dead {
+		if num(id)%50 != 0 {
+			t.Errorf("%s is in .dlq but only fails twice under a 4-attempt policy", id)
+		}
+		if n > 1 {
+			t.Logf("%s is in .dlq %d times (a duplicate: at least once)", id, n)
+		}
+	}
+	if left := testenv.Count(t, direct, q); left != 0 {
+		t.Errorf("%d messages left in %s", left, q)
+	}
+	chaosNoBadSettlement(t, lg)
+	led.report(t, func(id string) bool { return dead[id] > 0 },
+		fmt.Sprintf("dead_lettered=%d want_dead=%d requeued=%d", len(dead), wantDead, lg.Count(mq.EventRequeued)))
+}
