@@ -33,7 +33,7 @@ import (
 // its publish: the failing one's in-process waits hold no worker.
 func TestLadderFailingMessageDoesNotStallItsQueue(t *testing.T) {
 	t.Parallel()
-	b, _ := consBroker(t)
+	b, lg := consBroker(t)
 	p := retry.Exponential(3, 2*time.Second)
 	q := testenv.Queue(t, b, p)
 	var mu sync.Mutex
@@ -87,6 +87,18 @@ func TestLadderFailingMessageDoesNotStallItsQueue(t *testing.T) {
 	testenv.WaitCount(t, b, topology.DeadLetterQueue(q), 1, 15*time.Second)
 	if n := failing.Load(); n != 3 {
 		t.Errorf("the failing message was handled %d times, want 3", n)
+	}
+	// Its three attempts are one delivery to the middleware around the
+	// ladder: one Logging record.
+	testenv.Stop(t, c) // the record is written once the delivery is settled
+	var records int
+	for _, r := range lg.All("acemq.message.settled") {
+		if r.Attrs["message_id"] == "bad" {
+			records++
+		}
+	}
+	if records != 1 {
+		t.Errorf("%d acemq.message.settled records for the failing message, want 1", records)
 	}
 }
 
@@ -251,7 +263,7 @@ func TestLadderAttemptsSurviveConnectionCutsDuringWaits(t *testing.T) {
 // does.
 func TestLadderKeepsWhereTheMessageCameFrom(t *testing.T) {
 	t.Parallel()
-	b, _ := consBroker(t)
+	b, lg := consBroker(t)
 	p := retry.Waits(time.Second).With(retry.InProcessLimit(0))
 	q := testenv.Name(t)
 	ex := testenv.Name(t, "events")
@@ -283,6 +295,11 @@ func TestLadderKeepsWhereTheMessageCameFrom(t *testing.T) {
 	}
 	testenv.WaitCount(t, b, topology.DeadLetterQueue(q), 1, 15*time.Second)
 	testenv.Stop(t, c)
+	for _, r := range lg.All("acemq.message.settled") {
+		if r.Attrs["routing_key"] != "order.placed" {
+			t.Errorf("Logging names routing key %q, want the original order.placed", r.Attrs["routing_key"])
+		}
+	}
 	mu.Lock()
 	if want := []seen{{ex, "order.placed"}, {ex, "order.placed"}}; !slices.Equal(got, want) {
 		t.Errorf("the handler read %v, want %v on both attempts", got, want)

@@ -10,7 +10,8 @@ import (
 )
 
 // Logging writes one record per delivery once the chain inside it is done,
-// as acemq.message.settled with the queue, message id, attempt, outcome,
+// as acemq.message.settled with the queue, message id, routing key (the
+// original one, whatever hops the message made), attempt, outcome,
 // duration and (for anything but an ack) the cause: at debug for an ack, at
 // info for a retry, at warn for a park, a dead letter or a requeue. An
 // error that escapes it is not logged here: the consumer runtime, which
@@ -49,6 +50,7 @@ func (g *logging) Handle(ctx context.Context, d *mq.Delivery) error {
 	}
 	attrs := []slog.Attr{
 		slog.String("message_id", d.MessageId),
+		slog.String("routing_key", d.RoutingKey),
 		slog.Int("attempt", d.Attempt()),
 		slog.String("outcome", string(outcome)),
 		slog.Duration("took", time.Since(start)),
