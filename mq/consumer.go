@@ -19,6 +19,9 @@ const (
 	DefaultPrefetch     = 32
 	DefaultConcurrency  = 1
 	DefaultRequeuePause = time.Second
+	// DefaultMaxWaiting is the room for deliveries waiting in-process on
+	// top of the prefetch window (WithMaxWaiting).
+	DefaultMaxWaiting = 256
 )
 
 // ConsumerOption configures a consumer.
@@ -86,15 +89,18 @@ func WithRequeuePause(d time.Duration) ConsumerOption {
 }
 
 // WithMaxWaiting sets how many deliveries may wait in-process for their
-// next attempt at once (Delivery.Wait) without holding a worker. Default:
-// the prefetch. The broker counts a waiting delivery as unacknowledged, and
-// RabbitMQ applies a changed basic.qos only to consumers that subscribe
-// after it, so the consumer asks for the prefetch plus n from the start:
-// waiting deliveries never starve the window of the healthy ones (with
-// nothing waiting, up to n more deliveries sit in the client's buffer).
-// Past n, a further wait holds its worker, as with InOrder, until a waiting
-// delivery leaves. 0 makes every wait hold its worker and asks for exactly
-// the prefetch.
+// next attempt (Delivery.Wait) on top of the prefetch window. Default
+// DefaultMaxWaiting (256). A waiting delivery frees its worker but stays unacknowledged,
+// and the broker counts it against the consumer's basic.qos, which RabbitMQ
+// applies only to consumers that subscribe after it is set; so the consumer
+// asks for the prefetch plus n from the start, and up to n deliveries wait
+// without taking room from the healthy ones. Past n, the waiting ones take
+// their room from the prefetch window: the broker sends less until a wait
+// ends, and when every delivery in the window waits, the consumer idles
+// until the first wait is over. With nothing waiting, up to n more
+// deliveries than the prefetch sit in the client's buffer (a consumer
+// among competitors takes that many more). 0 asks for exactly the
+// prefetch.
 func WithMaxWaiting(n int) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) {
 		if n < 0 {
@@ -185,10 +191,10 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 		}
 	}
 	if cfg.maxWaiting < 0 {
-		cfg.maxWaiting = cfg.prefetch
+		cfg.maxWaiting = DefaultMaxWaiting
 	}
 	if cfg.inOrder {
-		cfg.maxWaiting = 0
+		cfg.maxWaiting = 0 // nothing waits without its worker
 	}
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, fmt.Errorf("mq: consume %q: %w", queue, err)
@@ -282,11 +288,9 @@ type subscription struct {
 	// slots holds one token per delivery being handled: at most the
 	// consumer's concurrency. A delivery waiting in-process gives its token
 	// back (Delivery.Wait) and a worker goroutine is added in its place, so
-	// the queue goes on; workers counts them, waiting the deliveries
-	// waiting without a token.
+	// the queue goes on; workers counts those goroutines.
 	slots   chan struct{}
 	workers atomic.Int32
-	waiting atomic.Int32
 	wg      sync.WaitGroup
 }
 
@@ -506,15 +510,12 @@ func restoreOrigin(raw *amqp.Delivery) {
 	}
 }
 
-// wait is Delivery.Wait on a consumer: d waits w without its slot, unless
-// the consumer keeps order or too many wait already, while a new worker
-// takes the slot's place; then it takes a slot again for its next attempt.
+// wait is Delivery.Wait on a consumer: d waits w without its slot (unless
+// the consumer keeps order) while a new worker takes the slot's place; then
+// it takes a slot again for its next attempt.
 func (c *Consumer) wait(ctx context.Context, d *Delivery, w time.Duration) error {
 	sub := d.sub
-	free := d.slot && sub.waiting.Add(1) <= int32(c.cfg.maxWaiting)
-	if d.slot && !free {
-		sub.waiting.Add(-1)
-	}
+	free := d.slot && !c.cfg.inOrder
 	if free {
 		// While it waits, this goroutine is no worker: one takes its place.
 		d.slot = false
@@ -525,7 +526,6 @@ func (c *Consumer) wait(ctx context.Context, d *Delivery, w time.Duration) error
 	}
 	err := waitFor(ctx, sub.draining, w)
 	if free {
-		sub.waiting.Add(-1)
 		sub.workers.Add(1) // back in its worker loop after this delivery; retires if one too many
 		if err == nil {
 			select {

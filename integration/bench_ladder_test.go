@@ -1,0 +1,128 @@
+//go:build integration
+
+package integration
+
+// Healthy throughput of the standard stack while 10% of the messages wait
+// in-process for their second attempt, against the same stack with no
+// failures, in the same run on the same queue. Issue 10's goal: at least
+// 0.9x — a failing message never holds up a healthy one.
+//
+//	go test -tags integration -run '^$' -bench BenchmarkLadderWaiting -benchtime 6x ./integration/
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/internal/testenv"
+	"github.com/acemq/acemq-go/middleware"
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/retry"
+	"github.com/acemq/acemq-go/topology"
+)
+
+func BenchmarkLadderWaiting(b *testing.B) {
+	const round, failEvery = 5000, 10
+	brk := testenv.Broker(b, mq.Config{Logger: consBenchInfo})
+	p := retry.Exponential(2, 100*time.Millisecond)
+	q := testenv.Queue(b, brk, p, topology.Classic())
+	filler := testenv.Broker(b, mq.Config{Logger: consBenchInfo})
+	pub := filler.Publisher("")
+	defer pub.Close()
+	fill := func(failing bool) int {
+		msgs := consBenchMessages(round)
+		healthy := 0
+		for i := range msgs {
+			if failing && i%failEvery == 0 {
+				msgs[i].Headers = amqp.Table{"bench-fail": true}
+				continue
+			}
+			healthy++
+		}
+		if err := pub.PublishBatch(testenv.Context(b, time.Minute), q, msgs); err != nil {
+			b.Fatalf("fill: %v", err)
+		}
+		return healthy
+	}
+	// run consumes one round and returns the wall and CPU time from the
+	// first call to the last healthy message handled.
+	run := func(failing bool) (time.Duration, time.Duration, int) {
+		b.StopTimer()
+		healthy := fill(failing)
+		runtime.GC()
+		b.StartTimer()
+		var healthyDone, calls atomic.Int64
+		var start time.Time
+		var cpu0 time.Duration
+		done := make(chan struct{})
+		var took, cpu time.Duration
+		h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+			if calls.Add(1) == 1 {
+				start, cpu0 = time.Now(), testenv.CPU()
+			}
+			if d.Headers["bench-fail"] == true {
+				if d.Attempt() == 1 {
+					return errors.New("fails once")
+				}
+				return nil
+			}
+			if healthyDone.Add(1) == int64(healthy) {
+				took, cpu = time.Since(start), testenv.CPU()-cpu0
+				close(done)
+			}
+			return nil
+		})
+		c, err := brk.Consume(testenv.Context(b, time.Minute), q, h, middleware.Standard(p), mq.WithPrefetch(100))
+		if err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			b.Fatal("the round did not finish")
+		}
+		// Let the failing ones finish their second attempt before the stop.
+		testenv.Poll(5*time.Second, func() bool { return calls.Load() == int64(round+round/failEvery) || !failing })
+		if err := c.Stop(testenv.Context(b, 10*time.Second)); err != nil {
+			b.Fatal(err)
+		}
+		return took, cpu, healthy
+	}
+	var ratios []float64
+	var cleanCPU, waitCPU time.Duration
+	var cleanMsgs, waitMsgs int
+	var cleanTook, waitTook time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var ct, wt, cc, wc time.Duration
+		var cn, wn int
+		if i%2 == 0 {
+			ct, cc, cn = run(false)
+			wt, wc, wn = run(true)
+		} else {
+			wt, wc, wn = run(true)
+			ct, cc, cn = run(false)
+		}
+		cleanTook, waitTook = cleanTook+ct, waitTook+wt
+		cleanCPU, waitCPU = cleanCPU+cc, waitCPU+wc
+		cleanMsgs, waitMsgs = cleanMsgs+cn, waitMsgs+wn
+		ratios = append(ratios, (float64(wn)/wt.Seconds())/(float64(cn)/ct.Seconds()))
+	}
+	b.StopTimer()
+	if n, err := brk.MessageCount(testenv.Context(b, 10*time.Second), q); err != nil || n != 0 {
+		b.Fatalf("%d messages left in the queue (%v)", n, err)
+	}
+	slices.Sort(ratios)
+	b.ReportMetric(float64(cleanMsgs)/cleanTook.Seconds(), "none-waiting-msgs/s")
+	b.ReportMetric(float64(waitMsgs)/waitTook.Seconds(), "10%-waiting-healthy-msgs/s")
+	b.ReportMetric(ratios[len(ratios)/2], "ratio")
+	b.ReportMetric(float64(cleanCPU.Microseconds())/float64(cleanMsgs), "none-waiting-cpu-µs/msg")
+	b.ReportMetric(float64(waitCPU.Microseconds())/float64(waitMsgs), "10%-waiting-cpu-µs/healthy-msg")
+	b.ReportMetric(0, "ns/op")
+}
