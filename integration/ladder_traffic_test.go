@@ -632,3 +632,93 @@ func TestLadderRequeueLoopIsVisibleAndBoundedByTheDeliveryLimit(t *testing.T) {
 		t.Errorf("the .dlq copy died of %v, want delivery_limit", d.Headers["x-first-death-reason"])
 	}
 }
+
+// Coalesced acknowledgements under concurrency 8, random latencies and
+// outcomes, and a connection cut in the middle: every message is handled
+// or in .dlq (an ack that covered a delivery still in hand would lose it
+// at the cut, its handler cut short), no channel dies of an unknown
+// delivery tag (an ack sent twice), and the queue ends empty.
+func TestCoalescedAcksNeverCoverADeliveryInHand(t *testing.T) {
+	t.Parallel()
+	proxy, url := testenv.Proxy(t)
+	b, lg := consBroker(t, url)
+	p := retry.Exponential(2, 20*time.Millisecond)
+	q := testenv.Queue(t, b, p)
+	const n = 3000
+	var mu sync.Mutex
+	handled := map[string]int{}
+	tries := map[string]int{}
+	h := mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+		var i int
+		fmt.Sscanf(d.MessageId, "ack-%d", &i)
+		select {
+		case <-time.After(time.Duration(i*7919%3000) * time.Microsecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		tries[d.MessageId]++
+		switch {
+		case i%10 == 3:
+			return middleware.Reject(errors.New("permanent"))
+		case i%10 == 7 && tries[d.MessageId] == 1:
+			return errors.New("once")
+		}
+		handled[d.MessageId]++
+		return nil
+	})
+	c, err := b.Consume(testenv.Context(t, 20*time.Second), q, h, middleware.Standard(p), mq.WithConcurrency(8), mq.WithPrefetch(64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Stop(t, c)
+	testenv.Publish(t, b, q, consMessages("ack", n)...)
+	testenv.Eventually(t, 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(handled) > n/2 }, "half handled")
+	proxy.Cut()
+	rejected := n / 10
+	done := func() bool { mu.Lock(); defer mu.Unlock(); return len(handled) == n-rejected }
+	if !testenv.Poll(30*time.Second, done) {
+		mu.Lock()
+		var missing []string
+		for i := range n {
+			id := fmt.Sprintf("ack-%d", i)
+			if i%10 != 3 && handled[id] == 0 {
+				missing = append(missing, fmt.Sprintf("%s(tries %d)", id, tries[id]))
+			}
+		}
+		mu.Unlock()
+		for _, d := range testenv.GetAll(t, b, topology.DeadLetterQueue(q)) {
+			if !strings.HasSuffix(d.MessageId, "3") {
+				t.Logf(".dlq holds %s: %v %v attempt %v", d.MessageId, d.Headers[mq.HeaderReason], d.Headers[mq.HeaderError], d.Headers[mq.HeaderAttempt])
+			}
+		}
+		t.Fatalf("%d messages never handled: %v", len(missing), missing[:min(20, len(missing))])
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return testenv.Count(t, b, topology.DeadLetterQueue(q)) >= rejected },
+		"%d rejected messages in .dlq", rejected)
+	testenv.Stop(t, c)
+	if left := testenv.Count(t, b, q); left != 0 {
+		t.Errorf("%d messages left in the queue", left)
+	}
+	dead := map[string]bool{}
+	for _, d := range testenv.GetAll(t, b, topology.DeadLetterQueue(q)) {
+		if !strings.HasSuffix(d.MessageId, "3") {
+			t.Errorf("%s is in .dlq, but only ids ending in 3 are rejected", d.MessageId)
+		}
+		dead[d.MessageId] = true
+	}
+	if len(dead) != rejected {
+		t.Errorf("%d distinct messages in .dlq, want %d", len(dead), rejected)
+	}
+	for _, s := range []string{"PRECONDITION_FAILED", "unknown delivery tag"} {
+		for _, r := range lg.Containing(s) {
+			t.Errorf("a record mentions %q: %v", s, r)
+		}
+	}
+	var dups int
+	for _, k := range handled {
+		dups += k - 1
+	}
+	t.Logf("%d handled, %d duplicates after one cut", len(handled), dups)
+}

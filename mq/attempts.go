@@ -68,14 +68,23 @@ type attemptMemo struct {
 // flight between a return and its redelivery forgets the oldest.
 const memoSize = 4096
 
+// returnGrace is how many returns of a copy the broker may count
+// (x-delivery-count) before each further one counts as an attempt used. A
+// lost connection or a stop returns every delivery in the consumer's window,
+// most of them never started, so the first returns say nothing about the
+// message; a message that keeps coming back (its process dies in every
+// wait, or on it) still reaches .dlq, after at most returnGrace extra
+// deliveries.
+const returnGrace = 2
+
 // attempt is the attempt number a delivery is: the x-acemq-attempt it
-// carries, plus what the broker counts of the copy's returns (quorum queues:
-// x-delivery-count; each return used an attempt, as far as anyone can
-// tell), and never less than what this consumer remembers of it.
+// carries, plus the returns of the copy the broker counts (quorum queues:
+// x-delivery-count) past returnGrace, and never less than what this
+// consumer remembers of it.
 func (m *attemptMemo) attempt(raw amqp.Delivery) int {
 	a := AttemptOf(raw.Headers)
-	if n, ok := deliveryCount(raw.Headers); ok {
-		a = int(min(int64(a)+int64(n), math.MaxInt32))
+	if n, ok := deliveryCount(raw.Headers); ok && n > returnGrace {
+		a = int(min(int64(a)+int64(n-returnGrace), math.MaxInt32))
 	}
 	if m.size.Load() == 0 || raw.MessageId == "" {
 		return a

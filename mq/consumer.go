@@ -40,6 +40,7 @@ type consumerConfig struct {
 	giveUp       time.Duration
 	maxWaiting   int
 	inOrder      bool
+	ackEach      bool
 	errs         []error
 }
 
@@ -292,10 +293,21 @@ type subscription struct {
 	slots   chan struct{}
 	workers atomic.Int32
 	wg      sync.WaitGroup
+
+	acks *acker // settles on ch, and only on ch
 }
 
 func (s *subscription) drain() { s.drainOnce.Do(func() { close(s.draining) }) }
-func (s *subscription) close() { s.closeOnce.Do(func() { _ = s.ch.Close() }) }
+
+// close gives the channel up, after sending the acknowledgements still
+// due on it (on a channel already dead that send fails, and the broker has
+// requeued those deliveries anyway).
+func (s *subscription) close() {
+	s.closeOnce.Do(func() {
+		_ = s.acks.Close()
+		_ = s.ch.Close()
+	})
+}
 
 // prefetch is what the consumer asks of basic.qos: the window for the
 // deliveries being handled plus room for those waiting in-process, which the
@@ -323,6 +335,7 @@ func (c *Consumer) subscribe(ctx context.Context, resub bool) (*subscription, er
 		return nil, brokerError(fmt.Sprintf("set prefetch for queue %q", c.queue), err)
 	}
 	s := &subscription{ch: ch, st: st, draining: make(chan struct{}), slots: make(chan struct{}, c.cfg.concurrency),
+		acks:    newAcker(ch.Ack, func(tag uint64, requeue bool) error { return ch.Nack(tag, false, requeue) }, c.cfg.ackEach, c.cfg.prefetch),
 		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
 		cancels: ch.NotifyCancel(make(chan string, 1))}
 	var deliveries <-chan amqp.Delivery
@@ -413,6 +426,7 @@ func (c *Consumer) serve(sub *subscription) string {
 	case e := <-sub.closes:
 		// The channel (or its connection) is gone, and with it every
 		// unsettled delivery: the broker has requeued them. Stop the work.
+		sub.acks.Drop()
 		sub.drain()
 		sub.cancel()
 		<-workersDone
@@ -587,13 +601,13 @@ func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
 		c.requeued(d, "cut short", err)
-		serr = sub.ch.Nack(d.DeliveryTag, false, true)
+		serr = sub.acks.Nack(d.DeliveryTag, true)
 	case err == nil:
 		if d.outcome == "" {
 			d.outcome = OutcomeAck
 		}
 		c.memo.forget(d)
-		serr = sub.ch.Ack(d.DeliveryTag, false)
+		serr = sub.acks.Ack(d.DeliveryTag)
 	case errors.Is(err, ErrRequeue):
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
@@ -606,12 +620,12 @@ func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
 			}
 			t.Stop()
 		}
-		serr = sub.ch.Nack(d.DeliveryTag, false, true)
+		serr = sub.acks.Nack(d.DeliveryTag, true)
 	default:
 		d.outcome, d.cause = OutcomeReject, err
 		c.memo.forget(d)
 		c.log.Warn("acemq.message.rejected", "message_id", d.MessageId, "attempt", d.attempt, "error", err)
-		serr = sub.ch.Nack(d.DeliveryTag, false, false)
+		serr = sub.acks.Nack(d.DeliveryTag, false)
 	}
 	if serr != nil {
 		c.log.Debug("acemq.settle.skipped", "message_id", d.MessageId, "outcome", string(d.outcome), "error", serr)

@@ -1,0 +1,214 @@
+package mq
+
+import (
+	"sync"
+	"time"
+)
+
+// ackDelay is how long a positive acknowledgement may wait to be sent with
+// others in one multiple ack; aboveDelay how long one settled above a
+// delivery still in hand may wait for that one to be settled, before it is
+// sent on its own.
+const (
+	ackDelay   = 5 * time.Millisecond
+	aboveDelay = 50 * time.Millisecond
+)
+
+// AckEach makes the consumer acknowledge every delivery on its own, one
+// frame each, as soon as it is settled. Without it, acknowledgements are
+// coalesced: one basic.ack with multiple=true covers every delivery up to
+// the highest tag below which all are settled positively, sent within
+// ackDelay (5 ms), at once when half the prefetch window is waiting for
+// one, before any nack or reject, and before the channel is closed at Stop.
+// A multiple ack never covers a delivery that is still being handled,
+// waiting in-process or was returned; deliveries settled above such a one
+// wait up to 50 ms for it, then are acknowledged one by one (at once when
+// half the window waits for them). What coalescing costs:
+// a connection lost in those few milliseconds redelivers the messages whose
+// acknowledgement had not been sent (at least once, as always).
+func AckEach() ConsumerOption {
+	return consumerOption(func(c *consumerConfig) { c.ackEach = true })
+}
+
+// acker settles one channel's deliveries. Delivery tags on a channel with
+// one consumer are 1, 2, 3, … in the order the broker sends them, so the
+// settled ones below the lowest unsettled tag (next) form a prefix a single
+// multiple ack can cover, as long as that ack names a tag the broker still
+// holds (RabbitMQ refuses a multiple ack for a tag it does not know).
+type acker struct {
+	ack  func(tag uint64, multiple bool) error
+	nack func(tag uint64, requeue bool) error
+	each bool
+	// flushAt is how many positive acks may wait before a flush.
+	flushAt int
+
+	mu      sync.Mutex
+	next    uint64           // lowest tag not known to be settled
+	top     uint64           // highest tag below next settled positively and not yet sent (0: none)
+	sent    uint64           // every tag up to here is covered by what was sent
+	above   map[uint64]uint8 // tags >= next settled already: tagPending, tagSent or tagReturned
+	prefix  int              // positive acks below next not sent yet
+	waiting int              // tagPending entries in above
+	since   time.Time        // when waiting last went from 0 to 1
+	timer   *time.Timer
+	closed  bool
+}
+
+const (
+	tagPending  uint8 = iota + 1 // acknowledged by the handler, not on the wire yet
+	tagSent                      // acknowledged on its own (above a hole)
+	tagReturned                  // nacked or rejected (sent at once)
+)
+
+func newAcker(ack func(uint64, bool) error, nack func(uint64, bool) error, each bool, prefetch int) *acker {
+	return &acker{ack: ack, nack: nack, each: each, flushAt: max(1, prefetch/2), next: 1, above: make(map[uint64]uint8)}
+}
+
+// Ack records a positive settlement of tag and sends what is due.
+func (a *acker) Ack(tag uint64) error {
+	if a.each {
+		return a.ack(tag, false)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return ErrClosed
+	}
+	if a.waiting == 0 {
+		a.since = time.Now()
+	}
+	a.above[tag] = tagPending
+	a.waiting++
+	a.advanceLocked()
+	switch {
+	case a.prefix+a.waiting >= a.flushAt:
+		return a.flushLocked(a.waiting >= a.flushAt/2)
+	case a.timer == nil:
+		a.timer = time.AfterFunc(ackDelay, a.flushTimer)
+	}
+	return nil
+}
+
+// Nack sends the positive acks due below tag's, then returns tag.
+func (a *acker) Nack(tag uint64, requeue bool) error {
+	if a.each {
+		return a.nack(tag, requeue)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return ErrClosed
+	}
+	ferr := a.flushLocked(false)
+	err := a.nack(tag, requeue)
+	if err == nil {
+		a.above[tag] = tagReturned
+		a.advanceLocked()
+	}
+	if err == nil {
+		err = ferr
+	}
+	return err
+}
+
+// Flush sends every positive ack that is due now.
+func (a *acker) Flush() error {
+	if a.each {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil
+	}
+	return a.flushLocked(true)
+}
+
+// Close flushes and refuses anything later: the channel is being given up.
+func (a *acker) Close() error {
+	if a.each {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil
+	}
+	err := a.flushLocked(true)
+	a.closed = true
+	return err
+}
+
+// Drop forgets what was not sent: the channel died, and the broker has
+// returned every delivery it did not see acknowledged.
+func (a *acker) Drop() {
+	a.mu.Lock()
+	a.closed = true
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
+	}
+	a.mu.Unlock()
+}
+
+func (a *acker) flushTimer() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.timer = nil
+	if a.closed {
+		return
+	}
+	_ = a.flushLocked(time.Since(a.since) >= aboveDelay) // a failed send means a dead channel: the broker requeues
+	if a.waiting > 0 && a.timer == nil {
+		a.timer = time.AfterFunc(ackDelay, a.flushTimer)
+	}
+}
+
+// advanceLocked moves next past every settled tag, noting the highest
+// positive one not sent yet.
+func (a *acker) advanceLocked() {
+	for {
+		st, ok := a.above[a.next]
+		if !ok {
+			return
+		}
+		delete(a.above, a.next)
+		if st == tagPending {
+			a.top = a.next
+			a.waiting--
+			a.prefix++
+		}
+		a.next++
+	}
+}
+
+// flushLocked sends the multiple ack for the settled prefix and, with
+// above, the positive acks above the first delivery still in hand, one by
+// one (a multiple ack there would cover it).
+func (a *acker) flushLocked(above bool) error {
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
+	}
+	var err error
+	if a.top > a.sent {
+		// Every tag up to top is settled: the ones the broker still holds
+		// are positive ones, and top is one of them.
+		if err = a.ack(a.top, true); err == nil {
+			a.sent = a.top
+		}
+	}
+	a.prefix = 0
+	if above && a.waiting > 0 {
+		for tag, st := range a.above {
+			if st == tagPending {
+				if e := a.ack(tag, false); e != nil && err == nil {
+					err = e
+				}
+				a.above[tag] = tagSent
+			}
+		}
+		a.waiting = 0
+	}
+	return err
+}

@@ -1,0 +1,213 @@
+package mq
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeBroker keeps a channel's outstanding deliveries as RabbitMQ does: a
+// multiple ack must name an outstanding tag and takes every outstanding
+// tag up to it; anything else is the 406 that kills a channel.
+type fakeBroker struct {
+	mu          sync.Mutex
+	outstanding map[uint64]bool
+	acked       map[uint64]int
+	returned    map[uint64]int
+	// mustNotCover is asked, at each ack, whether a tag may be covered now
+	// (not being handled, not waiting).
+	mustNotCover func(tag uint64) bool
+	errs         []string
+	frames       int
+}
+
+func newFakeBroker(n int) *fakeBroker {
+	f := &fakeBroker{outstanding: map[uint64]bool{}, acked: map[uint64]int{}, returned: map[uint64]int{}}
+	for t := uint64(1); t <= uint64(n); t++ {
+		f.outstanding[t] = true
+	}
+	return f
+}
+
+func (f *fakeBroker) ack(tag uint64, multiple bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.frames++
+	if !f.outstanding[tag] {
+		f.errs = append(f.errs, fmt.Sprintf("ack(%d, %v): unknown delivery tag", tag, multiple))
+		return fmt.Errorf("406 unknown delivery tag %d", tag)
+	}
+	for t := range f.outstanding {
+		if t == tag || (multiple && t < tag) {
+			if f.mustNotCover != nil && f.mustNotCover(t) {
+				f.errs = append(f.errs, fmt.Sprintf("ack(%d, %v) covered %d, which is not settled positively", tag, multiple, t))
+			}
+			delete(f.outstanding, t)
+			f.acked[t]++
+		}
+	}
+	return nil
+}
+
+func (f *fakeBroker) nack(tag uint64, _ bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.frames++
+	if !f.outstanding[tag] {
+		f.errs = append(f.errs, fmt.Sprintf("nack(%d): unknown delivery tag", tag))
+		return fmt.Errorf("406 unknown delivery tag %d", tag)
+	}
+	delete(f.outstanding, tag)
+	f.returned[tag]++
+	return nil
+}
+
+// Random settlement orders, outcomes and delays from 8 goroutines: every
+// positive settlement is acknowledged exactly once, no ack ever names a
+// tag the broker does not hold or covers one being handled, waiting or
+// returned, and the frames are far fewer than the messages.
+func TestAckerNeverCoversAnUnsettledDelivery(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			const n = 2000
+			rng := rand.New(rand.NewPCG(seed, 7))
+			f := newFakeBroker(n)
+			var stateMu sync.Mutex
+			positive := map[uint64]bool{} // settled positively by the "handler"
+			f.mustNotCover = func(tag uint64) bool {
+				stateMu.Lock()
+				defer stateMu.Unlock()
+				return !positive[tag]
+			}
+			a := newAcker(f.ack, f.nack, false, 100)
+			type job struct {
+				tag     uint64
+				nack    bool
+				requeue bool
+				delay   time.Duration
+			}
+			jobs := make(chan job)
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					for j := range jobs {
+						time.Sleep(j.delay)
+						if j.nack {
+							_ = a.Nack(j.tag, j.requeue)
+							continue
+						}
+						stateMu.Lock()
+						positive[j.tag] = true
+						stateMu.Unlock()
+						_ = a.Ack(j.tag)
+					}
+				})
+			}
+			var nacked []uint64
+			for tag := uint64(1); tag <= n; tag++ {
+				j := job{tag: tag}
+				switch r := rng.IntN(100); {
+				case r < 5:
+					j.nack, j.requeue = true, r < 2
+					nacked = append(nacked, tag)
+				case r < 8:
+					j.delay = time.Duration(rng.IntN(20)) * time.Millisecond // "waiting"
+				default:
+					j.delay = time.Duration(rng.IntN(200)) * time.Microsecond
+				}
+				jobs <- j
+			}
+			close(jobs)
+			wg.Wait()
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			for _, e := range f.errs[:min(len(f.errs), 5)] {
+				t.Error(e)
+			}
+			if len(f.outstanding) != 0 {
+				t.Errorf("%d deliveries never settled on the wire", len(f.outstanding))
+			}
+			for _, tag := range nacked {
+				if f.acked[tag] != 0 {
+					t.Errorf("tag %d was nacked and acked", tag)
+				}
+			}
+			for tag, c := range f.acked {
+				if c != 1 {
+					t.Errorf("tag %d acked %d times", tag, c)
+				}
+			}
+			if f.frames > n*8/10 {
+				t.Errorf("%d frames for %d deliveries: the acks were not coalesced", f.frames, n)
+			}
+			t.Logf("%d deliveries, %d nacked, %d frames", n, len(nacked), f.frames)
+		})
+	}
+}
+
+// A long wait low in the window does not hold back the acks above it:
+// they go one by one at the next flush, so the broker's window does not
+// fill with handled messages.
+func TestAckerAcksAboveAWaitingDeliveryAlone(t *testing.T) {
+	f := newFakeBroker(10)
+	a := newAcker(f.ack, f.nack, false, 100)
+	for tag := uint64(2); tag <= 10; tag++ { // tag 1 is waiting
+		if err := a.Ack(tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	if !f.outstanding[1] || len(f.outstanding) != 1 {
+		t.Errorf("outstanding after the flush: %v, want only the waiting tag 1", f.outstanding)
+	}
+	f.mu.Unlock()
+	if err := a.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.errs) > 0 || len(f.outstanding) > 0 {
+		t.Errorf("errors %v, outstanding %v", f.errs, f.outstanding)
+	}
+}
+
+// The timer sends what waits within ackDelay; AckEach sends every ack at once.
+func TestAckerTimerAndAckEach(t *testing.T) {
+	f := newFakeBroker(3)
+	a := newAcker(f.ack, f.nack, false, 100)
+	_ = a.Ack(1)
+	_ = a.Ack(2)
+	deadline := time.Now().Add(time.Second)
+	for {
+		f.mu.Lock()
+		left := len(f.outstanding)
+		f.mu.Unlock()
+		if left == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the timer did not flush within 1 s: %d outstanding", left)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	a.Drop()
+	if err := a.Ack(3); err == nil {
+		t.Error("Ack after Drop succeeded")
+	}
+	g := newFakeBroker(2)
+	e := newAcker(g.ack, g.nack, true, 100)
+	_ = e.Ack(2)
+	_ = e.Ack(1)
+	if g.frames != 2 || len(g.outstanding) != 0 {
+		t.Errorf("AckEach: %d frames, %d outstanding", g.frames, len(g.outstanding))
+	}
+}
