@@ -299,6 +299,9 @@ func CanonTable(t amqp.Table) string {
 // one vector serves every test run's own names.
 type Vars map[string]string
 
+// Fill fills the placeholders of s.
+func (vs Vars) Fill(s string) string { return vs.fill(s) }
+
 func (vs Vars) fill(s string) string {
 	if len(vs) == 0 || !strings.Contains(s, "{") {
 		return s
