@@ -29,7 +29,6 @@ import (
 	"github.com/acemq/acemq-go/topology"
 )
 
-
 // conformanceRoute declares a direct exchange and a queue bound to it on a
 // key, all goit.* and deleted afterwards, with every queue a consumer with
 // policy p derives: the message is first delivered through a real exchange
@@ -186,7 +185,7 @@ func TestConformanceHops(t *testing.T) {
 			rung := "a failed attempt whose next wait is longer than the in-process limit goes to the broker rung"
 			mutations := []struct {
 				name, of, header string
-				e            conformance.Expect
+				e                conformance.Expect
 			}{
 				{"the attempt written as a string", exhausted, "x-acemq-attempt", conformance.Expect{Is: conformance.Typed(`{"longstr": "4"}`)}},
 				{"the attempt written as a long", exhausted, "x-acemq-attempt", conformance.Expect{Is: conformance.Typed(`{"long": 4}`)}},
