@@ -118,14 +118,14 @@ func TestMutatedVectorsFail(t *testing.T) {
 			return err
 		}, "printout line 2"},
 		{"an empty binding key printed as nothing", topologies, func(r map[string]any) error {
-			p, err := printout(r, "printout of argument values: strings quoted (quotes inside not escaped), integers, booleans and floats bare, a float always with a decimal point; empty binding key as ''")
+			p, err := printout(r, "printout of argument values: strings quoted (quotes inside not escaped), integers and booleans bare, a float as its shortest decimal (.0 when whole; exponent form at 1e6 and above or below 1e-4); empty binding key as ''")
 			if err == nil {
 				p[3] = strings.Replace(p[3].(string), "on ''", "on ", 1)
 			}
 			return err
 		}, "printout line 4"},
 		{"a quote inside a string escaped", topologies, func(r map[string]any) error {
-			p, err := printout(r, "printout of argument values: strings quoted (quotes inside not escaped), integers, booleans and floats bare, a float always with a decimal point; empty binding key as ''")
+			p, err := printout(r, "printout of argument values: strings quoted (quotes inside not escaped), integers and booleans bare, a float as its shortest decimal (.0 when whole; exponent form at 1e6 and above or below 1e-4); empty binding key as ''")
 			if err == nil {
 				p[2] = strings.Replace(p[2].(string), "q='it's'", `q='it\'s'`, 1)
 			}
