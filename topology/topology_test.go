@@ -41,7 +41,7 @@ func contractTopology() *topology.Topology {
 		Binding("shipping.orders", "orders-events", "order.placed")
 }
 
-// TestContractPrintoutWhateverTheOrder writes §4's topology in every order
+// TestContractPrintoutWhateverTheOrder writes the contract example's topology in every order
 // of its three calls: the same lines, exchanges before queues before
 // bindings; within a group the order the topology met the items.
 func TestContractPrintoutWhateverTheOrder(t *testing.T) {
@@ -247,7 +247,7 @@ func TestInvalid(t *testing.T) {
 		call    string // the call the error must name
 		problem string // and a piece of what it says
 	}{
-		// Every rule of contract §5 is a case of conformance/validation.json
+		// Every rule of docs/contract.md, "Validation", is a case of conformance/validation.json
 		// (TestConformanceValidation); these rows are Go's own mistakes.
 		{"quorum and classic", func(tp *topology.Topology) { tp.Queue("a", topology.Quorum(), topology.Classic()) },
 			`Queue("a", Quorum(), Classic())`, "Quorum() and Classic() both given"},
