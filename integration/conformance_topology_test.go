@@ -226,65 +226,86 @@ func TestConformanceStoredArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := testenv.Broker(t, mq.Config{Logger: testenv.Logger(t)})
-	declared := 0
-	for _, tv := range v.Topologies {
+	ctx := testenv.Context(t, 60*time.Second)
+	// Every topology is declared first, under a prefix of its own, and the
+	// broker is listed once (rabbitmqctl takes about a second a call).
+	run := testenv.Name(t) + "."
+	type declared struct {
+		tv              conformance.TopologyVector
+		prefix          string
+		queues, allDecl []string
+	}
+	var all []declared
+	for i, tv := range v.Topologies {
 		if !tv.OnBroker() {
 			if tv.WhyNotOnBroker == "" {
 				t.Errorf("topology %q is kept off the broker without a reason", tv.Name)
 			}
 			continue
 		}
-		declared++
-		t.Run(tv.Name, func(t *testing.T) {
-			prefix := testenv.Name(t) + "."
-			tv := renamed(tv, prefix)
-			tp, err := conformance.Build(tv.Calls)
-			if err != nil {
-				t.Fatal(err)
+		prefix := fmt.Sprintf("%s%d.", run, i)
+		tv := renamed(tv, prefix)
+		tp, err := conformance.Build(tv.Calls)
+		if err != nil {
+			t.Fatalf("%s: %v", tv.Name, err)
+		}
+		d := declared{tv: tv, prefix: prefix}
+		var exchanges, exclusive []string
+		for _, q := range tp.Queues() {
+			d.allDecl = append(d.allDecl, q.Name)
+			if q.Exclusive {
+				// Only the declaring connection may delete it; it goes with
+				// that connection anyway.
+				exclusive = append(exclusive, q.Name)
+				continue
 			}
-			var queues, exchanges []string
-			var exclusive []string
-			for _, q := range tp.Queues() {
-				if q.Exclusive {
-					// Only the declaring connection may delete it; it goes
-					// with that connection anyway.
-					exclusive = append(exclusive, q.Name)
-					continue
+			d.queues = append(d.queues, q.Name)
+		}
+		for _, e := range tp.Exchanges() {
+			if !strings.HasPrefix(e.Name, "acemq.") {
+				exchanges = append(exchanges, e.Name)
+			}
+		}
+		// A consumer's failure half binds the consumer's queue, which
+		// somebody else declares: here, the test, as a classic queue.
+		own := topology.New()
+		for _, c := range tv.Calls {
+			if c.Call == "consumer" {
+				own.Queue(c.Queue, topology.Classic())
+				d.queues = append(d.queues, c.Queue)
+				d.allDecl = append(d.allDecl, c.Queue)
+			}
+		}
+		testenv.Cleanup(t, d.queues...)
+		testenv.CleanupExchanges(t, exchanges...)
+		t.Cleanup(func() {
+			for _, q := range exclusive {
+				if _, err := b.DeleteQueue(testenv.Context(t, 15*time.Second), q); err != nil {
+					t.Errorf("delete %s: %v", q, err)
 				}
-				queues = append(queues, q.Name)
 			}
-			defer func() {
-				for _, q := range exclusive {
-					if _, err := b.DeleteQueue(testenv.Context(t, 15*time.Second), q); err != nil {
-						t.Errorf("delete %s: %v", q, err)
-					}
-				}
-			}()
-			for _, e := range tp.Exchanges() {
-				if !strings.HasPrefix(e.Name, "acemq.") {
-					exchanges = append(exchanges, e.Name)
-				}
-			}
-			// A consumer's failure half binds the consumer's queue, which
-			// somebody else declares: here, the test, as a classic queue.
-			own := topology.New()
-			for _, c := range tv.Calls {
-				if c.Call == "consumer" {
-					own.Queue(c.Queue, topology.Classic())
-					queues = append(queues, c.Queue)
+		})
+		if err := b.Declare(ctx, own.Merge(tp)); err != nil {
+			t.Fatalf("%s: declare: %v", tv.Name, err)
+		}
+		all = append(all, d)
+	}
+	if len(all) == 0 {
+		t.Fatal("no topology was declared")
+	}
+	listing := listStored(t, run)
+	for _, d := range all {
+		t.Run(d.tv.Name, func(t *testing.T) {
+			stored := map[string]storedQueue{}
+			for name, q := range listing {
+				if strings.HasPrefix(name, d.prefix) {
+					stored[name] = q
 				}
 			}
-			testenv.Cleanup(t, queues...)
-			testenv.CleanupExchanges(t, exchanges...)
-			ctx := testenv.Context(t, 30*time.Second)
-			if err := b.Declare(ctx, own.Merge(tp)); err != nil {
-				t.Fatalf("declare: %v", err)
+			if len(stored) != len(d.allDecl) {
+				t.Errorf("the broker has %d queues named %s*, the test declared %d", len(stored), d.prefix, len(d.allDecl))
 			}
-			stored := listStored(t, prefix)
-			if len(stored) != len(queues)+len(exclusive) {
-				t.Errorf("the broker has %d queues named %s*, the test declared %d", len(stored), prefix, len(queues)+len(exclusive))
-			}
-			for _, w := range tv.Queues {
+			for _, w := range d.tv.Queues {
 				s, ok := stored[w.Name]
 				if !ok {
 					t.Errorf("queue %s is not on the broker", w.Name)
@@ -322,9 +343,6 @@ func TestConformanceStoredArguments(t *testing.T) {
 				}
 			}
 		})
-	}
-	if declared == 0 {
-		t.Fatal("no topology was declared")
 	}
 }
 
