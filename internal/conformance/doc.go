@@ -13,7 +13,8 @@
 //
 // What it must not touch: the network. Vectors that need a broker (stored
 // queue arguments, hop and replay headers) are driven by the integration
-// tests, which hand what they captured to CheckHeaders and CheckStored.
+// tests: they decode the expected values here (Decode, Canon) and hand the
+// headers they captured to CheckHeaders.
 //
 // It is internal: only this module's tests use it.
 package conformance

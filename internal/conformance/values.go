@@ -56,29 +56,18 @@ func decodeStrict(b []byte, v any) error {
 // a copy can be altered field by field.
 type Typed = json.RawMessage
 
-// The AMQP 0-9-1 field types the vectors name, with the tag each is sent
-// as and the Go type amqp091-go sends and decodes it as.
-var fieldTypes = map[string]struct {
-	tag byte
-	goT string
-}{
-	"bool":          {'t', "bool"},
-	"byte":          {'b', "int8"},
-	"unsignedbyte":  {'B', "uint8"},
-	"short":         {'s', "int16"},
-	"unsignedshort": {'u', "uint16"},
-	"signedint":     {'I', "int32"},
-	"unsignedint":   {'i', "uint32"},
-	"long":          {'l', "int64"},
-	"float":         {'f', "float32"},
-	"double":        {'d', "float64"},
-	"decimal":       {'D', "amqp.Decimal"},
-	"longstr":       {'S', "string"},
-	"binary":        {'x', "[]byte"},
-	"timestamp":     {'T', "time.Time"},
-	"table":         {'F', "amqp.Table"},
-	"array":         {'A', "[]interface{}"},
-	"void":          {'V', "nil"},
+// The AMQP 0-9-1 field types the vectors name (RabbitMQ's names), with the
+// tag each is sent as and the Go type amqp091-go sends and decodes it as:
+// bool t bool, byte b int8, unsignedbyte B uint8, short s int16,
+// unsignedshort u uint16, signedint I int32, unsignedint i uint32, long l
+// int64, float f float32, double d float64, decimal D amqp.Decimal, longstr
+// S string, binary x []byte, timestamp T time.Time, table F amqp.Table,
+// array A []any, void V nil.
+var fieldTypes = map[string]bool{
+	"bool": true, "byte": true, "unsignedbyte": true, "short": true, "unsignedshort": true,
+	"signedint": true, "unsignedint": true, "long": true, "float": true, "double": true,
+	"decimal": true, "longstr": true, "binary": true, "timestamp": true, "table": true,
+	"array": true, "void": true,
 }
 
 // Decode turns a typed vector value into the Go value amqp091-go sends for
@@ -199,7 +188,7 @@ func split(raw Typed) (string, json.RawMessage, error) {
 		return "", nil, fmt.Errorf("a typed value is an object with one key, the AMQP type: %s", raw)
 	}
 	for k, v := range m {
-		if _, ok := fieldTypes[k]; !ok {
+		if !fieldTypes[k] {
 			return "", nil, fmt.Errorf("unknown AMQP field type %q in %s", k, raw)
 		}
 		return k, v, nil
