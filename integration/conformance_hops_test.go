@@ -215,7 +215,7 @@ func TestConformanceHops(t *testing.T) {
 					t.Fatalf("no case %q", m.of)
 				}
 				hc := c.HeaderCase
-				hc.Headers = clone(hc.Headers)
+				hc.Headers = cloneExpects(hc.Headers)
 				hc.Headers[m.header] = m.e
 				if f := conformance.CheckHeaders(hc, got[c.Name]); len(f) == 0 {
 					t.Errorf("%s: the runner passed the altered case", m.name)
@@ -238,7 +238,7 @@ func TestConformanceHops(t *testing.T) {
 	}
 }
 
-func clone(m map[string]conformance.Expect) map[string]conformance.Expect {
+func cloneExpects(m map[string]conformance.Expect) map[string]conformance.Expect {
 	out := make(map[string]conformance.Expect, len(m))
 	for k, v := range m {
 		out[k] = v
@@ -298,7 +298,7 @@ func TestConformanceReplay(t *testing.T) {
 				{"a replay that does not record where it came from", "x-acemq-replayed-from", conformance.Expect{Absent: true}},
 			} {
 				hc := c.HeaderCase
-				hc.Headers = clone(hc.Headers)
+				hc.Headers = cloneExpects(hc.Headers)
 				hc.Headers[m.header] = m.e
 				if f := conformance.CheckHeaders(hc, run); len(f) == 0 {
 					t.Errorf("%s: the runner passed the altered case", m.name)

@@ -146,10 +146,10 @@ func storedCanon(typ string, raw json.RawMessage) (string, error) {
 	return conformance.Canon(v), nil
 }
 
-// renamed gives every name a vector declares the test's own prefix (the
+// conformanceRenamed gives every name a vector declares the test's own prefix (the
 // contract's shared exchanges acemq.* excepted), in the calls and in the
 // expected queues, argument values naming a queue included.
-func renamed(tv conformance.TopologyVector, prefix string) conformance.TopologyVector {
+func conformanceRenamed(tv conformance.TopologyVector, prefix string) conformance.TopologyVector {
 	names := map[string]bool{}
 	for _, c := range tv.Calls {
 		for _, n := range []string{c.Name, c.Queue, c.Exchange} {
@@ -244,7 +244,7 @@ func TestConformanceStoredArguments(t *testing.T) {
 			continue
 		}
 		prefix := fmt.Sprintf("%s%d.", run, i)
-		tv := renamed(tv, prefix)
+		tv := conformanceRenamed(tv, prefix)
 		tp, err := conformance.Build(tv.Calls)
 		if err != nil {
 			t.Fatalf("%s: %v", tv.Name, err)
@@ -338,7 +338,7 @@ func TestConformanceStoredArguments(t *testing.T) {
 						t.Errorf("queue %s: the broker stores %s=%s, the vector says %s", w.Name, k, c, conformance.Canon(wv))
 					}
 				}
-				if err := redeclare(ctx, b, w, want); err != nil {
+				if err := conformanceRedeclare(ctx, b, w, want); err != nil {
 					t.Errorf("queue %s: redeclared with the vector's table %s: %v", w.Name, conformance.CanonTable(want), err)
 				}
 			}
@@ -346,10 +346,10 @@ func TestConformanceStoredArguments(t *testing.T) {
 	}
 }
 
-// redeclare declares q again, not passively, with the vector's flags and
+// conformanceRedeclare declares q again, not passively, with the vector's flags and
 // its table typed as the vector says: the broker answers
 // PRECONDITION_FAILED unless that is equivalent to what it stores.
-func redeclare(ctx context.Context, b *mq.Broker, q conformance.QueueSpec, args amqp.Table) error {
+func conformanceRedeclare(ctx context.Context, b *mq.Broker, q conformance.QueueSpec, args amqp.Table) error {
 	ch, err := b.Channel(ctx)
 	if err != nil {
 		return err
@@ -375,7 +375,7 @@ func TestConformanceStoredArgumentsCanFail(t *testing.T) {
 	rung := conformance.QueueSpec{Name: topology.RetryQueue(q, 40*time.Second), Durable: true}
 	floatTTL := topology.RungArguments(q, 40*time.Second)
 	floatTTL[topology.ArgMessageTTL] = float64(40000)
-	if err := redeclare(ctx, b, rung, floatTTL); err == nil {
+	if err := conformanceRedeclare(ctx, b, rung, floatTTL); err == nil {
 		t.Error("a float x-message-ttl was accepted as equivalent to the stored integer")
 	}
 	stored := listStored(t, q)
@@ -393,7 +393,7 @@ func TestConformanceStoredArgumentsCanFail(t *testing.T) {
 	if c, ok := classic[topology.ArgQueueType]; ok {
 		t.Errorf("classic queue %s stores x-queue-type=%s", q, c)
 	}
-	if err := redeclare(ctx, b, conformance.QueueSpec{Name: q, Durable: true}, amqp.Table{topology.ArgQueueType: "quorum"}); err == nil {
+	if err := conformanceRedeclare(ctx, b, conformance.QueueSpec{Name: q, Durable: true}, amqp.Table{topology.ArgQueueType: "quorum"}); err == nil {
 		t.Error("x-queue-type=quorum was accepted on a classic queue")
 	}
 }
