@@ -146,9 +146,9 @@ func storedCanon(typ string, raw json.RawMessage) (string, error) {
 	return conformance.Canon(v), nil
 }
 
-// conformanceRenamed gives every name a vector declares the test's own prefix (the
-// contract's shared exchanges acemq.* excepted), in the calls and in the
-// expected queues, argument values naming a queue included.
+// conformanceRenamed gives every name a vector declares the test's own
+// prefix (the contract's shared exchanges acemq.* excepted), in the calls
+// and in the expected queues, argument values naming a queue included.
 func conformanceRenamed(tv conformance.TopologyVector, prefix string) conformance.TopologyVector {
 	names := map[string]bool{}
 	for _, c := range tv.Calls {
