@@ -346,8 +346,8 @@ func TestConformanceStoredArguments(t *testing.T) {
 	}
 }
 
-// conformanceRedeclare declares q again, not passively, with the vector's flags and
-// its table typed as the vector says: the broker answers
+// conformanceRedeclare declares q again, not passively, with the vector's
+// flags and its table typed as the vector says: the broker answers
 // PRECONDITION_FAILED unless that is equivalent to what it stores.
 func conformanceRedeclare(ctx context.Context, b *mq.Broker, q conformance.QueueSpec, args amqp.Table) error {
 	ch, err := b.Channel(ctx)
