@@ -19,7 +19,7 @@ import (
 	"github.com/acemq/acemq-go/topology"
 )
 
-// coreContractTopology is contract §4's example topology with goit.* names:
+// coreContractTopology is the contract example's topology (docs/contract.md, "Topology and printout") with goit.* names:
 // 3 exchanges, 6 queues, 4 bindings. acemq.dlx and acemq.retry are the
 // contract's own shared exchanges; they are declared (idempotently) but
 // never deleted, since other suites use them at the same time.
@@ -37,8 +37,8 @@ func coreContractTopology(t *testing.T) (top *topology.Topology, exchange string
 	return top, exchange, queues
 }
 
-// Contract §6: a service declares its topology on every boot, so Declare
-// is idempotent; everything §4 lists exists afterwards, routed as planned.
+// docs/contract.md, "Who declares what": a service declares its topology on every boot, so Declare
+// is idempotent; everything the printout lists exists afterwards, routed as planned.
 func TestBrokerDeclareContractTopologyTwice(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
 	ctx := testenv.Context(t, 30*time.Second)
@@ -197,7 +197,7 @@ func TestBrokerDeclareRefusalsAreNamed(t *testing.T) {
 	}
 }
 
-// Inspection (contract §8): QueueExists, MessageCount (ready messages
+// Inspection (docs/contract.md, "Inspection"): QueueExists, MessageCount (ready messages
 // only) and DeleteQueue (returns what it deleted).
 func TestBrokerInspection(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})

@@ -3,7 +3,7 @@
 package integration
 
 // Issue 4, "Done when": the retry ladder, parking, dead letters and the
-// contract's failure paths (§3, §6, §7) against the real broker.
+// contract's failure paths (docs/contract.md: "Retry policy", "Who declares what", "Hops") against the real broker.
 
 import (
 	"context"
@@ -80,7 +80,7 @@ func TestConsumerBrokerRungsThenSuccess(t *testing.T) {
 }
 
 // A handler that always fails ends in <q>.dlq after exactly `attempts`
-// calls, with every §7 header, the body and the properties unchanged. The
+// calls, with every contract header (docs/contract.md, "Headers"), the body and the properties unchanged. The
 // policy has one in-process wait and one broker rung, so the message
 // crosses both.
 func TestConsumerExhaustedToDLQ(t *testing.T) {

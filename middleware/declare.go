@@ -8,7 +8,7 @@ import (
 )
 
 // DeclareOnStart declares, before every (re)subscribe, the failure half of
-// the consumer's queue (contract §6): acemq.dlx, <queue>.dlq,
+// the consumer's queue (docs/contract.md, "Who declares what"): acemq.dlx, <queue>.dlq,
 // <queue>.parked and their bindings, and for a retry policy with broker
 // rungs, acemq.retry, the rungs and the home binding. The policy is the one
 // the consumer's retry ladder runs (mq.Subscription.RetryPolicy), never a

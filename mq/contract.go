@@ -2,7 +2,7 @@ package mq
 
 import "unicode/utf8"
 
-// Headers the library writes on the messages it republishes (contract §7).
+// Headers the library writes on the messages it republishes (docs/contract.md, "Headers").
 // Other AceMQ libraries read them; they are written here once.
 const (
 	// HeaderAttempt is the attempt number the next delivery is (the first
@@ -124,7 +124,7 @@ const (
 // HopKind says why the library republished a message itself.
 type HopKind string
 
-// The library's own hops (contract §7).
+// The library's own hops (docs/contract.md, "Hops").
 const (
 	HopNone       HopKind = ""
 	HopRetry      HopKind = "retry"

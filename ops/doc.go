@@ -19,9 +19,14 @@
 // queue, one at a time: basic.get without auto-ack, republish with body and
 // properties unchanged through the default exchange (mandatory, confirmed,
 // marked as a mq.HopReplay hop), and only after the broker confirmed the
-// republish, ack the original. The attempt count is reset (x-acemq-attempt
-// is removed, so the next delivery is attempt 1) and the replay is recorded
-// in x-acemq-replayed-at (AMQP timestamp) and x-acemq-replayed-from.
+// republish, ack the original. The failure record is closed: the attempt
+// count is reset (x-acemq-attempt is removed, so the next delivery is
+// attempt 1), x-acemq-source-queue, -reason, -error and -failed-at are
+// removed, and so is x-acemq-hop-traceparent (a traced replay writes its
+// own). The message's other headers, its traceparent and tracestate and its
+// original exchange and routing key are kept, and the replay is recorded in
+// x-acemq-replayed-at (AMQP timestamp) and x-acemq-replayed-from, replacing
+// an earlier replay's. See docs/contract.md, "Replay".
 //
 // The source queue is the message's x-acemq-source-queue header, or, when
 // that header is missing, empty, of an unusable type or names the queue

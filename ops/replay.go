@@ -202,6 +202,14 @@ func progress(opts ReplayOptions, res ReplayResult) {
 	}
 }
 
+// failureRecord are the headers a replay removes (docs/contract.md,
+// "Replay"): the attempt count, so the next delivery is attempt 1; the
+// failure the message was set aside for, which the replay closes; and the
+// last hop's trace context, which a traced replay writes afresh and an
+// untraced one must not leave pointing at the dead letter's hop.
+var failureRecord = []string{mq.HeaderAttempt, mq.HeaderSourceQueue, mq.HeaderReason, mq.HeaderError,
+	mq.HeaderFailedAt, mq.HeaderHopTraceparent}
+
 // move republishes d to target with the replay recorded, and returns once
 // the broker confirmed it. Once a message is taken its move is finished even
 // if ctx ends meanwhile, bounded by timeout.
@@ -210,7 +218,9 @@ func move(ctx context.Context, pub *mq.Publisher, d amqp.Delivery, from, target 
 	if m.Headers == nil {
 		m.Headers = amqp.Table{}
 	}
-	delete(m.Headers, mq.HeaderAttempt) // the next delivery is attempt 1
+	for _, h := range failureRecord {
+		delete(m.Headers, h)
+	}
 	m.Headers[mq.HeaderReplayedAt] = time.Now().UTC()
 	m.Headers[mq.HeaderReplayedFrom] = from
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)

@@ -97,14 +97,16 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // WithPropagators sets the propagator that writes and reads a message's
 // creation context (traceparent and tracestate with the W3C propagator).
 // Default: the global one (otel.GetTextMapPropagator) when one has been set
-// by the time New runs, else W3C trace context — the contract has every
-// AceMQ library write traceparent and tracestate on every publish, so an
-// app that never configured propagation still gets one trace per message.
+// by the time New runs, else W3C trace context — every AceMQ library with
+// tracing installed writes traceparent and tracestate on every publish
+// (docs/contract.md, "Decisions"), so an app that never configured
+// propagation still gets one trace per message.
 // A nil propagator keeps the default.
 //
 // The hop header (x-acemq-hop-traceparent) is always written and read in
-// the W3C traceparent format, whatever the propagator: it is part of the
-// contract every AceMQ library reads.
+// the W3C traceparent format, whatever the propagator, so any AceMQ library
+// that knows this optional extension can read it (docs/contract.md, "Go's
+// extension headers").
 func WithPropagators(p propagation.TextMapPropagator) Option {
 	return optionFunc(func(c *config) {
 		if p != nil {

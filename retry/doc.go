@@ -3,10 +3,11 @@
 // those waits the consumer waits in its own process and which ones it hands
 // to the broker's delay queues ("rungs").
 //
-// What this package owns: the schedule arithmetic of contract §3 and the
-// validation that keeps a policy expressible on the broker (broker waits are
-// whole seconds). What it must not touch: names, queues, headers or any I/O.
-// The topology package turns a policy's broker rungs into queues; the
-// middleware package runs a policy against deliveries. Both read the rungs
-// from the one Policy value, never from a second list.
+// What this package owns: the schedule arithmetic of docs/contract.md,
+// "Retry policy", and the validation that keeps a policy expressible on the
+// broker (broker waits are whole seconds). What it must not touch: names,
+// queues, headers or any I/O. The topology package turns a policy's broker
+// rungs into queues; the middleware package runs a policy against
+// deliveries. Both read the rungs from the one Policy value, never from a
+// second list.
 package retry

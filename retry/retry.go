@@ -10,7 +10,7 @@ import (
 )
 
 // DefaultInProcessLimit is the longest wait a consumer waits in its own
-// process; longer waits go through a broker rung. Contract §3: 30 s.
+// process; longer waits go through a broker rung. docs/contract.md, "Retry policy": 30 s.
 const DefaultInProcessLimit = 30 * time.Second
 
 // MaxAttempts bounds the number of deliveries a policy may ask for. A policy

@@ -9,7 +9,7 @@ import (
 	"github.com/acemq/acemq-go/topology"
 )
 
-// The topology of contract §4: three calls, thirteen declarations.
+// The contract example (docs/contract.md, "Topology and printout"): three calls, thirteen declarations.
 func ExampleNew() {
 	t := topology.New().
 		Exchange("orders-events", topology.Topic).

@@ -7,7 +7,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// The contract's names (§1). Every other package reads these; none spells
+// The contract's names (docs/contract.md, "Names"). Every other package reads these; none spells
 // them again.
 const (
 	// DeadLetterSuffix names the queue a message goes to when every attempt
@@ -27,7 +27,7 @@ const (
 	DeadLetterExchange = "acemq.dlx"
 )
 
-// The queue arguments the contract writes (§2).
+// The queue arguments the contract writes (docs/contract.md, "Queue arguments").
 const (
 	ArgQueueType            = "x-queue-type"
 	ArgDeadLetterExchange   = "x-dead-letter-exchange"

@@ -62,7 +62,7 @@ func (t *Topology) actions() []Action {
 	return out
 }
 
-// String prints the topology in the contract's format (§4), byte for byte
+// String prints the topology in the contract's format (docs/contract.md, "Topology and printout"), byte for byte
 // the same in every AceMQ library:
 //
 //	Topology: 3 exchanges, 6 queues, 4 bindings

@@ -332,7 +332,7 @@ func (t *Topology) binding(queue, exchange, key string, opts []BindingOption) {
 }
 
 // ForConsumer is the failure half a consumer of queue declares for itself
-// when it starts (contract §6): acemq.dlx, queue.dlq, queue.parked and their
+// when it starts (docs/contract.md, "Who declares what"): acemq.dlx, queue.dlq, queue.parked and their
 // bindings, and when p has broker rungs, acemq.retry, the rungs and the home
 // binding. It never declares queue itself: its type and arguments belong to
 // whoever set the service up.
