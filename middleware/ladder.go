@@ -8,6 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/acemq/acemq-go/internal/seam"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
@@ -105,6 +106,9 @@ func (l *ladder) toRung(ctx context.Context, d *mq.Delivery, step retry.Step, ca
 // wait waits d in-process; false when the wait was cut short (stop, lost
 // channel, ended context).
 func wait(ctx context.Context, d *mq.Delivery, w time.Duration) bool {
+	if fake := seam.WaiterFrom(ctx); fake != nil { // mqtest's fake clock
+		return fake(ctx, w) == nil
+	}
 	if w <= 0 {
 		return ctx.Err() == nil
 	}

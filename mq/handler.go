@@ -124,7 +124,7 @@ type Delivery struct {
 	sub     *subscription
 	c       *Consumer
 
-	// Test seams (NewTestDelivery).
+	// Test seams (package mqtest sets them through internal/seam).
 	forward func(ctx context.Context, queue string, kind HopKind, m Message) error
 	log     *slog.Logger
 	emit    func(ctx context.Context, e Event)
