@@ -119,7 +119,7 @@ func TestFxStartAndStop(t *testing.T) {
 				Options: []mq.ConsumerOption{middleware.Standard(policy), mq.WithMiddleware(mark("own"))},
 			}
 		}),
-		fxmodule.WithMiddleware(mark("first"), mark("second")),
+		fxmodule.WithMiddleware(0, mark("first"), mark("second")),
 		fx.Populate(&b),
 	)
 	app.RequireStart()

@@ -114,6 +114,8 @@ type Consumer struct {
 	abortOnce sync.Once
 	done      chan struct{}
 	err       error
+
+	subscribed atomic.Bool // consuming now: Broker.Check reads it
 }
 
 var consumerSeq atomic.Uint64
@@ -171,6 +173,7 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 		close(c.done)
 		return nil, err
 	}
+	c.subscribed.Store(true)
 	go c.run(sub)
 	return c, nil
 }
@@ -287,6 +290,7 @@ func (c *Consumer) run(sub *subscription) {
 	defer func() { c.finish(endErr) }()
 	for {
 		why := c.serve(sub)
+		c.subscribed.Store(false)
 		sub.close()
 		sub.cancel()
 		if c.isStopping() {
@@ -298,6 +302,7 @@ func (c *Consumer) run(sub *subscription) {
 			ns, err := c.subscribe(c.life, true)
 			if err == nil {
 				sub = ns
+				c.subscribed.Store(true)
 				c.log.Info("acemq.consumer.resubscribed")
 				break
 			}
