@@ -40,7 +40,7 @@ func (x *declarer) Subscribe(ctx context.Context, s *mq.Subscription) error {
 	case err != nil:
 		return err
 	case !exists:
-		return fmt.Errorf("queue %q does not exist: %w (nothing declared for it)", s.Queue, mq.ErrNotFound)
+		return fmt.Errorf("queue %q does not exist (reply 404 NOT_FOUND to a passive declare), so nothing is declared for it: %w", s.Queue, mq.ErrNotFound)
 	}
 	err = s.Broker.Declare(ctx, topology.ForConsumer(s.Queue, s.RetryPolicy()))
 	if err != nil && s.Resubscribe && ctx.Err() == nil {
