@@ -36,13 +36,12 @@ func (x *declarer) Handle(ctx context.Context, d *mq.Delivery) error { return x.
 // be set aside is requeued, never lost.
 func (x *declarer) Subscribe(ctx context.Context, s *mq.Subscription) error {
 	exists, err := s.Broker.QueueExists(ctx, s.Queue)
-	switch {
-	case err != nil:
-		return err
-	case !exists:
+	if err == nil && !exists {
 		return fmt.Errorf("queue %q does not exist (reply 404 NOT_FOUND to a passive declare), so nothing is declared for it: %w", s.Queue, mq.ErrNotFound)
 	}
-	err = s.Broker.Declare(ctx, topology.ForConsumer(s.Queue, s.RetryPolicy()))
+	if err == nil {
+		err = s.Broker.Declare(ctx, topology.ForConsumer(s.Queue, s.RetryPolicy()))
+	}
 	if err != nil && s.Resubscribe && ctx.Err() == nil {
 		s.Logger.WarnContext(ctx, "acemq.declare.failed", "error", err)
 		return nil

@@ -94,25 +94,45 @@ type Result struct {
 // New builds a Consumer for queue running h inside the chain
 // Broker.Consume builds from opts (only the middleware matters here:
 // mq.WithMiddleware, middleware.Standard). An invalid option, or a retry
-// policy the ladder would refuse, fails tb.
+// policy the ladder would refuse, fails tb. A nil tb (in an Example)
+// panics instead, and deliveries run on context.Background().
 func New(tb testing.TB, queue string, h mq.Handler, opts ...mq.ConsumerOption) *Consumer {
-	tb.Helper()
+	c := &Consumer{Logger: slog.New(slog.DiscardHandler), tb: tb, queue: queue, now: Epoch, refuse: map[string]error{}}
+	if tb != nil {
+		tb.Helper()
+	}
 	if h == nil {
-		tb.Fatal("mqtest.New: the handler is nil")
+		c.fatalf("mqtest.New: the handler is nil")
 	}
 	outer, built, err := buildChain(h, []mq.AttemptHook{counterHook{}}, opts)
 	if err != nil {
-		tb.Fatalf("mqtest.New: consumer of %q: %v", queue, err)
+		c.fatalf("mqtest.New: consumer of %q: %v", queue, err)
 	}
 	for _, b := range built {
 		if ph, ok := b.(mq.PolicyHolder); ok {
 			if err := ph.RetryPolicy().Validate(); err != nil {
-				tb.Fatalf("mqtest.New: consumer of %q: %v", queue, err)
+				c.fatalf("mqtest.New: consumer of %q: %v", queue, err)
 			}
 			break
 		}
 	}
-	return &Consumer{Logger: slog.New(slog.DiscardHandler), tb: tb, queue: queue, handler: outer, now: Epoch, refuse: map[string]error{}}
+	c.handler = outer
+	return c
+}
+
+func (c *Consumer) fatalf(format string, args ...any) {
+	if c.tb == nil {
+		panic(fmt.Sprintf(format, args...))
+	}
+	c.tb.Helper()
+	c.tb.Fatalf(format, args...)
+}
+
+func (c *Consumer) context() context.Context {
+	if c.tb == nil {
+		return context.Background()
+	}
+	return c.tb.Context()
 }
 
 // Now is the fake clock's time: Epoch plus every wait so far.
@@ -151,7 +171,9 @@ func (c *Consumer) Deliver(m mq.Message) Result {
 // .parked, requeue, reject). It returns every delivery's result in order;
 // the last says where the message ended.
 func (c *Consumer) Run(m mq.Message) []Result {
-	c.tb.Helper()
+	if c.tb != nil {
+		c.tb.Helper()
+	}
 	var out []Result
 	exchange := ""
 	for range maxRun {
@@ -169,7 +191,7 @@ func (c *Consumer) Run(m mq.Message) []Result {
 		c.advance(wait)
 		m, exchange = hop.Message, "acemq.retry"
 	}
-	c.tb.Fatalf("mqtest.Run: message still hopping after %d deliveries", maxRun)
+	c.fatalf("mqtest.Run: message still hopping after %d deliveries", maxRun)
 	return out
 }
 
@@ -212,7 +234,7 @@ func (c *Consumer) deliver(m mq.Message, exchange, key string) (r Result) {
 			mu.Unlock()
 		},
 	})
-	ctx := seam.WithWaiter(c.tb.Context(), func(ctx context.Context, w time.Duration) error {
+	ctx := seam.WithWaiter(c.context(), func(ctx context.Context, w time.Duration) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
