@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
@@ -317,5 +315,3 @@ func TestCLIQuietConnection(t *testing.T) {
 		t.Errorf("wrong port --json: exit %d, %v", code, v)
 	}
 }
-
-var _ amqp.Table

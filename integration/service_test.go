@@ -22,7 +22,6 @@ import (
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
-	"github.com/acemq/acemq-go/mqtest"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -168,4 +167,39 @@ func TestFxPublisherOutlivesTheConsumers(t *testing.T) {
 	}
 }
 
-var _ = mqtest.Epoch
+// refusingSubscriber fails its consumer's subscribe.
+type refusingSubscriber struct{ mq.Handler }
+
+var errRefusedForTest = errors.New("refused by the test")
+
+func (refusingSubscriber) Subscribe(context.Context, *mq.Subscription) error {
+	return errRefusedForTest
+}
+
+// A consumer that fails to start for another reason than a missing queue
+// fails start naming it, and the consumers started before it are stopped.
+func TestFxConsumerRefusedAtStartStopsTheOthers(t *testing.T) {
+	testenv.NoLeaks(t)
+	base := testenv.Name(t)
+	good, refused := base+".a-good", base+".b-refused" // consumers start in queue order
+	testenv.Cleanup(t, good, refused)
+	var events fxEvents
+	app := fxApp(t, fxConfig(t),
+		fxmodule.AsTopology(topology.New().Queue(good, topology.Classic()).Queue(refused, topology.Classic())),
+		fxmodule.AsConsumer(func() fxmodule.Consumer {
+			return fxmodule.Consumer{Queue: refused, Handler: mq.HandlerFunc(noopHandler), Options: []mq.ConsumerOption{mq.WithMiddleware(
+				func(next mq.Handler) mq.Handler { return refusingSubscriber{next} })}}
+		}),
+		fxmodule.AsConsumer(func() fxmodule.Consumer {
+			return fxmodule.Consumer{Queue: good, Handler: mq.HandlerFunc(noopHandler), Options: []mq.ConsumerOption{mq.WithMiddleware(
+				func(next mq.Handler) mq.Handler { return &fxLifecycleProbe{Handler: next, events: &events} })}}
+		}))
+	err := app.Start(testenv.Context(t, 15*time.Second))
+	if !errors.Is(err, errRefusedForTest) || !strings.Contains(err.Error(), refused) {
+		t.Fatalf("start: %v, want the refusal naming %s", err, refused)
+	}
+	if got := events.String(); got != "subscribe,stop" {
+		t.Errorf("the consumer of %s: %s, want subscribe,stop (started, then stopped by the failed start)", good, got)
+	}
+	_ = app.Stop(testenv.Context(t, 10*time.Second))
+}
