@@ -213,8 +213,20 @@ func (c *Consumer) deliver(m mq.Message, exchange, key string) (r Result) {
 		AppId: m.AppId, Body: m.Body, DeliveryTag: tag, Exchange: exchange, RoutingKey: key,
 	}
 	var mu sync.Mutex // the handler may hop from goroutines of its own
+	// wait is the fake clock: an in-process retry wait advances it.
+	wait := func(ctx context.Context, w time.Duration) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		mu.Lock()
+		r.Waits = append(r.Waits, w)
+		mu.Unlock()
+		c.advance(w)
+		return nil
+	}
 	d := newDelivery(c.queue, raw, seamDelivery{
-		Log: c.Logger,
+		Log:  c.Logger,
+		Wait: wait,
 		Forward: func(ctx context.Context, queue string, kind mq.HopKind, m mq.Message) error {
 			c.mu.Lock()
 			defer c.mu.Unlock()
@@ -234,16 +246,9 @@ func (c *Consumer) deliver(m mq.Message, exchange, key string) (r Result) {
 			mu.Unlock()
 		},
 	})
-	ctx := seam.WithWaiter(c.context(), func(ctx context.Context, w time.Duration) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		mu.Lock()
-		r.Waits = append(r.Waits, w)
-		mu.Unlock()
-		c.advance(w)
-		return nil
-	})
+	// Until the Delivery has its own wait seam, the ladder reads the fake
+	// clock from the context (see internal/seam.WithWaiter).
+	ctx := seam.WithWaiter(c.context(), wait)
 	counted := attemptCounter{n: &r.Attempts, mu: &mu}
 	err := c.run(ctx, d, counted)
 	mu.Lock()

@@ -35,6 +35,12 @@ type Delivery[M, E, K any] struct {
 	Emit func(ctx context.Context, e E)
 	// Log is the delivery's logger.
 	Log *slog.Logger
+	// Wait replaces the timer of an in-process wait (mqtest's fake clock).
+	// mq does not read it yet: today the ladder finds the waiter in its
+	// context (WithWaiter). Once Delivery has a Wait method with a seam of
+	// its own, newSeamDelivery (mq/seam.go) sets that seam from this field
+	// and WithWaiter goes; mqtest already fills both with the same function.
+	Wait Waiter
 }
 
 // Waiter waits d in-process in place of a timer (a fake clock): nil once
