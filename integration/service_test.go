@@ -203,3 +203,40 @@ func TestFxConsumerRefusedAtStartStopsTheOthers(t *testing.T) {
 	}
 	_ = app.Stop(testenv.Context(t, 10*time.Second))
 }
+
+// Broker.Check follows the connection: a broker alarm (connection.blocked)
+// and a lost connection make it fail, naming why; it passes again once the
+// alarm clears and the connection and the consumer are back.
+func TestHealthFollowsTheConnection(t *testing.T) {
+	testenv.NoLeaks(t)
+	proxy, url := testenv.Proxy(t)
+	b := testenv.Broker(t, mq.Config{URLs: []string{url}})
+	q := testenv.Queue(t, b, servicePolicy)
+	ctx := testenv.Context(t, 30*time.Second)
+	c, err := b.Consume(ctx, q, mq.HandlerFunc(noopHandler), middleware.Standard(servicePolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Stop(t, c)
+	if err := b.Check(ctx); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+
+	proxy.SendBlocked("low on memory")
+	testenv.Eventually(t, 5*time.Second, func() bool { return b.Check(ctx) != nil }, "Check passes while the broker blocks publishing")
+	if err := b.Check(ctx); !errors.Is(err, mq.ErrNotReady) || !strings.Contains(err.Error(), "blocks publishing (low on memory)") {
+		t.Fatalf("Check while blocked: %v", err)
+	}
+	proxy.SendUnblocked()
+	testenv.Eventually(t, 5*time.Second, func() bool { return b.Check(ctx) == nil }, "Check fails after the alarm cleared")
+
+	proxy.Refuse(true)
+	proxy.Cut()
+	testenv.Eventually(t, 5*time.Second, func() bool { return b.Check(ctx) != nil }, "Check passes with the connection cut")
+	err = b.Check(ctx)
+	if !errors.Is(err, mq.ErrNotReady) || !strings.Contains(err.Error(), "not connected to") || strings.Contains(err.Error(), "guest:guest") {
+		t.Fatalf("Check with the connection cut: %v", err)
+	}
+	proxy.Refuse(false)
+	testenv.Eventually(t, 15*time.Second, func() bool { return b.Check(ctx) == nil }, "Check does not pass again after the reconnect: %v", b.Check(ctx))
+}
