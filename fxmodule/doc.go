@@ -23,13 +23,11 @@
 //				Binding("shipping.orders", "orders-events", "order.placed")
 //		}),
 //		fxmodule.AsConsumer(func(s *Shipping) fxmodule.Consumer {
-//			return fxmodule.Consumer{
-//				Queue:   "shipping.orders",
-//				Handler: s,
-//				Options: []mq.ConsumerOption{middleware.Standard(policy)},
-//			}
+//			// middleware.Standard with the policy the topology declares
+//			return fxmodule.Consumer{Queue: "shipping.orders", Handler: s, Standard: true}
 //		}),
-//		fxmodule.WithMiddleware(audit, metrics), // around every consumer, audit outermost
+//		fxmodule.AsPublisher[OrderEvents]("orders-events"), // type OrderEvents interface{ mq.Sender }
+//		fxmodule.WithMiddleware(10, audit, metrics), // around every consumer, audit outermost
 //	)
 //
 // Module requires an mq.Config from the app. It takes, when the app has
@@ -54,16 +52,37 @@
 // order, so the module sorts what it gets (fragments by their printout,
 // consumers by queue): declaration and start go the same way on every run.
 //
-// WithMiddleware wraps every consumer's handler in the middleware given, in
-// exactly the order given (the first outermost), outside each consumer's
-// own options (mq.WithMiddleware, middleware.Standard). Order never comes
-// from the order fx feeds a group in: WithMiddleware may be given once per
-// app, and giving it twice fails fx.New naming both places.
+// WithMiddleware wraps every consumer's handler in the middleware given,
+// outside each consumer's own (Consumer.Standard, Consumer.Options). It may
+// be given by several modules; each call says its order (lower is further
+// out), because order never comes from the order fx feeds a group in. Two
+// calls with one order fail fx.New naming both places.
+//
+// # The retry policy, written once
+//
+// A consumer with Standard set runs middleware.Standard with the policy the
+// merged topology declares for its queue (topology.Retry), so the rungs it
+// publishes to are the rungs the topology declares. A consumer that brings
+// its own ladder (middleware.Standard(p) in Options) must run the policy
+// the topology declares, if it declares one: a disagreement fails fx.New
+// naming both policies. Either way the app fails to build rather than
+// declaring one set of rungs and publishing to another.
+//
+// # Publishers and health
+//
+// AsPublisher provides a publisher to an exchange as an interface type the
+// app names, so a test supplies a fake (mqtest.Publisher). Publishers are
+// closed with the broker, after every consumer has drained.
+// ReadyHandler serves /readyz from Broker.Check: connected, not blocked,
+// every consumer subscribed.
 //
 // # Lifecycle
 //
 // Hooks run in dependency order. On start: connect (Broker.Start), then
-// declare the merged topology, then start every consumer (Broker.Consume,
+// check that every consumer's queue is declared by the merged topology or
+// exists on the broker (a consumer of a queue that is neither fails start
+// naming it, before anything is declared), then declare the merged
+// topology, then start every consumer (Broker.Consume,
 // which returns once it is subscribed). On stop, in reverse: stop every
 // consumer at once, each draining its in-flight handlers within the stop
 // context, then close the broker (publishers, then the connection). A

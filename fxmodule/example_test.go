@@ -2,6 +2,7 @@ package fxmodule_test
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"go.uber.org/fx"
@@ -29,8 +30,32 @@ func Example() {
 				Binding("shipping.orders", "orders-events", "order.placed")
 		}),
 		fxmodule.AsConsumer(func() fxmodule.Consumer {
-			return fxmodule.Consumer{Queue: "shipping.orders", Handler: mq.HandlerFunc(ship),
-				Options: []mq.ConsumerOption{middleware.Standard(policy)}}
+			// Standard: middleware.Standard with the topology's policy.
+			return fxmodule.Consumer{Queue: "shipping.orders", Handler: mq.HandlerFunc(ship), Standard: true}
+		}),
+	).Run()
+}
+
+// OrderEvents is the app's name for its publisher to orders-events; a
+// test provides a fake (mqtest.Publisher) instead.
+type OrderEvents interface{ mq.Sender }
+
+// A publisher provided to the app's constructors, a readiness probe, and
+// middleware from two modules, placed by their order.
+func ExampleAsPublisher() {
+	fx.New(
+		fx.Supply(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}}),
+		fxmodule.Module,
+		fxmodule.AsPublisher[OrderEvents]("orders-events"),
+		fxmodule.WithMiddleware(10, middleware.Recover()),
+		fx.Module("audit", fxmodule.WithMiddleware(20, middleware.Logging(nil))),
+		fx.Invoke(func(b *mq.Broker, events OrderEvents) {
+			http.Handle("/readyz", fxmodule.ReadyHandler(b))
+			http.HandleFunc("/orders", func(w http.ResponseWriter, r *http.Request) {
+				if err := events.Publish(r.Context(), "order.placed", mq.Message{Body: []byte(`{"id":"o-1"}`)}); err != nil {
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				}
+			})
 		}),
 	).Run()
 }

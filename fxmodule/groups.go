@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/fx"
 
+	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -30,8 +31,20 @@ type Consumer struct {
 	// Handler handles each delivery. Required.
 	Handler mq.Handler
 	// Options configure the consumer. Middleware they add sits inside the
-	// middleware given to WithMiddleware.
+	// middleware given to WithMiddleware, and inside Standard's.
 	Options []mq.ConsumerOption
+	// Standard wraps Handler in middleware.Standard with the retry policy
+	// the merged topology declares for Queue (topology.Retry): the policy
+	// is written once, in the topology, and the rungs the consumer
+	// publishes to are the rungs the topology declares. The app fails to
+	// build when the topology gives Queue no policy, or when Options run a
+	// retry ladder of their own as well. Default false: the consumer's
+	// middleware is what Options say (a middleware.Standard(p) there must
+	// then agree with the topology's policy, or the app fails to build).
+	Standard bool
+	// StandardOptions adjust the Standard stack (middleware.WithTimeout,
+	// …). Used only with Standard.
+	StandardOptions []middleware.StandardOption
 }
 
 // AsTopology adds a topology fragment to the app's topology. ctor is a
@@ -60,12 +73,16 @@ func AsConsumer(ctor any) fx.Option {
 	return fx.Provide(fx.Annotate(ctor, fx.ResultTags(`group:"`+groupConsumers+`"`)))
 }
 
-// WithMiddleware wraps the handler of every consumer of the app in mws, in
-// exactly this order (the first outermost), outside each consumer's own
-// options. Give it once per app: given twice, fx.New fails naming both
-// places, since the order of the two would otherwise be up to fx.
-func WithMiddleware(mws ...mq.Middleware) fx.Option {
-	set := middlewareSet{mws: slices.Clone(mws), at: "unknown place"}
+// WithMiddleware wraps the handler of every consumer of the app in mws,
+// outside each consumer's own middleware. It may be given any number of
+// times, from any module; order places the calls explicitly, since fx
+// feeds them in no fixed order: a lower order is further out, and within
+// one call the first middleware is outermost. So tracing given at order 10
+// in one module sits outside metrics given at order 20 in another. Two
+// calls with the same order fail fx.New naming both places, since their
+// order would otherwise be up to fx.
+func WithMiddleware(order int, mws ...mq.Middleware) fx.Option {
+	set := middlewareSet{order: order, mws: slices.Clone(mws), at: "unknown place"}
 	if _, file, line, ok := runtime.Caller(1); ok {
 		set.at = fmt.Sprintf("%s:%d", file, line)
 	}
@@ -74,8 +91,32 @@ func WithMiddleware(mws ...mq.Middleware) fx.Option {
 
 // middlewareSet is one WithMiddleware call.
 type middlewareSet struct {
-	mws []mq.Middleware
-	at  string // where WithMiddleware was called
+	order int
+	mws   []mq.Middleware
+	at    string // where WithMiddleware was called
+}
+
+// AsPublisher provides a publisher to exchange as P, an interface type
+// the app names (a test supplies a fake of it instead, mqtest.Publisher
+// say):
+//
+//	type OrderEvents interface{ mq.Sender }
+//	fxmodule.AsPublisher[OrderEvents]("orders-events")
+//
+// P must be an interface that *mq.Publisher implements (mq.Sender itself
+// will do for an app with one publisher); anything else fails fx.New
+// naming it. The publisher opens its channel on first use and is closed
+// when the broker closes at stop, after every consumer has drained, so a
+// handler that publishes can finish. Each P may be provided once.
+func AsPublisher[P any](exchange string, opts ...mq.PublisherOption) fx.Option {
+	pt := reflect.TypeFor[P]()
+	if pt.Kind() != reflect.Interface || !reflect.TypeFor[*mq.Publisher]().Implements(pt) {
+		return fx.Error(fmt.Errorf("fxmodule.AsPublisher: %v must be an interface type that *mq.Publisher implements (for instance one embedding mq.Sender)", pt))
+	}
+	opts = slices.Clone(opts)
+	return fx.Provide(func(b *mq.Broker) P {
+		return any(b.Publisher(exchange, opts...)).(P)
+	})
 }
 
 var errorType = reflect.TypeFor[error]()

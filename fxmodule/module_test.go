@@ -43,7 +43,7 @@ func TestValidateAppWiring(t *testing.T) {
 		AsTopology(topology.New().Exchange("orders-events")),
 		AsConsumer(func(b *mq.Broker) Consumer { return Consumer{Queue: "orders", Handler: noop} }),
 		AsConsumer(func() (Consumer, error) { return Consumer{Queue: "orders", Handler: noop}, nil }),
-		WithMiddleware(),
+		WithMiddleware(10),
 		fx.Invoke(func(*mq.Broker) {}),
 	)
 	if err != nil {
@@ -145,10 +145,10 @@ func TestConstructorOfTheWrongType(t *testing.T) {
 	}
 }
 
-func TestMiddlewareGivenTwice(t *testing.T) {
-	app := fx.New(fx.NopLogger, fx.Supply(cfg()), Module, WithMiddleware(), fx.Module("other", WithMiddleware()))
+func TestMiddlewareGivenTwiceWithOneOrder(t *testing.T) {
+	app := fx.New(fx.NopLogger, fx.Supply(cfg()), Module, WithMiddleware(5), fx.Module("other", WithMiddleware(5)))
 	err := app.Err()
-	if err == nil || !strings.Contains(err.Error(), "WithMiddleware was given 2 times") || !strings.Contains(err.Error(), "module_test.go:") {
+	if err == nil || !strings.Contains(err.Error(), "WithMiddleware was given twice with order 5") || strings.Count(err.Error(), "module_test.go:") != 2 {
 		t.Fatalf("fx.New: %v, want an error naming both WithMiddleware calls", err)
 	}
 }

@@ -1,18 +1,23 @@
 package fxmodule
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/fx"
 
+	"github.com/acemq/acemq-go/internal/seam"
+	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 )
 
@@ -71,26 +76,76 @@ func newRunner(p runParams) (*runner, error) {
 			errs = append(errs, fmt.Errorf("fxmodule: consumer of %q: Handler is nil", c.Queue))
 		}
 	}
-	r.consumers = consumers
-	switch len(p.Middleware) {
-	case 0:
-	case 1:
-		r.mws = p.Middleware[0].mws
-	default:
-		at := ""
-		for i, s := range p.Middleware {
-			if i > 0 {
-				at += " and "
-			}
-			at += s.at
+	sets := slices.Clone(p.Middleware)
+	slices.SortStableFunc(sets, func(a, b middlewareSet) int { return cmp.Compare(a.order, b.order) })
+	for i, set := range sets {
+		if i > 0 && sets[i-1].order == set.order {
+			errs = append(errs, fmt.Errorf("fxmodule: WithMiddleware was given twice with order %d (at %s and at %s): give each call its own order, so which sits outside is explicit", set.order, sets[i-1].at, set.at))
 		}
-		errs = append(errs, fmt.Errorf("fxmodule: WithMiddleware was given %d times (at %s): give all shared middleware in one call, outermost first, so their order is explicit", len(p.Middleware), at))
+		r.mws = append(r.mws, set.mws...)
 	}
+	for i, c := range consumers {
+		if c.Queue == "" || c.Handler == nil {
+			continue
+		}
+		opts, err := r.resolve(c)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		consumers[i].Options = opts
+	}
+	r.consumers = consumers
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	p.Lifecycle.Append(fx.Hook{OnStart: r.start, OnStop: r.stop})
 	return r, nil
+}
+
+// buildChain builds a consumer's chain from its options as Broker.Consume
+// does (mq registers it): the module reads the retry policy it runs.
+var buildChain = seam.Get[func(mq.Handler, []mq.AttemptHook, []mq.ConsumerOption) (mq.Handler, []mq.Handler, error)]()
+
+// resolve returns c's consumer options with Standard (c.Standard, with the
+// topology's policy) in front, and checks that the policy c runs is the
+// one the merged topology declares for its queue.
+func (r *runner) resolve(c Consumer) ([]mq.ConsumerOption, error) {
+	var declared *retry.Policy
+	if r.topo != nil {
+		if q, ok := r.topo.QueueNamed(c.Queue); ok && !q.Retry.Equal(retry.Policy{}) {
+			declared = &q.Retry
+		}
+	}
+	_, built, err := buildChain(c.Handler, nil, c.Options)
+	if err != nil {
+		return nil, fmt.Errorf("fxmodule: consumer of %q: %w", c.Queue, err)
+	}
+	var own *retry.Policy
+	for _, h := range built {
+		if ph, ok := h.(mq.PolicyHolder); ok {
+			p := ph.RetryPolicy()
+			own = &p
+			break
+		}
+	}
+	switch {
+	case c.Standard && own != nil:
+		return nil, fmt.Errorf("fxmodule: consumer of %q: Standard takes the retry policy from the topology (%s), but its Options run a retry ladder of their own (%s): give the policy once", c.Queue, describe(declared), own)
+	case c.Standard && declared == nil:
+		return nil, fmt.Errorf("fxmodule: consumer of %q: Standard takes the retry policy from the topology, but the app's topology declares no topology.Retry for queue %q", c.Queue, c.Queue)
+	case c.Standard:
+		return append([]mq.ConsumerOption{middleware.Standard(*declared, c.StandardOptions...)}, c.Options...), nil
+	case own != nil && declared != nil && !own.Equal(*declared):
+		return nil, fmt.Errorf("fxmodule: consumer of %q runs retry policy %s, but the topology declares queue %q with Retry(%s): the rungs declared would not be the rungs used; write the policy once, in the topology, and set Consumer.Standard", c.Queue, own, c.Queue, declared)
+	}
+	return c.Options, nil
+}
+
+func describe(p *retry.Policy) string {
+	if p == nil {
+		return "none declared"
+	}
+	return p.String()
 }
 
 // options are c's consumer options with the shared middleware outermost.
@@ -102,9 +157,49 @@ func (r *runner) options(c Consumer) []mq.ConsumerOption {
 	return append(opts, c.Options...)
 }
 
+// checkQueues fails when a consumer's queue is neither declared by the
+// merged topology nor present on the broker, naming every such queue,
+// before anything is declared.
+func (r *runner) checkQueues(ctx context.Context) error {
+	var missing []string
+	for _, c := range r.consumers {
+		if r.topo != nil {
+			if _, ok := r.topo.QueueNamed(c.Queue); ok {
+				continue
+			}
+		}
+		ok, err := r.b.QueueExists(ctx, c.Queue)
+		if err != nil {
+			return fmt.Errorf("fxmodule: start: consumer of %q: %w", c.Queue, err)
+		}
+		if !ok && !slices.Contains(missing, c.Queue) {
+			missing = append(missing, c.Queue)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("fxmodule: start: %w: no topology fragment declares queue %s and the broker does not have it: the consumer of it cannot start (misspelled? add the queue with fxmodule.AsTopology)", mq.ErrNotFound, quoteAll(missing))
+}
+
+func quoteAll(qs []string) string {
+	s := ""
+	for i, q := range qs {
+		if i > 0 {
+			s += ", "
+		}
+		s += strconv.Quote(q)
+	}
+	return s
+}
+
 func (r *runner) start(ctx context.Context) error {
 	sctx, cancel := beforeDeadline(ctx)
 	defer cancel()
+	if err := r.checkQueues(sctx); err != nil {
+		r.abort(ctx)
+		return err
+	}
 	if r.topo != nil {
 		if err := r.b.Declare(sctx, r.topo); err != nil {
 			r.abort(ctx)

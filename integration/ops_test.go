@@ -427,7 +427,7 @@ func TestOpsCLI(t *testing.T) {
 	}
 	code, out, errs = opsRun(t, "peek", dlq, "-n", "2")
 	if code != 0 || !strings.Contains(out, "#2  message-id=m0001") || !strings.Contains(out, "reason:") ||
-		!strings.Contains(out, "source-queue:  "+q) || !strings.Contains(out, "all left in place") {
+		!strings.Contains(out, "source queue:    "+q) || !strings.Contains(out, "all left in place") {
 		t.Fatalf("peek: exit %d\n%s%s", code, out, errs)
 	}
 	testenv.WaitCount(t, b, dlq, 150, 10*time.Second)

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/mqtest"
 	"github.com/acemq/acemq-go/retry"
 )
 
@@ -22,7 +23,7 @@ import (
 func BenchmarkStandardChain(b *testing.B) {
 	info := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	p := retry.Exponential(6, 10*time.Second)
-	h := mq.Chain(mq.TestAttempts(nopHandler), standardStack(p, []StandardOption{WithLogger(info)})...)
+	h := mq.Chain(mqtest.Attempts(nopHandler), standardStack(p, []StandardOption{WithLogger(info)})...)
 	raw := sample(amqp.Table{"custom": "v", mq.HeaderAttempt: int32(1)})
 	ctx := context.Background()
 
@@ -30,14 +31,14 @@ func BenchmarkStandardChain(b *testing.B) {
 		// As the runtime does it: a Delivery for every message.
 		b.ReportAllocs()
 		for b.Loop() {
-			d := mq.NewTestDelivery("orders", raw)
+			d := mqtest.NewDelivery("orders", raw)
 			if err := h.Handle(ctx, d); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("chain only", func(b *testing.B) {
-		d := mq.NewTestDelivery("orders", raw)
+		d := mqtest.NewDelivery("orders", raw)
 		b.ReportAllocs()
 		for b.Loop() {
 			if err := h.Handle(ctx, d); err != nil {
@@ -47,10 +48,10 @@ func BenchmarkStandardChain(b *testing.B) {
 	})
 	b.Run("consumer's logger", func(b *testing.B) {
 		// Logging(nil): the record goes to the delivery's (consumer's) logger.
-		h := mq.Chain(mq.TestAttempts(nopHandler), standardStack(p, nil)...)
+		h := mq.Chain(mqtest.Attempts(nopHandler), standardStack(p, nil)...)
 		b.ReportAllocs()
 		for b.Loop() {
-			d := mq.NewTestDelivery("orders", raw, mq.TestLogger(info))
+			d := mqtest.NewDelivery("orders", raw, mqtest.Logger(info))
 			if err := h.Handle(ctx, d); err != nil {
 				b.Fatal(err)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/acemq/acemq-go/internal/conformance"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/mqtest"
 	"github.com/acemq/acemq-go/topology"
 )
 
@@ -75,7 +76,7 @@ func hopWithoutBroker(t *testing.T, c conformance.HopCase) (conformance.Run, str
 	rungsExist := c.RungsDeclared == nil || *c.RungsDeclared
 	var target string
 	var got amqp.Table
-	forward := mq.TestForward(func(_ context.Context, queue string, _ mq.HopKind, m mq.Message) error {
+	forward := mqtest.Forward(func(_ context.Context, queue string, _ mq.HopKind, m mq.Message) error {
 		if strings.Contains(queue, topology.RetrySegment) && !rungsExist {
 			return mq.ErrUnroutable
 		}
@@ -98,9 +99,9 @@ func hopWithoutBroker(t *testing.T, c conformance.HopCase) (conformance.Run, str
 		return cause
 	})
 	raw := amqp.Delivery{Exchange: vars["exchange"], RoutingKey: vars["key"], Headers: incoming, Body: []byte("x")}
-	d := mq.NewTestDelivery(q, raw, forward, mq.TestEvents(func(context.Context, mq.Event) {}),
-		mq.TestLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	chain := mq.Chain(mq.TestAttempts(h), middleware.RetryLadder(p), middleware.Parking(), middleware.Recover())
+	d := mqtest.NewDelivery(q, raw, forward, mqtest.Events(func(context.Context, mq.Event) {}),
+		mqtest.Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	chain := mq.Chain(mqtest.Attempts(h), middleware.RetryLadder(p), middleware.Parking(), middleware.Recover())
 	from := time.Now()
 	if err := chain.Handle(context.Background(), d); err != nil {
 		t.Fatalf("the chain returned %v; every case ends in a confirmed hop", err)

@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
@@ -23,14 +24,24 @@ type declarer struct{ next mq.Handler }
 
 func (x *declarer) Handle(ctx context.Context, d *mq.Delivery) error { return x.next.Handle(ctx, d) }
 
-// Subscribe declares topology.ForConsumer(queue, policy). On the first
+// Subscribe first checks, passively, that the queue exists: for a queue
+// that does not (misspelled, or deleted), it declares nothing and fails with
+// an error wrapping mq.ErrNotFound that names it, so a consumer that cannot
+// start leaves no <queue>.dlq or <queue>.parked behind. Then it declares
+// topology.ForConsumer(queue, policy). On the first
 // subscribe a refusal fails the consumer's start, with the refusal named. On
 // a resubscribe after a reconnect the failure half was declared before, so a
 // failure (a cluster node holding .dlq is down, say) is logged as
 // acemq.declare.failed and consumption resumes: a message that then cannot
 // be set aside is requeued, never lost.
 func (x *declarer) Subscribe(ctx context.Context, s *mq.Subscription) error {
-	err := s.Broker.Declare(ctx, topology.ForConsumer(s.Queue, s.RetryPolicy()))
+	exists, err := s.Broker.QueueExists(ctx, s.Queue)
+	if err == nil && !exists {
+		return fmt.Errorf("queue %q does not exist (reply 404 NOT_FOUND to a passive declare), so nothing is declared for it: %w", s.Queue, mq.ErrNotFound)
+	}
+	if err == nil {
+		err = s.Broker.Declare(ctx, topology.ForConsumer(s.Queue, s.RetryPolicy()))
+	}
 	if err != nil && s.Resubscribe && ctx.Err() == nil {
 		s.Logger.WarnContext(ctx, "acemq.declare.failed", "error", err)
 		return nil

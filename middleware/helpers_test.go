@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/mqtest"
 )
 
 // hop is one Forward a test delivery made.
@@ -33,8 +34,8 @@ type world struct {
 func newWorld() *world { return &world{logs: &logRecorder{}} }
 
 func (w *world) delivery(queue string, raw amqp.Delivery) *mq.Delivery {
-	return mq.NewTestDelivery(queue, raw,
-		mq.TestForward(func(_ context.Context, q string, k mq.HopKind, m mq.Message) error {
+	return mqtest.NewDelivery(queue, raw,
+		mqtest.Forward(func(_ context.Context, q string, k mq.HopKind, m mq.Message) error {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			w.hops = append(w.hops, hop{q, k, m})
@@ -43,12 +44,12 @@ func (w *world) delivery(queue string, raw amqp.Delivery) *mq.Delivery {
 			}
 			return nil
 		}),
-		mq.TestEvents(func(_ context.Context, e mq.Event) {
+		mqtest.Events(func(_ context.Context, e mq.Event) {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			w.events = append(w.events, e)
 		}),
-		mq.TestLogger(slog.New(w.logs)),
+		mqtest.Logger(slog.New(w.logs)),
 	)
 }
 

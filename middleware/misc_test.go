@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/mqtest"
 	"github.com/acemq/acemq-go/retry"
 )
 
 func TestRecover(t *testing.T) {
 	w := newWorld()
 	s := &script{panics: map[int]any{0: "kaboom"}}
-	err := mq.Chain(mq.TestAttempts(s), Recover()).Handle(context.Background(), w.delivery("q", sample(nil)))
+	err := mq.Chain(mqtest.Attempts(s), Recover()).Handle(context.Background(), w.delivery("q", sample(nil)))
 	var pe *mq.PanicError
 	if !errors.As(err, &pe) || pe.Value != "kaboom" || len(pe.Stack) == 0 {
 		t.Fatalf("Handle = %#v, want *mq.PanicError with a stack", err)
@@ -28,7 +29,7 @@ func TestRecover(t *testing.T) {
 
 	cause := errors.New("inner")
 	s = &script{panics: map[int]any{0: cause}}
-	err = mq.Chain(mq.TestAttempts(s), Recover()).Handle(context.Background(), w.delivery("q", sample(nil)))
+	err = mq.Chain(mqtest.Attempts(s), Recover()).Handle(context.Background(), w.delivery("q", sample(nil)))
 	if !errors.Is(err, cause) {
 		t.Errorf("a panic with an error value = %v, want it to unwrap to that error", err)
 	}
@@ -37,7 +38,7 @@ func TestRecover(t *testing.T) {
 func TestRecoverIsRetriedByTheLadder(t *testing.T) {
 	w := newWorld()
 	s := &script{panics: map[int]any{0: "kaboom"}}
-	err := mq.Chain(mq.TestAttempts(s), RetryLadder(retry.Fixed(3, time.Millisecond)), Parking(), Recover()).
+	err := mq.Chain(mqtest.Attempts(s), RetryLadder(retry.Fixed(3, time.Millisecond)), Parking(), Recover()).
 		Handle(context.Background(), w.delivery("q", sample(nil)))
 	if err != nil {
 		t.Fatalf("Handle = %v", err)
@@ -106,7 +107,7 @@ func TestTimeoutIsPerAttempt(t *testing.T) {
 		}
 		return ctx.Err() // a fresh deadline: nil
 	})
-	err := mq.Chain(mq.TestAttempts(h), RetryLadder(retry.Fixed(2, time.Millisecond)), Parking(), Recover(), Timeout(30*time.Millisecond)).
+	err := mq.Chain(mqtest.Attempts(h), RetryLadder(retry.Fixed(2, time.Millisecond)), Parking(), Recover(), Timeout(30*time.Millisecond)).
 		Handle(context.Background(), w.delivery("q", sample(nil)))
 	if err != nil || calls != 2 {
 		t.Errorf("Handle = %v after %d calls", err, calls)
@@ -226,7 +227,7 @@ func TestStandardBehaviour(t *testing.T) {
 	w := newWorld()
 	rec := &logRecorder{level: slog.LevelDebug}
 	s := &script{panics: map[int]any{0: "kaboom"}, results: []error{nil, Park(errBoom)}}
-	h := mq.Chain(mq.TestAttempts(s), standardStack(retry.Fixed(5, time.Millisecond), []StandardOption{WithLogger(slog.New(rec))})...)
+	h := mq.Chain(mqtest.Attempts(s), standardStack(retry.Fixed(5, time.Millisecond), []StandardOption{WithLogger(slog.New(rec))})...)
 	d := w.delivery("q", sample(nil))
 	if err := h.Handle(context.Background(), d); err != nil {
 		t.Fatalf("Handle = %v", err)

@@ -62,6 +62,16 @@ func Standard(p retry.Policy, opts ...StandardOption) mq.ConsumerOption {
 	return mq.WithMiddleware(standardStack(p, opts)...)
 }
 
+// Stack is Standard's middleware as a list, outermost first, for wrapping
+// a handler outside a consumer: mq.Chain(h, middleware.Stack(p)...) is
+// the chain Standard(p) gives a consumer (without the consumer's attempt
+// counting; mqtest.New runs the whole of it). Each element is a separate
+// middleware, so each keeps its Subscribe hook when given to
+// mq.WithMiddleware.
+func Stack(p retry.Policy, opts ...StandardOption) []mq.Middleware {
+	return standardStack(p, opts)
+}
+
 // standardStack is Standard's middleware, outermost first.
 func standardStack(p retry.Policy, opts []StandardOption) []mq.Middleware {
 	s := standard{declare: true}

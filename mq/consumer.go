@@ -155,6 +155,8 @@ type Consumer struct {
 	abortOnce sync.Once
 	done      chan struct{}
 	err       error
+
+	subscribed atomic.Bool // consuming now: Broker.Check reads it
 }
 
 var consumerSeq atomic.Uint64
@@ -218,6 +220,7 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 		close(c.done)
 		return nil, err
 	}
+	c.subscribed.Store(true)
 	go c.run(sub)
 	return c, nil
 }
@@ -359,6 +362,7 @@ func (c *Consumer) run(sub *subscription) {
 	defer func() { c.finish(endErr) }()
 	for {
 		why := c.serve(sub)
+		c.subscribed.Store(false)
 		sub.close()
 		sub.cancel()
 		if c.isStopping() {
@@ -370,6 +374,7 @@ func (c *Consumer) run(sub *subscription) {
 			ns, err := c.subscribe(c.life, true)
 			if err == nil {
 				sub = ns
+				c.subscribed.Store(true)
 				c.log.Info("acemq.consumer.resubscribed")
 				break
 			}

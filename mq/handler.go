@@ -126,7 +126,7 @@ type Delivery struct {
 	c       *Consumer
 	slot    bool // holds one of its subscription's slots
 
-	// Test seams (NewTestDelivery).
+	// Test seams (package mqtest sets them through internal/seam).
 	forward func(ctx context.Context, queue string, kind HopKind, m Message) error
 	log     *slog.Logger
 	emit    func(ctx context.Context, e Event)

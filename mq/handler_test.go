@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/mqtest"
 )
 
 func TestAttemptOf(t *testing.T) {
@@ -137,7 +138,7 @@ func TestChainOrder(t *testing.T) {
 		trail = append(trail, "h")
 		return nil
 	}), mw("a"), nil, mw("b"))
-	if err := h.Handle(context.Background(), mq.NewTestDelivery("q", amqp.Delivery{})); err != nil {
+	if err := h.Handle(context.Background(), mqtest.NewDelivery("q", amqp.Delivery{})); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := strings.Join(trail, " "), "a> b> h <b <a"; got != want {
@@ -153,7 +154,7 @@ func TestTestDelivery(t *testing.T) {
 	var got mq.Message
 	var gotQueue string
 	var gotKind mq.HopKind
-	d := mq.NewTestDelivery("orders", raw, mq.TestForward(func(_ context.Context, q string, k mq.HopKind, m mq.Message) error {
+	d := mqtest.NewDelivery("orders", raw, mqtest.Forward(func(_ context.Context, q string, k mq.HopKind, m mq.Message) error {
 		got, gotQueue, gotKind = m, q, k
 		return nil
 	}))
@@ -179,7 +180,7 @@ func TestTestDelivery(t *testing.T) {
 		t.Errorf("Forward edited the delivery's own headers: %v", d.Headers)
 	}
 
-	plain := mq.NewTestDelivery("q", amqp.Delivery{})
+	plain := mqtest.NewDelivery("q", amqp.Delivery{})
 	if err := plain.Forward(context.Background(), "q.dlq", mq.HopDeadLetter, nil); !errors.Is(err, mq.ErrClosed) {
 		t.Errorf("Forward without TestForward = %v, want ErrClosed", err)
 	}
@@ -190,7 +191,7 @@ func TestTestDelivery(t *testing.T) {
 
 func TestTestDeliveryEmitFillsQueue(t *testing.T) {
 	var got []mq.Event
-	d := mq.NewTestDelivery("q", amqp.Delivery{}, mq.TestEvents(func(_ context.Context, e mq.Event) { got = append(got, e) }))
+	d := mqtest.NewDelivery("q", amqp.Delivery{}, mqtest.Events(func(_ context.Context, e mq.Event) { got = append(got, e) }))
 	d.Emit(context.Background(), mq.Event{Name: mq.EventRetry})
 	d.Emit(context.Background(), mq.Event{Name: mq.EventRetry, Queue: "other"})
 	if len(got) != 2 || got[0].Queue != "q" || got[1].Queue != "other" {
@@ -216,7 +217,7 @@ func (h recHook) OnAttemptDone(_ context.Context, d *mq.Delivery, err error) {
 func TestTestAttemptsNumbersCallsAndRunsHooks(t *testing.T) {
 	var trail []string
 	calls := 0
-	h := mq.TestAttempts(mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+	h := mqtest.Attempts(mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
 		calls++
 		switch calls {
 		case 1:
@@ -226,7 +227,7 @@ func TestTestAttemptsNumbersCallsAndRunsHooks(t *testing.T) {
 		}
 		return nil
 	}), recHook{&trail})
-	d := mq.NewTestDelivery("q", amqp.Delivery{Headers: amqp.Table{mq.HeaderAttempt: int32(2)}})
+	d := mqtest.NewDelivery("q", amqp.Delivery{Headers: amqp.Table{mq.HeaderAttempt: int32(2)}})
 	ctx := context.Background()
 	if err := h.Handle(ctx, d); err == nil {
 		t.Fatal("want the first call's error")
@@ -311,7 +312,7 @@ func TestDeliveryHasNoSettlementMethods(t *testing.T) {
 			}
 		}
 	}
-	d := mq.NewTestDelivery("q", amqp.Delivery{MessageId: "m-1", RoutingKey: "rk", Body: []byte("b")})
+	d := mqtest.NewDelivery("q", amqp.Delivery{MessageId: "m-1", RoutingKey: "rk", Body: []byte("b")})
 	if d.MessageId != "m-1" || d.RoutingKey != "rk" || string(d.Body) != "b" {
 		t.Errorf("the amqp091-go fields are not promoted: %+v", d)
 	}

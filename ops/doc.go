@@ -4,7 +4,9 @@
 // on. The acemq command (cmd/acemq) is a thin shell around it; a service can
 // build the same calls into its own admin endpoints.
 //
-// What it owns: Count, Peek, Replay and the reading of the contract's
+// What it owns: Count, Peek (PeekMatching with a Filter), Replay (with
+// ReplayOptions.Filter), Purge, Delete (one message by id) and the reading
+// of the contract's
 // headers (x-acemq-attempt, -reason, -error, -failed-at, -source-queue, the
 // replay headers) from a message as an operator sees it.
 //
@@ -12,6 +14,22 @@
 // It works on raw channels handed out by mq.Broker.Channel (one per call,
 // never shared) and publishes through an mq.Publisher, so every move is
 // confirmed like the library's own hops.
+//
+// # Filters, purge and delete
+//
+// A Filter selects messages by x-acemq-reason, text in x-acemq-error, the
+// message id and age (x-acemq-failed-at, else the timestamp). PeekMatching
+// and a filtered Replay look at every message the queue held when they
+// began; those not matched stay where they were. Purge empties a queue;
+// Delete acknowledges, and so removes, the messages with one id, returning
+// every other message to where it was. Both are destructive: the acemq
+// command asks before either.
+//
+// Peek, PeekMatching and Delete take messages without acknowledging them
+// and give them back by closing their channel. On a quorum queue that
+// counts as a delivery: each message's x-delivery-count rises, and past the
+// queue's delivery limit (20 by default on RabbitMQ 4) the broker
+// dead-letters or drops it.
 //
 // # Replay
 //

@@ -50,6 +50,11 @@ type ReplayOptions struct {
 	// Logger receives a record for each message whose x-acemq-source-queue
 	// header could not be used. Default: the broker's logger.
 	Logger *slog.Logger
+	// Filter moves only the messages it matches; the others stay where
+	// they are (see ReplayResult.Unmatched). With a filter, every message
+	// the queue held at the start is looked at, and Limit caps the
+	// messages moved or skipped. Default: every message.
+	Filter Filter
 }
 
 // ReplayResult is what a Replay did, also when it stopped with an error.
@@ -73,6 +78,8 @@ type ReplayResult struct {
 	// Skipped are the messages left in From because their destination could
 	// not be worked out; each Err matches ErrNoSource.
 	Skipped []Skipped
+	// Unmatched counts the messages the Filter left in place.
+	Unmatched int
 	// Duplicates counts messages republished whose original could not be
 	// acknowledged afterwards (the connection went in between): they are
 	// now in their target and back in From, and a later replay moves them a
@@ -122,7 +129,7 @@ func Replay(ctx context.Context, b *mq.Broker, from string, opts ReplayOptions) 
 		}
 	}
 	res.Total = info.Messages
-	if opts.Limit > 0 && opts.Limit < res.Total {
+	if opts.Limit > 0 && opts.Limit < res.Total && opts.Filter.IsZero() {
 		res.Total = opts.Limit
 	}
 	if res.Total == 0 {
@@ -143,6 +150,9 @@ func Replay(ctx context.Context, b *mq.Broker, from string, opts ReplayOptions) 
 	}
 
 	for res.Taken < res.Total {
+		if opts.Limit > 0 && res.Moved+len(res.Skipped) >= opts.Limit {
+			break // a filtered replay reached its limit
+		}
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("ops: replay from %q stopped after %d of %d messages: %w", from, res.Taken, res.Total, err)
 		}
@@ -154,6 +164,11 @@ func Replay(ctx context.Context, b *mq.Broker, from string, opts ReplayOptions) 
 			break // emptied faster than counted (another consumer)
 		}
 		res.Taken++
+		if !opts.Filter.matches(from, d) {
+			res.Unmatched++ // held until the channel closes, then back in place
+			progress(opts, res)
+			continue
+		}
 		target := opts.To
 		if target == "" {
 			var note string

@@ -15,6 +15,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/mqtest"
 )
 
 type discard struct{}
@@ -91,9 +92,9 @@ func BenchmarkAttempts(b *testing.B) {
 				fail := errors.New("boom")
 				b.ReportAllocs()
 				for b.Loop() {
-					d := mq.NewTestDelivery("orders", amqp.Delivery{Headers: headers, MessageId: "m", DeliveryTag: 1, Body: []byte("x"), RoutingKey: "orders"})
+					d := mqtest.NewDelivery("orders", amqp.Delivery{Headers: headers, MessageId: "m", DeliveryTag: 1, Body: []byte("x"), RoutingKey: "orders"})
 					ctx := ins.OnDelivery(context.Background(), d)
-					h := mq.TestAttempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+					h := mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
 						if d.Attempt() < calls {
 							return fail
 						}
@@ -111,8 +112,8 @@ func BenchmarkAttempts(b *testing.B) {
 		// The harness alone: a delivery and its attempt wrapper.
 		b.ReportAllocs()
 		for b.Loop() {
-			d := mq.NewTestDelivery("orders", amqp.Delivery{MessageId: "m", DeliveryTag: 1, Body: []byte("x"), RoutingKey: "orders"})
-			_ = mq.TestAttempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })).Handle(context.Background(), d)
+			d := mqtest.NewDelivery("orders", amqp.Delivery{MessageId: "m", DeliveryTag: 1, Body: []byte("x"), RoutingKey: "orders"})
+			_ = mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })).Handle(context.Background(), d)
 		}
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/mqtest"
 	"github.com/acemq/acemq-go/otelmq"
 )
 
@@ -23,7 +24,7 @@ const server = "rabbit.example:5672"
 // rig is an Instrumentation wired to an in-memory span recorder and a
 // manual metric reader, with a fake broker that runs the hooks the way mq
 // does: publishes through PublishHook, deliveries through DeliveryHook,
-// handler calls through AttemptHook (mq.TestAttempts), events through
+// handler calls through AttemptHook (mqtest.Attempts), events through
 // EventHook.
 type rig struct {
 	t      *testing.T
@@ -89,7 +90,7 @@ func (r *rig) next(queue string) *mq.Delivery {
 		Headers: m.Headers, MessageId: m.MessageId, CorrelationId: m.CorrelationId,
 		Body: m.Body, DeliveryTag: r.tag, RoutingKey: queue,
 	}
-	return mq.NewTestDelivery(queue, raw, mq.TestForward(r.forward), mq.TestEvents(r.ins.OnEvent))
+	return mqtest.NewDelivery(queue, raw, mqtest.Forward(r.forward), mqtest.Events(r.ins.OnEvent))
 }
 
 // deliver runs one delivery the way the consumer runtime and a retry
@@ -99,7 +100,7 @@ func (r *rig) next(queue string) *mq.Delivery {
 func (r *rig) deliver(d *mq.Delivery, h mq.HandlerFunc, inProcess int, hop mq.HopKind, hopTarget string) {
 	r.t.Helper()
 	ctx := r.ins.OnDelivery(context.Background(), d)
-	call := mq.TestAttempts(h, r.ins)
+	call := mqtest.Attempts(h, r.ins)
 	var err error
 	for i := 0; ; i++ {
 		err = call.Handle(ctx, d)

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/mqtest"
 	"github.com/acemq/acemq-go/otelmq"
 )
 
@@ -305,7 +306,7 @@ func TestDeliveryReadsBytesHeaders(t *testing.T) {
 	r := newRig(t)
 	creation := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	hop := "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"
-	d := mq.NewTestDelivery("orders", amqp.Delivery{Headers: amqp.Table{
+	d := mqtest.NewDelivery("orders", amqp.Delivery{Headers: amqp.Table{
 		"traceparent":           []byte(creation),
 		"tracestate":            []byte("vendor=x"),
 		mq.HeaderHopTraceparent: []byte(hop),
@@ -413,7 +414,7 @@ func TestEmptyDestinationAndNilMessage(t *testing.T) {
 	one(t, r.spans.Ended(), "publish amq.default")
 	// Hooks tolerate contexts they did not make.
 	r.ins.OnPublishDone(context.Background(), p, nil)
-	d := mq.NewTestDelivery("q", amqp.Delivery{})
+	d := mqtest.NewDelivery("q", amqp.Delivery{})
 	r.ins.OnDeliveryDone(context.Background(), d, nil)
 	r.ins.OnAttemptDone(context.Background(), d, nil)
 	r.ins.OnEvent(context.Background(), mq.Event{Name: mq.EventConnectionLost})
@@ -426,7 +427,7 @@ func TestDefaultsAreTheGlobals(t *testing.T) {
 	if len(p.Message.Headers) != 0 {
 		t.Errorf("the global (no-op) propagator wrote %v", p.Message.Headers)
 	}
-	d := mq.NewTestDelivery("q", amqp.Delivery{Headers: p.Message.Headers})
+	d := mqtest.NewDelivery("q", amqp.Delivery{Headers: p.Message.Headers})
 	ctx := ins.OnDelivery(context.Background(), d)
 	ins.OnDeliveryDone(ctx, d, nil)
 }
@@ -443,9 +444,9 @@ func TestConcurrentUse(t *testing.T) {
 				m := mq.Message{Headers: amqp.Table{}}
 				p := &mq.Publishing{RoutingKey: "q", Message: &m, Server: server}
 				r.ins.OnPublishDone(r.ins.OnPublish(context.Background(), p), p, nil)
-				d := mq.NewTestDelivery("q", amqp.Delivery{Headers: m.Headers, DeliveryTag: uint64(i*100 + j)})
+				d := mqtest.NewDelivery("q", amqp.Delivery{Headers: m.Headers, DeliveryTag: uint64(i*100 + j)})
 				ctx := r.ins.OnDelivery(context.Background(), d)
-				h := mq.TestAttempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), r.ins)
+				h := mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), r.ins)
 				_ = h.Handle(ctx, d)
 				r.ins.OnEvent(ctx, mq.Event{Name: mq.EventRetry, Queue: "q", Kind: "in-process"})
 				d.SetOutcome(mq.OutcomeAck, nil)
@@ -516,10 +517,10 @@ func TestSampledOut(t *testing.T) {
 func TestAttemptsStayOnTheProcessSpan(t *testing.T) {
 	r := newRig(t)
 	tp := sdktrace.NewTracerProvider()
-	d := mq.NewTestDelivery("orders", amqp.Delivery{})
+	d := mqtest.NewDelivery("orders", amqp.Delivery{})
 	ctx := r.ins.OnDelivery(context.Background(), d)
 	mctx, mspan := tp.Tracer("middleware").Start(ctx, "middleware")
-	h := mq.TestAttempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), r.ins)
+	h := mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), r.ins)
 	_ = h.Handle(mctx, d)
 	mspan.End()
 	d.SetOutcome(mq.OutcomeAck, nil)

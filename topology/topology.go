@@ -381,7 +381,7 @@ func (t *Topology) Merge(others ...*Topology) *Topology {
 func (t *Topology) addExchange(call string, e Exchange) {
 	if i, ok := t.exIdx[e.Name]; ok {
 		if prev := t.exchanges[i]; !sameExchange(prev.v, e) {
-			t.fail(call, "exchange %q is already declared differently by %s (%s, not %s)", e.Name, prev.call, exchangeDetail(prev.v), exchangeDetail(e))
+			t.fail(call, "exchange %q is already declared differently by %s as (%s); this call declares it as (%s)", e.Name, prev.call, exchangeDetail(prev.v), exchangeDetail(e))
 		}
 		return
 	}
@@ -393,7 +393,7 @@ func (t *Topology) addQueue(call string, q Queue) bool {
 	if i, ok := t.qIdx[q.Name]; ok {
 		prev := t.queues[i]
 		if !sameQueue(prev.v, q) {
-			t.fail(call, "queue %q is already declared differently by %s (%s, not %s)", q.Name, prev.call, queueSummary(prev.v), queueSummary(q))
+			t.fail(call, "queue %q is already declared differently by %s as (%s); this call declares it as (%s)", q.Name, prev.call, queueSummary(prev.v), queueSummary(q))
 			return false
 		}
 		return true

@@ -668,3 +668,21 @@ func TestOptionStrings(t *testing.T) {
 		}
 	}
 }
+
+// The duplicate-definition error says what each declaration is, and never
+// reads as if a durable queue were not durable.
+func TestDuplicateDefinitionMessage(t *testing.T) {
+	err := topology.New().Queue("q", topology.Classic()).Queue("q").Validate()
+	want := `queue "q" is already declared differently by Queue("q", Classic()) as (durable); this call declares it as (durable, x-queue-type='quorum')`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Validate() = %v\nwant it to contain %s", err, want)
+	}
+	if strings.Contains(err.Error(), "not durable") {
+		t.Errorf("Validate() = %v: reads as if a queue were not durable", err)
+	}
+	err = topology.New().Exchange("e").Exchange("e", topology.Fanout).Validate()
+	want = `exchange "e" is already declared differently by Exchange("e") as (topic, durable); this call declares it as (fanout, durable)`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Validate() = %v\nwant it to contain %s", err, want)
+	}
+}

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -22,15 +26,28 @@ import (
 	"github.com/acemq/acemq-go/ops"
 )
 
-// The exit codes (see the package documentation).
+// The exit codes (see the package documentation and --help).
 const (
-	exitOK          = 0
-	exitFailed      = 1
-	exitLeftBehind  = 2
-	exitNoBroker    = 3
-	exitUsage       = 80 // kong's code for a usage error
-	exitInterrupted = 130
+	exitOK           = 0
+	exitFailed       = 1
+	exitUsage        = 2
+	exitNoBroker     = 3
+	exitLeftBehind   = 4
+	exitNotConfirmed = 5
+	exitInterrupted  = 130
 )
+
+// exitCodes is the table --help ends with.
+const exitCodes = `Exit codes:
+  0    done
+  1    failed: a queue or message does not exist, the broker refused, a
+       replay stopped on an error (what was moved until then stays moved)
+  2    usage error (unknown command or flag, bad value)
+  3    the broker could not be reached (refused, unknown host; with --wait,
+       not within --timeout)
+  4    a replay finished but left messages it could not place (give --to)
+  5    a purge or delete was not confirmed (nothing was changed)
+  130  interrupted`
 
 // defaultURL is the local broker, used when neither --url nor AMQP_URL is
 // given.
@@ -42,39 +59,76 @@ const progressAbove = 100
 type cli struct {
 	URL     string        `help:"Broker URL (default: $AMQP_URL, else the local broker as guest)." env:"AMQP_URL" placeholder:"amqp://USER:PASS@HOST:5672/VHOST"`
 	Timeout time.Duration `help:"How long to wait for the broker to answer." default:"10s"`
-	Verbose bool          `short:"v" help:"Log debug detail."`
+	Wait    bool          `help:"Keep trying to connect for --timeout instead of failing at once on a refused connection or an unknown host."`
+	JSON    bool          `name:"json" help:"Print the result (or the error) as one JSON object on stdout."`
+	Verbose bool          `short:"v" help:"Log connection and debug detail to stderr."`
 
 	Count  countCmd  `cmd:"" help:"Show how many messages are ready in each queue, and its consumers."`
-	Peek   peekCmd   `cmd:"" help:"Show messages at the head of a queue without taking them."`
+	Peek   peekCmd   `cmd:"" help:"Show messages at the head of a queue without taking them (on a quorum queue this raises their delivery count)."`
 	Replay replayCmd `cmd:"" help:"Move messages from a .dlq or .parked queue back to the queue they failed on."`
+	Purge  purgeCmd  `cmd:"" help:"Delete every ready message in a queue (asks first)."`
+	Delete deleteCmd `cmd:"" help:"Delete the message with a message id from a queue (asks first)."`
+	// Further commands register here.
 }
 
 // env is what every command runs with.
 type env struct {
 	ctx    context.Context
 	b      *mq.Broker
+	in     *bufio.Reader
 	out    io.Writer
 	stderr io.Writer
 	log    *slog.Logger
 	tty    bool // stderr is a terminal
+	json   bool
+	// result is what --json prints: the command sets it, also when it
+	// fails part way.
+	result any
+	// warnings are printed to stderr (and in --json, included).
+	warnings []string
+}
+
+func (e *env) warn(format string, args ...any) {
+	e.warnings = append(e.warnings, fmt.Sprintf(format, args...))
 }
 
 // kongExit carries kong's exit code out of Parse (for --help) without
 // ending the process, so run stays testable.
 type kongExit int
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+// codedError is an error with the exit code it ends the command with.
+type codedError struct {
+	code int
+	err  error
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
+	jsonOut := false
+	for _, a := range args {
+		if a == "--json" {
+			jsonOut = true
+		}
+	}
+	fail := func(code int, err error, result any) int {
+		fmt.Fprintln(stderr, "acemq: "+oneLine(err.Error()))
+		if jsonOut {
+			writeJSON(stdout, withError(result, err, code))
+		}
+		return code
+	}
+
 	var c cli
 	parser, err := kong.New(&c,
 		kong.Name("acemq"),
-		kong.Description("AceMQ operator tool: count, peek at and replay RabbitMQ queues."),
+		kong.Description("AceMQ operator tool: count, peek at, replay, purge and delete messages in RabbitMQ queues.\n\n"+exitCodes),
 		kong.Writers(stdout, stderr),
-		kong.ShortUsageOnError(),
 		kong.Exit(func(code int) { panic(kongExit(code)) }),
 	)
 	if err != nil {
-		fmt.Fprintf(stderr, "acemq: %v\n", err)
-		return exitFailed
+		return fail(exitFailed, err, nil)
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -83,32 +137,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 				panic(r)
 			}
 			code = int(e)
+			if code != exitOK {
+				code = exitUsage
+			}
 		}
 	}()
 	kctx, err := parser.Parse(args)
-	parser.FatalIfErrorf(err) // exits (through kongExit) with kong's usage code
+	if err != nil {
+		return fail(exitUsage, fmt.Errorf("%v (see acemq --help)", err), nil)
+	}
 
 	tty := isTerminal(stderr)
-	level := slog.LevelInfo
+	log := slog.New(slog.DiscardHandler)
 	if c.Verbose {
-		level = slog.LevelDebug
+		log = slog.New(tint.NewTextHandler(stderr, &tint.Options{Level: slog.LevelDebug, TimeFormat: time.TimeOnly, NoColor: !tty}))
 	}
-	log := slog.New(tint.NewTextHandler(stderr, &tint.Options{Level: level, TimeFormat: time.TimeOnly, NoColor: !tty}))
 
-	url := c.URL
-	if url == "" {
-		url = defaultURL
+	raw := c.URL
+	if raw == "" {
+		raw = defaultURL
 	}
-	b := mq.New(mq.Config{URLs: []string{url}, ConnectionName: "acemq-cli", Logger: log})
-	cctx, cancel := context.WithTimeout(ctx, c.Timeout)
-	err = b.Start(cctx)
-	cancel()
+	if err := checkURL(raw); err != nil {
+		return fail(exitUsage, err, nil)
+	}
+	b, err := connect(ctx, raw, c, log)
 	if err != nil {
 		if ctx.Err() != nil {
-			return exitInterrupted
+			return fail(exitInterrupted, errors.New("interrupted"), nil)
 		}
-		log.Error("acemq.cli.connect.failed", "url", mq.Redact(url), "error", err)
-		return exitNoBroker
+		return fail(exitNoBroker, err, nil)
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -116,20 +173,126 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		_ = b.Close(cctx)
 	}()
 
-	err = kctx.Run(&env{ctx: ctx, b: b, out: stdout, stderr: stderr, log: log, tty: tty})
+	e := &env{ctx: ctx, b: b, in: bufio.NewReader(stdin), out: stdout, stderr: stderr, log: log, tty: tty, json: jsonOut}
+	if jsonOut {
+		e.out = io.Discard // the text output; JSON goes to stdout below
+	}
+	err = kctx.Run(e)
+	for _, w := range e.warnings {
+		fmt.Fprintln(stderr, "acemq: warning: "+w)
+	}
+	if jsonOut && len(e.warnings) > 0 {
+		e.result = withWarnings(e.result, e.warnings)
+	}
+	var ce *codedError
 	switch {
 	case err == nil:
+		if jsonOut {
+			writeJSON(stdout, e.result)
+		}
 		return exitOK
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
-		log.Warn("acemq.cli.interrupted", "error", err)
-		return exitInterrupted
-	case errors.Is(err, errLeftBehind):
-		log.Warn("acemq.cli.left.behind", "error", err)
-		return exitLeftBehind
+		return fail(exitInterrupted, err, e.result)
+	case errors.As(err, &ce):
+		return fail(ce.code, ce.err, e.result)
 	default:
-		log.Error("acemq.cli.failed", "command", kctx.Command(), "error", err)
-		return exitFailed
+		return fail(exitFailed, err, e.result)
 	}
+}
+
+// checkURL refuses, as a usage error, a URL the broker could never be
+// reached at, naming it redacted.
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+		return fmt.Errorf("--url %s: want amqp://USER:PASS@HOST:PORT/VHOST or amqps://…", mq.Redact(raw))
+	}
+	return nil
+}
+
+// connect starts a broker on raw. Without --wait, a refused connection or
+// an unknown host fails at once (one TCP dial first) rather than being
+// retried for the whole --timeout.
+func connect(ctx context.Context, raw string, c cli, log *slog.Logger) (*mq.Broker, error) {
+	red := mq.Redact(raw)
+	if !c.Wait {
+		u, _ := url.Parse(raw)
+		port := u.Port()
+		if port == "" {
+			port = "5672"
+			if u.Scheme == "amqps" {
+				port = "5671"
+			}
+		}
+		d := net.Dialer{Timeout: c.Timeout}
+		conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(u.Hostname(), port))
+		if err != nil {
+			return nil, fmt.Errorf("cannot reach the broker at %s: %s (give --wait to keep trying for --timeout)", red, dialReason(err))
+		}
+		_ = conn.Close()
+	}
+	b := mq.New(mq.Config{URLs: []string{raw}, ConnectionName: "acemq-cli", Logger: log})
+	cctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	if err := b.Start(cctx); err != nil {
+		_ = b.Close(context.Background())
+		return nil, fmt.Errorf("cannot connect to the broker at %s within %v: %v", red, c.Timeout, err)
+	}
+	return b, nil
+}
+
+// dialReason is the part of a dial error an operator acts on.
+func dialReason(err error) string {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return fmt.Sprintf("unknown host %q", dns.Name)
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		var se *os.SyscallError
+		if errors.As(op.Err, &se) {
+			return se.Err.Error()
+		}
+		return op.Err.Error()
+	}
+	return err.Error()
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func writeJSON(w io.Writer, v any) {
+	if v == nil {
+		v = map[string]any{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// withError adds "error" and "exit" to a --json result.
+func withError(result any, err error, code int) map[string]any {
+	m := asMap(result)
+	m["error"] = oneLine(err.Error())
+	m["exit"] = code
+	return m
+}
+
+func withWarnings(result any, ws []string) map[string]any {
+	m := asMap(result)
+	m["warnings"] = ws
+	return m
+}
+
+func asMap(v any) map[string]any {
+	m := map[string]any{}
+	if v == nil {
+		return m
+	}
+	b, err := json.Marshal(v)
+	if err == nil {
+		_ = json.Unmarshal(b, &m)
+	}
+	return m
 }
 
 func isTerminal(w io.Writer) bool {
@@ -137,60 +300,179 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-var errLeftBehind = errors.New("messages left behind")
+// plainNotFound turns a missing queue into one plain sentence.
+func plainNotFound(err error, queue string) error {
+	if errors.Is(err, mq.ErrNotFound) {
+		return fmt.Errorf("queue %q does not exist", queue)
+	}
+	return err
+}
+
+// confirm asks the operator; anything but y/yes (or no answer) is no.
+func (e *env) confirm(yes bool, question string) error {
+	if yes {
+		return nil
+	}
+	fmt.Fprintf(e.stderr, "%s [y/N] ", question)
+	line, _ := e.in.ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return &codedError{exitNotConfirmed, errors.New("not confirmed; nothing was changed (give --yes to skip the question)")}
+}
+
+// filterFlags are the selection flags of peek and replay.
+type filterFlags struct {
+	Reason    string        `help:"Only messages with this x-acemq-reason (exhausted, rejected, parked, rung-missing)."`
+	Error     string        `help:"Only messages whose x-acemq-error contains this text."`
+	MessageID string        `name:"message-id" help:"Only the message(s) with this message id."`
+	OlderThan time.Duration `name:"older-than" help:"Only messages that failed longer ago than this (e.g. 1h)."`
+}
+
+func (f filterFlags) filter() ops.Filter {
+	return ops.Filter{Reason: f.Reason, Error: f.Error, MessageId: f.MessageID, OlderThan: f.OlderThan}
+}
 
 type countCmd struct {
 	Queues []string `arg:"" name:"queue" help:"Queues to count."`
 }
 
+type countJSON struct {
+	Queue     string `json:"queue"`
+	Exists    bool   `json:"exists"`
+	Ready     int    `json:"ready"`
+	Consumers int    `json:"consumers"`
+}
+
 func (c *countCmd) Run(e *env) error {
 	counts, err := ops.Count(e.ctx, e.b, c.Queues...)
+	rows := make([]countJSON, 0, len(counts))
 	tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUEUE\tREADY\tCONSUMERS")
 	var missing []string
 	for _, qc := range counts {
+		rows = append(rows, countJSON{qc.Queue, qc.Exists, qc.Ready, qc.Consumers})
 		if !qc.Exists {
-			missing = append(missing, qc.Queue)
+			missing = append(missing, fmt.Sprintf("%q", qc.Queue))
 			fmt.Fprintf(tw, "%s\t-\t(does not exist)\n", qc.Queue)
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\n", qc.Queue, qc.Ready, qc.Consumers)
 	}
 	_ = tw.Flush()
+	e.result = map[string]any{"queues": rows}
 	if err != nil {
 		return err
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("no such queue: %s: %w", strings.Join(missing, ", "), mq.ErrNotFound)
+		return fmt.Errorf("no such queue: %s", strings.Join(missing, ", "))
 	}
 	return nil
 }
 
 type peekCmd struct {
 	Queue string `arg:"" help:"Queue to peek at."`
-	N     int    `short:"n" default:"10" help:"How many messages to show, from the head."`
+	Limit int    `short:"n" default:"10" help:"How many messages to show, from the head."`
+	filterFlags
 }
 
 // contractHeaders are shown by name; the others are listed after them.
 var contractHeaders = map[string]bool{
 	mq.HeaderAttempt: true, mq.HeaderReason: true, mq.HeaderError: true, mq.HeaderFailedAt: true,
 	mq.HeaderSourceQueue: true, mq.HeaderReplayedAt: true, mq.HeaderReplayedFrom: true,
+	mq.HeaderOriginalRoutingKey: true,
+}
+
+// peekJSON is one message in peek --json.
+type peekJSON struct {
+	Position           int            `json:"position"`
+	MessageID          string         `json:"message_id"`
+	CorrelationID      string         `json:"correlation_id,omitempty"`
+	ContentType        string         `json:"content_type,omitempty"`
+	Timestamp          *time.Time     `json:"timestamp,omitempty"`
+	Redelivered        bool           `json:"redelivered"`
+	AttemptsUsed       int            `json:"attempts_used"`
+	OriginalRoutingKey string         `json:"original_routing_key"`
+	SourceQueue        string         `json:"source_queue,omitempty"`
+	Reason             string         `json:"reason,omitempty"`
+	Error              string         `json:"error,omitempty"`
+	FailedAt           *time.Time     `json:"failed_at,omitempty"`
+	Headers            map[string]any `json:"headers,omitempty"`
+	BodyBytes          int            `json:"body_bytes"`
+	Body               string         `json:"body"`
 }
 
 func (c *peekCmd) Run(e *env) error {
-	msgs, err := ops.Peek(e.ctx, e.b, c.Queue, c.N)
+	if c.Limit < 1 {
+		return &codedError{exitUsage, fmt.Errorf("-n/--limit is %d, must be at least 1", c.Limit)}
+	}
+	msgs, err := ops.PeekMatching(e.ctx, e.b, c.Queue, c.Limit, c.filter())
+	rows := make([]peekJSON, 0, len(msgs))
+	quorum := false
 	for _, m := range msgs {
 		printPeeked(e.out, m)
+		rows = append(rows, peekRow(m))
+		if _, ok := m.Headers["x-delivery-count"]; ok {
+			quorum = true
+		}
+	}
+	e.result = map[string]any{"queue": c.Queue, "messages": rows}
+	if quorum {
+		e.warn("%s is a quorum queue: every peek raised the delivery count (x-delivery-count) of the messages it looked at and may have moved them back in the queue; with a delivery limit (20 by default on RabbitMQ 4) a message peeked too often is dropped or dead-lettered by the broker", c.Queue)
 	}
 	if err != nil {
-		return err
+		return plainNotFound(err, c.Queue)
 	}
-	if len(msgs) == 0 {
+	switch {
+	case len(msgs) == 0 && c.filter().IsZero():
 		fmt.Fprintf(e.out, "%s is empty\n", c.Queue)
-	} else {
-		fmt.Fprintf(e.out, "%d message(s) shown from the head of %s; all left in place\n", len(msgs), c.Queue)
+	case len(msgs) == 0:
+		fmt.Fprintf(e.out, "no message in %s matches\n", c.Queue)
+	default:
+		fmt.Fprintf(e.out, "%d message(s) shown from %s; all left in place\n", len(msgs), c.Queue)
 	}
 	return nil
+}
+
+// attemptsUsed is how many attempts a message has had: x-acemq-attempt is
+// the attempt its next delivery would be, so one less.
+func attemptsUsed(m ops.Peeked) int { return max(m.Attempt-1, 0) }
+
+// originalRoutingKey is the routing key the message was first published
+// with: the header its first hop wrote, else the key it came with.
+func originalRoutingKey(m ops.Peeked) string {
+	switch v := m.Headers[mq.HeaderOriginalRoutingKey].(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return m.RoutingKey
+}
+
+func peekRow(m ops.Peeked) peekJSON {
+	r := peekJSON{Position: m.Position, MessageID: m.MessageId, CorrelationID: m.CorrelationId, ContentType: m.ContentType,
+		Redelivered: m.Redelivered, AttemptsUsed: attemptsUsed(m), OriginalRoutingKey: originalRoutingKey(m),
+		SourceQueue: m.SourceQueue, Reason: m.Reason, Error: m.Error, BodyBytes: len(m.Body), Body: m.Preview}
+	if !m.Timestamp.IsZero() {
+		t := m.Timestamp.UTC()
+		r.Timestamp = &t
+	}
+	if !m.FailedAt.IsZero() {
+		t := m.FailedAt.UTC()
+		r.FailedAt = &t
+	}
+	for k, v := range m.Headers {
+		if contractHeaders[k] {
+			continue
+		}
+		if r.Headers == nil {
+			r.Headers = map[string]any{}
+		}
+		r.Headers[k] = headerValue(v)
+	}
+	return r
 }
 
 func printPeeked(w io.Writer, m ops.Peeked) {
@@ -202,10 +484,11 @@ func printPeeked(w io.Writer, m ops.Peeked) {
 		fmt.Fprintf(w, "  timestamp=%s", m.Timestamp.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "  redelivered=%t\n", m.Redelivered)
-	row := func(k, v string) { fmt.Fprintf(w, "    %-14s %s\n", k+":", v) }
-	row("attempt", fmt.Sprint(m.Attempt))
+	row := func(k, v string) { fmt.Fprintf(w, "    %-16s %s\n", k+":", v) }
+	row("attempts used", fmt.Sprint(attemptsUsed(m)))
+	row("routing key", orNone(originalRoutingKey(m)))
 	if m.SourceQueue != "" {
-		row("source-queue", m.SourceQueue)
+		row("source queue", m.SourceQueue)
 	}
 	if m.Reason != "" {
 		row("reason", m.Reason)
@@ -214,7 +497,7 @@ func printPeeked(w io.Writer, m ops.Peeked) {
 		row("error", ops.Preview([]byte(m.Error), 512))
 	}
 	if !m.FailedAt.IsZero() {
-		row("failed-at", m.FailedAt.UTC().Format(time.RFC3339))
+		row("failed at", m.FailedAt.UTC().Format(time.RFC3339))
 	}
 	if m.ReplayedFrom != "" || !m.ReplayedAt.IsZero() {
 		row("replayed", fmt.Sprintf("%s from %s", m.ReplayedAt.UTC().Format(time.RFC3339), orNone(m.ReplayedFrom)))
@@ -257,15 +540,35 @@ func orNone(s string) string {
 type replayCmd struct {
 	From   string `arg:"" name:"queue" help:"Queue to replay from: <q>.dlq or <q>.parked."`
 	To     string `help:"Send every message to this queue instead of the queue it failed on."`
-	Limit  int    `help:"Move at most this many messages (default: all that are there when the replay starts)."`
+	Limit  int    `short:"n" help:"Move at most this many messages (default: all that are there when the replay starts)."`
 	DryRun bool   `help:"Show where the messages would go; move nothing."`
+	filterFlags
+}
+
+type replayJSON struct {
+	From       string         `json:"from"`
+	DryRun     bool           `json:"dry_run"`
+	Total      int            `json:"total"`
+	Moved      int            `json:"moved"`
+	Unmatched  int            `json:"unmatched"`
+	Targets    map[string]int `json:"targets"`
+	Skipped    []skippedJSON  `json:"skipped"`
+	Duplicates int            `json:"duplicates"`
+}
+
+type skippedJSON struct {
+	MessageID string `json:"message_id"`
+	Error     string `json:"error"`
 }
 
 func (c *replayCmd) Run(e *env) error {
+	if c.Limit < 0 {
+		return &codedError{exitUsage, fmt.Errorf("-n/--limit is %d, must not be negative", c.Limit)}
+	}
 	var bar *progressbar.ProgressBar
-	opts := ops.ReplayOptions{To: c.To, Limit: c.Limit, DryRun: c.DryRun, Logger: e.log}
+	opts := ops.ReplayOptions{To: c.To, Limit: c.Limit, DryRun: c.DryRun, Logger: e.log, Filter: c.filter()}
 	opts.Progress = func(done, total int) {
-		if bar == nil && total > progressAbove && e.tty {
+		if bar == nil && total > progressAbove && e.tty && !e.json {
 			bar = progressbar.NewOptions(total,
 				progressbar.OptionSetWriter(e.stderr),
 				progressbar.OptionSetDescription("replay "+c.From),
@@ -287,14 +590,37 @@ func (c *replayCmd) Run(e *env) error {
 		}
 		fmt.Fprintln(e.stderr)
 	}
-	printReplay(e.out, res)
+	e.result = replayRow(res)
 	if err != nil {
+		if res.Taken > 0 {
+			printReplay(e.out, res) // what was moved before it stopped stays moved
+		}
+		if errors.Is(err, mq.ErrNotFound) && res.Taken == 0 {
+			q := c.From
+			if strings.Contains(err.Error(), "replay: target:") {
+				q = c.To
+			}
+			return plainNotFound(err, q)
+		}
 		return err
 	}
+	printReplay(e.out, res)
 	if len(res.Skipped) > 0 {
-		return fmt.Errorf("%d message(s) left in %s: their source queue is unknown (give --to): %w", len(res.Skipped), c.From, errLeftBehind)
+		return &codedError{exitLeftBehind, fmt.Errorf("%d message(s) left in %s: their source queue is unknown (give --to)", len(res.Skipped), c.From)}
 	}
 	return nil
+}
+
+func replayRow(res ops.ReplayResult) replayJSON {
+	r := replayJSON{From: res.From, DryRun: res.DryRun, Total: res.Total, Moved: res.Moved, Unmatched: res.Unmatched,
+		Targets: res.Targets, Skipped: []skippedJSON{}, Duplicates: res.Duplicates}
+	if r.Targets == nil {
+		r.Targets = map[string]int{}
+	}
+	for _, s := range res.Skipped {
+		r.Skipped = append(r.Skipped, skippedJSON{s.MessageId, oneLine(s.Err.Error())})
+	}
+	return r
 }
 
 func printReplay(w io.Writer, res ops.ReplayResult) {
@@ -316,10 +642,69 @@ func printReplay(w io.Writer, res ops.ReplayResult) {
 		fmt.Fprintf(w, "%s%d to %s", sep, res.Targets[q], q)
 	}
 	fmt.Fprintln(w)
+	if res.Unmatched > 0 {
+		fmt.Fprintf(w, "  %d message(s) did not match the filter and stay in %s\n", res.Unmatched, res.From)
+	}
 	for _, s := range res.Skipped {
 		fmt.Fprintf(w, "  left in %s: message %s: %v\n", res.From, orNone(s.MessageId), s.Err)
 	}
 	if res.Duplicates > 0 {
 		fmt.Fprintf(w, "  %d message(s) are now in their target and still in %s (ack lost after the republish)\n", res.Duplicates, res.From)
 	}
+}
+
+type purgeCmd struct {
+	Queue string `arg:"" help:"Queue to empty."`
+	Yes   bool   `short:"y" help:"Do not ask for confirmation."`
+}
+
+func (c *purgeCmd) Run(e *env) error {
+	counts, err := ops.Count(e.ctx, e.b, c.Queue)
+	if err != nil {
+		return err
+	}
+	if !counts[0].Exists {
+		return fmt.Errorf("queue %q does not exist", c.Queue)
+	}
+	e.result = map[string]any{"queue": c.Queue, "purged": 0}
+	if err := e.confirm(c.Yes, fmt.Sprintf("Delete all %d ready message(s) in %s for good?", counts[0].Ready, c.Queue)); err != nil {
+		return err
+	}
+	n, err := ops.Purge(e.ctx, e.b, c.Queue)
+	if err != nil {
+		return plainNotFound(err, c.Queue)
+	}
+	e.result = map[string]any{"queue": c.Queue, "purged": n}
+	fmt.Fprintf(e.out, "purged %d message(s) from %s\n", n, c.Queue)
+	return nil
+}
+
+type deleteCmd struct {
+	Queue     string `arg:"" help:"Queue holding the message."`
+	MessageID string `arg:"" name:"message-id" help:"Message id of the message to delete."`
+	Yes       bool   `short:"y" help:"Do not ask for confirmation."`
+}
+
+func (c *deleteCmd) Run(e *env) error {
+	e.result = map[string]any{"queue": c.Queue, "message_id": c.MessageID, "deleted": 0}
+	counts, err := ops.Count(e.ctx, e.b, c.Queue)
+	if err != nil {
+		return err
+	}
+	if !counts[0].Exists {
+		return fmt.Errorf("queue %q does not exist", c.Queue)
+	}
+	if err := e.confirm(c.Yes, fmt.Sprintf("Delete message %s from %s for good?", c.MessageID, c.Queue)); err != nil {
+		return err
+	}
+	n, err := ops.Delete(e.ctx, e.b, c.Queue, c.MessageID)
+	if errors.Is(err, ops.ErrNoMessage) {
+		return fmt.Errorf("no message in %s has id %q", c.Queue, c.MessageID)
+	}
+	if err != nil {
+		return plainNotFound(err, c.Queue)
+	}
+	e.result = map[string]any{"queue": c.Queue, "message_id": c.MessageID, "deleted": n}
+	fmt.Fprintf(e.out, "deleted %d message(s) with id %s from %s\n", n, c.MessageID, c.Queue)
+	return nil
 }

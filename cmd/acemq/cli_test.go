@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -10,6 +11,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/ops"
 )
 
@@ -18,7 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := run(context.Background(), args, &out, &errb)
+	code := run(context.Background(), args, strings.NewReader(""), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -27,7 +31,8 @@ func TestHelp(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("--help: exit %d", code)
 	}
-	for _, want := range []string{"count <queue> ...", "peek <queue>", "replay <queue>", "AMQP_URL"} {
+	for _, want := range []string{"count <queue> ...", "peek <queue>", "replay <queue>", "purge <queue>", "delete <queue> <message-id>", "AMQP_URL",
+		"Exit codes:", "2    usage error", "3    the broker could not be reached", "--json", "--wait"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q:\n%s", want, out)
 		}
@@ -36,8 +41,13 @@ func TestHelp(t *testing.T) {
 		t.Errorf("help shows credentials:\n%s", out)
 	}
 	code, out, _ = runCLI(t, "replay", "--help")
-	if code != exitOK || !strings.Contains(out, "--dry-run") || !strings.Contains(out, "--limit") || !strings.Contains(out, "--to") {
+	if code != exitOK || !strings.Contains(out, "--dry-run") || !strings.Contains(out, "-n, --limit") || !strings.Contains(out, "--to") ||
+		!strings.Contains(out, "--older-than") || !strings.Contains(out, "--reason") {
 		t.Fatalf("replay --help: exit %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, "peek", "--help")
+	if code != exitOK || !strings.Contains(out, "-n, --limit=10") || strings.Contains(out, "--n=") || !strings.Contains(out, "--message-id") {
+		t.Fatalf("peek --help: exit %d\n%s", code, out)
 	}
 }
 
@@ -51,18 +61,32 @@ func TestUsageErrors(t *testing.T) {
 		{"replay"},
 		{"replay", "q.dlq", "--limit", "many"},
 		{"--timeout", "soon", "count", "q"},
+		{"--url", "http://foo", "count", "q"},
+		{"delete", "q"},
 	} {
-		code, _, errs := runCLI(t, args...)
+		code, out, errs := runCLI(t, args...)
 		if code != exitUsage {
 			t.Errorf("%q: exit %d, want %d (stderr %q)", args, code, exitUsage, errs)
 		}
+		if !strings.HasPrefix(errs, "acemq: ") || strings.Count(errs, "\n") != 1 || strings.Contains(errs, "Config.URLs") {
+			t.Errorf("%q: stderr %q, want one plain line starting acemq:", args, errs)
+		}
+		if out != "" {
+			t.Errorf("%q: stdout %q, want nothing", args, out)
+		}
+	}
+	// --json: the usage error as a JSON object too.
+	code, out, _ := runCLI(t, "--json", "count")
+	var v map[string]any
+	if code != exitUsage || json.Unmarshal([]byte(out), &v) != nil || v["exit"] != float64(exitUsage) || v["error"] == "" {
+		t.Errorf("--json usage error: exit %d, stdout %q", code, out)
 	}
 }
 
 func TestBrokerDown(t *testing.T) {
 	for _, useEnv := range []bool{false, true} {
 		const url = "amqp://ops:hunter2@127.0.0.1:1/"
-		args := []string{"--timeout", "300ms", "count", "q"}
+		args := []string{"--timeout", "5s", "count", "q"}
 		if useEnv {
 			t.Setenv("AMQP_URL", url)
 		} else {
@@ -73,8 +97,12 @@ func TestBrokerDown(t *testing.T) {
 		if code != exitNoBroker {
 			t.Fatalf("env=%v: exit %d, want %d\nstdout %s\nstderr %s", useEnv, code, exitNoBroker, out, errs)
 		}
-		if took := time.Since(began); took > 3*time.Second {
-			t.Errorf("took %v with a 300ms timeout", took)
+		if took := time.Since(began); took > time.Second {
+			t.Errorf("took %v: a refused connection should fail at once, not after --timeout", took)
+		}
+		if strings.Count(errs, "\n") != 1 || !strings.HasPrefix(errs, "acemq: cannot reach the broker") || !strings.Contains(errs, "connection refused") ||
+			strings.Contains(errs, "acemq.connection") {
+			t.Errorf("stderr %q, want one plain line naming the refusal", errs)
 		}
 		if strings.Contains(out+errs, "hunter2") {
 			t.Errorf("the password was printed:\n%s%s", out, errs)
@@ -98,5 +126,43 @@ func TestPrintReplay(t *testing.T) {
 	printReplay(&b, ops.ReplayResult{From: "q.parked", DryRun: true, Total: 2, Moved: 2, Targets: map[string]int{"q": 2}})
 	if got := b.String(); got != "dry run: would move 2 of 2 message(s) from q.parked: 2 to q\n" {
 		t.Fatalf("dry run: %q", got)
+	}
+}
+
+func TestUnknownHostFailsFast(t *testing.T) {
+	began := time.Now()
+	code, _, errs := runCLI(t, "--url", "amqp://guest:pw@no-such-host.invalid:5672/", "--timeout", "5s", "count", "q")
+	if code != exitNoBroker || !strings.Contains(errs, `unknown host "no-such-host.invalid"`) {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("took %v", took)
+	}
+}
+
+// With --wait a refused connection is retried until --timeout.
+func TestWaitRetries(t *testing.T) {
+	began := time.Now()
+	code, _, errs := runCLI(t, "--url", "amqp://guest:pw@127.0.0.1:1/", "--wait", "--timeout", "700ms", "count", "q")
+	took := time.Since(began)
+	if code != exitNoBroker || took < 600*time.Millisecond || !strings.Contains(errs, "within 700ms") {
+		t.Fatalf("exit %d after %v, stderr %q", code, took, errs)
+	}
+}
+
+func TestPeekedAttemptsAndRoutingKey(t *testing.T) {
+	m := ops.Peeked{Attempt: 6, RoutingKey: "orders.dlq", Headers: amqp.Table{mq.HeaderOriginalRoutingKey: "order.placed"}}
+	if attemptsUsed(m) != 5 || originalRoutingKey(m) != "order.placed" {
+		t.Fatalf("attempts used %d, routing key %q", attemptsUsed(m), originalRoutingKey(m))
+	}
+	m = ops.Peeked{Attempt: 1, RoutingKey: "k"}
+	if attemptsUsed(m) != 0 || originalRoutingKey(m) != "k" {
+		t.Fatalf("attempts used %d, routing key %q", attemptsUsed(m), originalRoutingKey(m))
+	}
+	var b bytes.Buffer
+	printPeeked(&b, ops.Peeked{Position: 1, MessageId: "m", Attempt: 6, RoutingKey: "orders.dlq",
+		Headers: amqp.Table{mq.HeaderOriginalRoutingKey: "order.placed", mq.HeaderAttempt: int32(6)}})
+	if out := b.String(); !strings.Contains(out, "attempts used:   5\n") || !strings.Contains(out, "routing key:     order.placed\n") || strings.Contains(out, "attempt: ") {
+		t.Fatalf("printed:\n%s", out)
 	}
 }

@@ -1,17 +1,38 @@
 // Command acemq is AceMQ's operator tool: it counts the messages in
-// queues, peeks at the head of a queue without taking anything, and replays
-// dead letters and parked messages back to the queue they failed on. It is
-// a thin shell around package ops, which services can build into their own
-// admin tools.
+// queues, peeks at messages without taking them, replays dead letters and
+// parked messages back to the queue they failed on, and purges a queue or
+// deletes one message. It is a thin shell around package ops, which
+// services can build into their own admin tools.
 //
 //	acemq count <queue>...
-//	acemq peek <queue> [-n N]
-//	acemq replay <q.dlq|q.parked> [--to <queue>] [--limit N] [--dry-run]
+//	acemq peek <queue> [-n N] [filters]
+//	acemq replay <q.dlq|q.parked> [--to <queue>] [-n N] [--dry-run] [filters]
+//	acemq purge <queue> [--yes]
+//	acemq delete <queue> <message-id> [--yes]
+//
+// Filters (peek and replay): --reason, --error (text contained in
+// x-acemq-error), --message-id, --older-than (a duration).
 //
 // The broker is --url, else $AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/.
-// Credentials are never printed: URLs are shown redacted. Logs go to stderr
-// (-v for debug detail), results to stdout. A replay of more than 100
-// messages shows a progress bar when stderr is a terminal.
+// A refused connection or an unknown host fails at once; --wait keeps
+// trying for --timeout. Credentials are never printed: URLs are shown
+// redacted. Results go to stdout, one JSON object with --json (with
+// "error" and "exit" when the command failed); an error is one line on
+// stderr, "acemq: ...". Connection logs appear only with -v. A replay of
+// more than 100 messages shows a progress bar when stderr is a terminal.
+//
+// peek shows, for each message, the attempts it used (x-acemq-attempt is
+// the attempt its next delivery would be, so one less) and the routing key
+// it was first published with (x-acemq-original-routing-key, written by
+// its first hop, else the key it came with). Peeking takes messages
+// without acknowledging them and returns them: on a quorum queue that
+// raises their delivery count (RabbitMQ 4 drops or dead-letters a message
+// past its delivery limit, 20 by default) and may move them back in the
+// queue; peek warns when it sees a quorum queue's x-delivery-count.
+//
+// purge and delete ask before they change anything; --yes skips the
+// question, and an answer other than y (or no answer: stdin closed) changes
+// nothing.
 //
 // A replay is safe to interrupt (Ctrl-C): it stops between two messages and
 // a second run carries on where it stopped; nothing is lost. The one window
@@ -21,12 +42,13 @@
 // Exit codes:
 //
 //	0    done
-//	1    failed: a queue does not exist, the broker refused, a replay
-//	     stopped on an error (what was moved until then stays moved)
-//	2    a replay finished but left messages it could not place in the
-//	     queue (each one is listed; give --to)
-//	3    the broker could not be reached within --timeout
-//	80   usage error (unknown command or flag)
+//	1    failed: a queue or message does not exist, the broker refused, a
+//	     replay stopped on an error (what was moved until then stays moved)
+//	2    usage error (unknown command or flag, bad value)
+//	3    the broker could not be reached (refused, unknown host; with
+//	     --wait, not within --timeout)
+//	4    a replay finished but left messages it could not place (give --to)
+//	5    a purge or delete was not confirmed (nothing was changed)
 //	130  interrupted
 package main
 
@@ -39,7 +61,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

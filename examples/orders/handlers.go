@@ -14,6 +14,7 @@ import (
 	"github.com/acemq/acemq-go/fxmodule"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/typed"
 )
 
 // Order is the demo's event body.
@@ -68,7 +69,9 @@ func shippingConsumer(log *slog.Logger) fxmodule.Consumer {
 	return fxmodule.Consumer{
 		Queue:   shipping,
 		Handler: &shipper{log: log.With("consumer", "shipping"), tries: map[string]int{}},
-		Options: []mq.ConsumerOption{middleware.Standard(policy), mq.WithConcurrency(4)},
+		// The retry policy is the one the topology declares for the queue.
+		Standard: true,
+		Options:  []mq.ConsumerOption{mq.WithConcurrency(4)},
 	}
 }
 
@@ -76,15 +79,13 @@ func billingConsumer(log *slog.Logger) fxmodule.Consumer {
 	l := log.With("consumer", "billing")
 	return fxmodule.Consumer{
 		Queue: billing,
-		Handler: mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
-			var o Order
-			if err := json.Unmarshal(d.Body, &o); err != nil {
-				return middleware.Reject(err)
-			}
+		// typed.Handler decodes the JSON; a body that does not decode goes
+		// to billing.orders.dlq (reason rejected), never retried.
+		Handler: typed.Handler(func(ctx context.Context, d *mq.Delivery, o Order) error {
 			l.Info("billed", "order", o.ID)
 			return nil
 		}),
-		Options: []mq.ConsumerOption{middleware.Standard(policy)},
+		Standard: true,
 	}
 }
 

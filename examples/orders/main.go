@@ -89,7 +89,7 @@ func main() {
 		),
 		fxmodule.Module,
 		fxmodule.AsTopology(demoTopology),
-		fxmodule.WithMiddleware(progress.middleware), // outermost: sees every final outcome
+		fxmodule.WithMiddleware(0, progress.middleware), // outermost: sees every final outcome
 		fxmodule.AsConsumer(shippingConsumer),
 		fxmodule.AsConsumer(billingConsumer),
 		fx.Invoke(publishOrders(log, progress)),

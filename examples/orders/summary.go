@@ -33,8 +33,8 @@ func (s *spanLog) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) 
 
 func (s *spanLog) Shutdown(context.Context) error { return nil }
 
-// print writes one block per trace: its spans in the order they started,
-// indented by depth, failures marked ✗.
+// print writes one block per trace: its spans as a tree, each under its
+// parent and siblings in the order they started, failures marked ✗.
 func (s *spanLog) print(w io.Writer) {
 	s.mu.Lock()
 	spans := slices.Clone(s.spans)
@@ -50,27 +50,56 @@ func (s *spanLog) print(w io.Writer) {
 	}
 	sort.Slice(order, func(i, j int) bool { return first(byTrace[order[i]]) < first(byTrace[order[j]]) })
 	for _, id := range order {
-		ss := byTrace[id]
-		sort.Slice(ss, func(i, j int) bool { return ss[i].StartTime().Before(ss[j].StartTime()) })
-		depth := map[trace.SpanID]int{}
 		fmt.Fprintf(w, "trace %s\n", id.String()[:12])
-		for _, sp := range ss {
-			d := 0
-			if p := sp.Parent(); p.IsValid() {
-				if pd, ok := depth[p.SpanID()]; ok {
-					d = pd + 1
-				}
-			}
-			depth[sp.SpanContext().SpanID()] = d
-			mark := ""
-			if sp.Status().Code == codes.Error {
-				mark = "  ✗ " + sp.Status().Description
-			}
-			fmt.Fprintf(w, "  %s%s%s%s\n", strings.Repeat("  ", d), sp.Name(), attrs(sp), mark)
-			for _, ev := range sp.Events() {
-				fmt.Fprintf(w, "  %s  · %s%s\n", strings.Repeat("  ", d), ev.Name, eventAttrs(ev.Attributes))
-			}
+		printTree(w, byTrace[id])
+	}
+}
+
+// printTree prints a trace's spans as a tree: each span under its parent,
+// siblings in the order they started. A span whose parent is not in the
+// trace (not exported, or from another process) is a root.
+func printTree(w io.Writer, ss []sdktrace.ReadOnlySpan) {
+	present := map[trace.SpanID]bool{}
+	for _, sp := range ss {
+		present[sp.SpanContext().SpanID()] = true
+	}
+	children := map[trace.SpanID][]sdktrace.ReadOnlySpan{}
+	var roots []sdktrace.ReadOnlySpan
+	for _, sp := range ss {
+		if p := sp.Parent(); p.IsValid() && present[p.SpanID()] && p.SpanID() != sp.SpanContext().SpanID() {
+			children[p.SpanID()] = append(children[p.SpanID()], sp)
+			continue
 		}
+		roots = append(roots, sp)
+	}
+	byStart := func(list []sdktrace.ReadOnlySpan) {
+		sort.SliceStable(list, func(i, j int) bool { return list[i].StartTime().Before(list[j].StartTime()) })
+	}
+	printed := map[trace.SpanID]bool{}
+	var walk func(sp sdktrace.ReadOnlySpan, d int)
+	walk = func(sp sdktrace.ReadOnlySpan, d int) {
+		id := sp.SpanContext().SpanID()
+		if printed[id] {
+			return // a cycle in broken data: print each span once
+		}
+		printed[id] = true
+		mark := ""
+		if sp.Status().Code == codes.Error {
+			mark = "  ✗ " + sp.Status().Description
+		}
+		fmt.Fprintf(w, "  %s%s%s%s\n", strings.Repeat("  ", d), sp.Name(), attrs(sp), mark)
+		for _, ev := range sp.Events() {
+			fmt.Fprintf(w, "  %s  · %s%s\n", strings.Repeat("  ", d), ev.Name, eventAttrs(ev.Attributes))
+		}
+		kids := children[id]
+		byStart(kids)
+		for _, c := range kids {
+			walk(c, d+1)
+		}
+	}
+	byStart(roots)
+	for _, r := range roots {
+		walk(r, 0)
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/mqtest"
 	"github.com/acemq/acemq-go/otelmq"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
@@ -543,7 +544,7 @@ type chainResult struct {
 // chainBench times the standard stack's middleware around a no-op handler,
 // no broker involved, one fresh Delivery per message as the runtime makes.
 func chainBench() chainResult {
-	h := mq.Chain(mq.TestAttempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })),
+	h := mq.Chain(mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })),
 		middleware.DeclareOnStart(), middleware.Logging(quiet), middleware.RetryLadder(retry.Exponential(5, time.Second)),
 		middleware.Parking(), middleware.Recover())
 	raw := amqp.Delivery{Body: []byte("x"), MessageId: "m"}
@@ -551,7 +552,7 @@ func chainBench() chainResult {
 		b.ReportAllocs()
 		ctx := context.Background()
 		for b.Loop() {
-			_ = h.Handle(ctx, mq.NewTestDelivery("q", raw))
+			_ = h.Handle(ctx, mqtest.NewDelivery("q", raw))
 		}
 	})
 	return chainResult{nsPerOp: float64(r.NsPerOp()), allocs: float64(r.AllocsPerOp())}

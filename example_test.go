@@ -1,0 +1,201 @@
+// Package acemq_test holds the README's Go code, mirrored here so that it
+// compiles (and, for the test and the example, runs) as written:
+// TestREADMEIsMirrored fails when a README snippet is not found here
+// verbatim.
+package acemq_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+
+	"github.com/acemq/acemq-go/fxmodule"
+	"github.com/acemq/acemq-go/middleware"
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/mqtest"
+	"github.com/acemq/acemq-go/retry"
+	"github.com/acemq/acemq-go/topology"
+	"github.com/acemq/acemq-go/typed"
+)
+
+// README: A service with fx.
+
+// The retry policy is written once, here; the consumer runs it.
+func ordersTopology() *topology.Topology {
+	return topology.New().Exchange("orders-events").
+		Queue("shipping.orders", topology.DeadLetter(), topology.Retry(retry.Exponential(6, 10*time.Second))).
+		Binding("shipping.orders", "orders-events", "order.placed")
+}
+
+type Order struct {
+	ID string `json:"id"`
+}
+
+// OrderEvents is the app's publisher to orders-events; a test fakes it.
+type OrderEvents interface{ mq.Sender }
+
+func ship(ctx context.Context, d *mq.Delivery, o Order) error {
+	return nil // an error retries; middleware.Park(err) parks; middleware.Reject(err) dead-letters
+}
+
+func main() {
+	fx.New(
+		fx.Supply(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}}),
+		fxmodule.Module,
+		fxmodule.AsTopology(ordersTopology),
+		fxmodule.AsConsumer(func() fxmodule.Consumer {
+			// Standard: middleware.Standard with the topology's policy for the queue.
+			return fxmodule.Consumer{Queue: "shipping.orders", Handler: typed.Handler(ship), Standard: true}
+		}),
+		fxmodule.AsPublisher[OrderEvents]("orders-events"),
+		fx.Invoke(func(b *mq.Broker, events OrderEvents) {
+			http.Handle("/readyz", fxmodule.ReadyHandler(b)) // connected, not blocked, every consumer subscribed
+			http.HandleFunc("/orders", func(w http.ResponseWriter, r *http.Request) {
+				if err := typed.Publish(r.Context(), events, "order.placed", Order{ID: r.FormValue("id")}); err != nil {
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				}
+			})
+		}),
+	).Run()
+}
+
+var _ = main // compiled, not run: it would connect
+
+// README: Handlers tested without a broker.
+
+func TestShip(t *testing.T) {
+	q, _ := ordersTopology().QueueNamed("shipping.orders")
+	c := mqtest.New(t, "shipping.orders", typed.Handler(ship), middleware.Standard(q.Retry))
+	r := c.Deliver(mq.Message{Body: []byte(`{"id":"o-1"}`)})
+	if r.Outcome != mq.OutcomeAck {
+		t.Fatalf("got %v", r)
+	}
+}
+
+// README: Without fx.
+
+func handle(ctx context.Context, d *mq.Delivery) error { return nil }
+
+func serve(ctx context.Context, body []byte) error {
+	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
+	if err != nil {
+		return err
+	}
+	defer b.Close(context.Background())
+
+	policy := retry.Exponential(6, 10*time.Second)
+	if err := b.Declare(ctx, topology.New().Queue("orders.new", topology.DeadLetter(), topology.Retry(policy))); err != nil {
+		return err
+	}
+	c, err := b.Consume(ctx, "orders.new", mq.HandlerFunc(handle), middleware.Standard(policy))
+	if err != nil {
+		return err
+	}
+	defer c.Stop(context.Background())
+
+	return b.Publisher("").Publish(ctx, "orders.new", mq.Message{Body: body}) // returns once confirmed
+}
+
+var _ = serve
+
+// README: Topology, printed before it is applied.
+func Example_topology() {
+	t := topology.New().
+		Exchange("orders-events", topology.Topic).
+		Queue("shipping.orders", topology.DeadLetter(), topology.Retry(retry.Exponential(6, 10*time.Second))).
+		Binding("shipping.orders", "orders-events", "order.placed")
+	fmt.Print(t)
+	// Output:
+	// Topology: 3 exchanges, 6 queues, 4 bindings
+	//   declare exchange orders-events (topic, durable)
+	//   declare exchange acemq.dlx (direct, durable)
+	//   declare exchange acemq.retry (direct, durable)
+	//   declare queue shipping.orders (durable, x-dead-letter-exchange='acemq.dlx', x-dead-letter-routing-key='shipping.orders.dlq', x-queue-type='quorum')
+	//   declare queue shipping.orders.dlq (durable)
+	//   declare queue shipping.orders.parked (durable)
+	//   declare queue shipping.orders.retry.40s (durable, x-dead-letter-exchange='acemq.retry', x-dead-letter-routing-key='shipping.orders', x-message-ttl=40000)
+	//   declare queue shipping.orders.retry.80s (durable, x-dead-letter-exchange='acemq.retry', x-dead-letter-routing-key='shipping.orders', x-message-ttl=80000)
+	//   declare queue shipping.orders.retry.160s (durable, x-dead-letter-exchange='acemq.retry', x-dead-letter-routing-key='shipping.orders', x-message-ttl=160000)
+	//   declare binding shipping.orders.dlq (from acemq.dlx on shipping.orders.dlq)
+	//   declare binding shipping.orders.parked (from acemq.dlx on shipping.orders.parked)
+	//   declare binding shipping.orders (from acemq.retry on shipping.orders)
+	//   declare binding shipping.orders (from orders-events on order.placed)
+}
+
+// snippets returns the ```go blocks of a Markdown file, each as its
+// non-empty lines with surrounding space trimmed.
+func snippets(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out [][]string
+	var cur []string
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case !in && strings.TrimSpace(line) == "```go":
+			in, cur = true, nil
+		case in && strings.TrimSpace(line) == "```":
+			in = false
+			out = append(out, cur)
+		case in && strings.TrimSpace(line) != "":
+			cur = append(cur, strings.TrimSpace(line))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestREADMEIsMirrored: every Go snippet of the README is in this file,
+// line for line, so the README's code compiles as written.
+func TestREADMEIsMirrored(t *testing.T) {
+	src, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var here []string
+	for _, l := range strings.Split(string(src), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			here = append(here, l)
+		}
+	}
+	blocks := snippets(t, "README.md")
+	if len(blocks) < 4 {
+		t.Fatalf("found %d Go snippets in README.md, want at least 4", len(blocks))
+	}
+	for i, b := range blocks {
+		if !containsRun(here, b) {
+			t.Errorf("README Go snippet %d (starting %q) is not mirrored verbatim in example_test.go", i+1, b[0])
+		}
+	}
+}
+
+func containsRun(hay, needle []string) bool {
+	for i := 0; i+len(needle) <= len(hay); i++ {
+		ok := true
+		for j := range needle {
+			if hay[i+j] != needle[j] {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}

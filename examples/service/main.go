@@ -1,0 +1,118 @@
+// Command service is an AceMQ service as a new user would write one with
+// fx: a topic exchange and a consumer under the standard stack whose retry
+// policy is written once (in the topology), a typed JSON handler, a
+// publisher provided by the module behind an HTTP handler, and /readyz
+// from the broker's health check. Its handlers are tested without a broker
+// (shipping_test.go, package mqtest).
+//
+//	go run ./examples/service      # then:
+//	curl -X POST localhost:8080/orders -d '{"id":"o-1","address":"1 Main St","items":2}'
+//	curl localhost:8080/readyz
+//
+// AMQP_URL picks the broker (default amqp://guest:guest@127.0.0.1:5672/),
+// LISTEN the HTTP address (default 127.0.0.1:8080).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"go.uber.org/fx"
+
+	"github.com/acemq/acemq-go/fxmodule"
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/typed"
+)
+
+func main() {
+	fx.New(app()).Run()
+}
+
+// app is the whole service.
+func app() fx.Option {
+	url := os.Getenv("AMQP_URL")
+	if url == "" {
+		url = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	return fx.Options(
+		fx.Supply(mq.Config{URLs: []string{url}, ConnectionName: "shipping"}),
+		fx.Supply(slog.New(slog.NewTextHandler(os.Stderr, nil))),
+		fxmodule.Module,
+		fxmodule.AsTopology(Topology),
+		fxmodule.AsPublisher[OrderEvents](Exchange),
+		fx.Provide(func(events OrderEvents, log *slog.Logger) *Shipping {
+			return &Shipping{Events: events, Carrier: parcelCarrier{}, Log: log}
+		}),
+		fxmodule.AsConsumer((*Shipping).Consumer),
+		fx.Invoke(serveHTTP),
+	)
+}
+
+// parcelCarrier stands in for a carrier's API: it books everything but
+// orders of more than 10 items.
+type parcelCarrier struct{}
+
+func (parcelCarrier) Book(_ context.Context, o Order) (string, error) {
+	if o.Items > 10 {
+		return "", errors.New("carrier: parcel too heavy")
+	}
+	return "TRK-" + o.ID, nil
+}
+
+// serveHTTP serves POST /orders (publishes order.placed) and /readyz for
+// the app's lifetime.
+func serveHTTP(lc fx.Lifecycle, b *mq.Broker, events OrderEvents, log *slog.Logger) {
+	addr := os.Getenv("LISTEN")
+	if addr == "" {
+		addr = "127.0.0.1:8080"
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /readyz", fxmodule.ReadyHandler(b))
+	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
+		var o Order
+		if err := json.NewDecoder(r.Body).Decode(&o); err != nil || o.ID == "" {
+			http.Error(w, "want a JSON order with an id", http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := typed.Publish(ctx, events, "order.placed", o); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintf(w, "order %s placed\n", o.ID)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return err
+			}
+			go func() {
+				defer close(done)
+				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					log.Error("http.failed", "error", err)
+				}
+			}()
+			log.Info("http.listening", "addr", ln.Addr().String())
+			return nil
+		},
+		// Appended after the module's hooks, so it stops first: no new
+		// orders while the consumers drain.
+		OnStop: func(ctx context.Context) error {
+			err := srv.Shutdown(ctx)
+			<-done
+			return err
+		},
+	})
+}

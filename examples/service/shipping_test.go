@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+
+	"github.com/acemq/acemq-go/middleware"
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/mqtest"
+	"github.com/acemq/acemq-go/typed"
+)
+
+// The whole file runs in well under 100 ms: no broker, no sleeping.
+// TestMain holds it to that.
+func TestMain(m *testing.M) {
+	began := time.Now()
+	code := m.Run()
+	if took := time.Since(began); took > 100*time.Millisecond && code == 0 {
+		fmt.Fprintf(os.Stderr, "the handler tests took %v, more than 100 ms\n", took)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// fakeCarrier fails the first `fail` bookings.
+type fakeCarrier struct{ fail, calls int }
+
+func (c *fakeCarrier) Book(_ context.Context, o Order) (string, error) {
+	c.calls++
+	if c.calls <= c.fail {
+		return "", errors.New("carrier timeout")
+	}
+	return "TRK-" + o.ID, nil
+}
+
+// consumer runs the shipping handler exactly as the app does: the typed
+// handler under middleware.Standard with the policy the topology declares.
+func consumer(t *testing.T, carrier Carrier) (*mqtest.Consumer, *mqtest.Publisher) {
+	t.Helper()
+	q, ok := Topology().QueueNamed(ShippingQueue)
+	if !ok {
+		t.Fatalf("the topology does not declare %s", ShippingQueue)
+	}
+	events := &mqtest.Publisher{}
+	s := &Shipping{Events: events, Carrier: carrier, Log: mqtestLogger()}
+	c := s.Consumer()
+	return mqtest.New(t, c.Queue, c.Handler, middleware.Standard(q.Retry)), events
+}
+
+func order(t *testing.T, o Order) mq.Message {
+	t.Helper()
+	m, err := typed.Encode(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestShipsAndAnnounces(t *testing.T) {
+	c, events := consumer(t, &fakeCarrier{})
+	r := c.Deliver(order(t, Order{ID: "o-1", Address: "1 Main St", Items: 2}))
+	if r.Outcome != mq.OutcomeAck {
+		t.Fatalf("result %v, want ack", r)
+	}
+	sent := events.Messages()
+	if len(sent) != 1 || sent[0].RoutingKey != "order.shipped" || sent[0].Message.ContentType != "application/json" ||
+		string(sent[0].Message.Body) != `{"order_id":"o-1","tracking":"TRK-o-1"}` {
+		t.Fatalf("published %+v", sent)
+	}
+}
+
+// A carrier that fails twice: two in-process retries (10 s, 20 s on the
+// fake clock), shipped on attempt 3.
+func TestCarrierFailuresAreRetried(t *testing.T) {
+	c, events := consumer(t, &fakeCarrier{fail: 2})
+	r := c.Deliver(order(t, Order{ID: "o-2", Address: "2 Main St"}))
+	if r.Outcome != mq.OutcomeAck || r.Attempts != 3 || !slices.Equal(r.Waits, []time.Duration{10 * time.Second, 20 * time.Second}) {
+		t.Fatalf("result %v, waits %v", r, r.Waits)
+	}
+	if len(events.Messages()) != 1 {
+		t.Fatalf("announced %d times", len(events.Messages()))
+	}
+}
+
+// A carrier that keeps failing: the broker rungs, then .dlq.
+func TestCarrierDownEndsInTheDeadLetterQueue(t *testing.T) {
+	c, events := consumer(t, &fakeCarrier{fail: 1000})
+	rs := c.Run(order(t, Order{ID: "o-3", Address: "3 Main St"}))
+	last := rs[len(rs)-1]
+	var path []string
+	for _, h := range c.Hops() {
+		path = append(path, h.Queue)
+	}
+	want := []string{"shipping.orders.retry.40s", "shipping.orders.retry.80s", "shipping.orders.dlq"}
+	if last.Outcome != mq.OutcomeDeadLetter || !slices.Equal(path, want) {
+		t.Fatalf("path %v, last %v; want %v", path, last, want)
+	}
+	if dl := last.Hops[0]; dl.Reason() != mq.ReasonExhausted || dl.Error() != "book a parcel for order o-3: carrier timeout" {
+		t.Fatalf("dead letter reason %q, error %q", dl.Reason(), dl.Error())
+	}
+	if len(events.Messages()) != 0 {
+		t.Fatal("an order that was not shipped was announced")
+	}
+}
+
+func TestOrderWithoutAddressIsParked(t *testing.T) {
+	carrier := &fakeCarrier{}
+	c, _ := consumer(t, carrier)
+	r := c.Deliver(order(t, Order{ID: "o-4"}))
+	if r.Outcome != mq.OutcomePark || r.Hops[0].Queue != "shipping.orders.parked" || r.Hops[0].Error() != "order o-4: order has no delivery address" {
+		t.Fatalf("result %v", r)
+	}
+	if carrier.calls != 0 || r.Attempts != 1 {
+		t.Fatalf("carrier called %d times, %d attempts", carrier.calls, r.Attempts)
+	}
+}
+
+func TestUndecodableOrderIsRejected(t *testing.T) {
+	c, _ := consumer(t, &fakeCarrier{})
+	r := c.Deliver(mq.Message{Body: []byte("not json")})
+	if r.Outcome != mq.OutcomeDeadLetter || r.Attempts != 1 || r.Hops[0].Reason() != mq.ReasonRejected {
+		t.Fatalf("result %v", r)
+	}
+}
+
+// The app wires: every constructor's dependencies are there.
+func TestAppWiring(t *testing.T) {
+	if err := fx.ValidateApp(fx.NopLogger, app()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mqtestLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,168 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/mq"
+)
+
+// Filter selects messages by what the library recorded about them. Every
+// field that is set must match; the zero Filter matches every message.
+type Filter struct {
+	// Reason matches x-acemq-reason exactly (exhausted, rejected, parked,
+	// rung-missing).
+	Reason string
+	// Error matches when x-acemq-error contains this text.
+	Error string
+	// MessageId matches the message id exactly.
+	MessageId string
+	// OlderThan matches messages that failed (x-acemq-failed-at, else
+	// their timestamp) longer ago than this. A message with neither does
+	// not match.
+	OlderThan time.Duration
+	// Now is the time OlderThan counts back from. Default time.Now.
+	Now func() time.Time
+}
+
+// IsZero reports whether f matches every message.
+func (f Filter) IsZero() bool {
+	return f.Reason == "" && f.Error == "" && f.MessageId == "" && f.OlderThan == 0
+}
+
+// Match reports whether p passes f.
+func (f Filter) Match(p Peeked) bool {
+	switch {
+	case f.Reason != "" && p.Reason != f.Reason,
+		f.Error != "" && !strings.Contains(p.Error, f.Error),
+		f.MessageId != "" && p.MessageId != f.MessageId:
+		return false
+	}
+	if f.OlderThan > 0 {
+		at := p.FailedAt
+		if at.IsZero() {
+			at = p.Timestamp
+		}
+		now := time.Now
+		if f.Now != nil {
+			now = f.Now
+		}
+		if at.IsZero() || now().Sub(at) <= f.OlderThan {
+			return false
+		}
+	}
+	return true
+}
+
+func (f Filter) matches(queue string, d amqp.Delivery) bool {
+	return f.IsZero() || f.Match(peeked(queue, 0, d))
+}
+
+// PeekMatching is Peek that shows only the messages f matches: it looks
+// at every message in the queue (as many as it held when the peek began)
+// and returns the first n that match, each with its position in the
+// queue. Like Peek it takes nothing: every message is returned to where
+// it was.
+func PeekMatching(ctx context.Context, b *mq.Broker, queue string, n int, f Filter) ([]Peeked, error) {
+	if f.IsZero() {
+		return Peek(ctx, b, queue, n)
+	}
+	if n < 1 {
+		return nil, fmt.Errorf("ops: peek %q: n is %d, must be at least 1", queue, n)
+	}
+	info, err := inspect(ctx, b, queue)
+	if err != nil {
+		return nil, fmt.Errorf("ops: peek: %w", err)
+	}
+	ch, err := b.Channel(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("ops: peek %q: %w", queue, err)
+	}
+	defer ch.Close()
+	var out []Peeked
+	for pos := 1; pos <= info.Messages && len(out) < n; pos++ {
+		d, ok, err := get(ctx, ch, queue)
+		if err != nil {
+			return out, fmt.Errorf("ops: peek %q: %w", queue, err)
+		}
+		if !ok {
+			break
+		}
+		if p := peeked(queue, pos, d); f.Match(p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// Purge deletes every ready message in queue and returns how many went.
+// Destructive. errors.Is(err, mq.ErrNotFound) when the queue does not
+// exist.
+func Purge(ctx context.Context, b *mq.Broker, queue string) (int, error) {
+	if _, err := inspect(ctx, b, queue); err != nil {
+		return 0, fmt.Errorf("ops: purge: %w", err)
+	}
+	ch, err := b.Channel(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("ops: purge %q: %w", queue, err)
+	}
+	defer ch.Close()
+	stop := context.AfterFunc(ctx, func() { _ = ch.Close() })
+	n, err := ch.QueuePurge(queue, false)
+	if !stop() {
+		return 0, fmt.Errorf("ops: purge %q: %w", queue, ctx.Err())
+	}
+	if err != nil {
+		return 0, refusal(fmt.Sprintf("purge queue %q", queue), err)
+	}
+	return n, nil
+}
+
+// ErrNoMessage is matched by Delete's error when no message in the queue
+// has the id.
+var ErrNoMessage = errors.New("ops: no such message")
+
+// Delete takes the messages whose id is messageID out of queue for good
+// and returns how many it deleted; every other message is returned to
+// where it was. It looks at as many messages as the queue held when it
+// began. Destructive. ErrNoMessage when none has the id.
+func Delete(ctx context.Context, b *mq.Broker, queue, messageID string) (int, error) {
+	if messageID == "" {
+		return 0, errors.New("ops: delete: the message id is empty")
+	}
+	info, err := inspect(ctx, b, queue)
+	if err != nil {
+		return 0, fmt.Errorf("ops: delete: %w", err)
+	}
+	ch, err := b.Channel(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("ops: delete from %q: %w", queue, err)
+	}
+	defer ch.Close() // returns every other message, in place
+	deleted := 0
+	for range info.Messages {
+		d, ok, err := get(ctx, ch, queue)
+		if err != nil {
+			return deleted, fmt.Errorf("ops: delete from %q: %w", queue, err)
+		}
+		if !ok {
+			break
+		}
+		if d.MessageId != messageID {
+			continue
+		}
+		if err := d.Ack(false); err != nil {
+			return deleted, fmt.Errorf("ops: delete from %q: message %q: %w", queue, messageID, err)
+		}
+		deleted++
+	}
+	if deleted == 0 {
+		return 0, fmt.Errorf("%w: no message in %q has id %q", ErrNoMessage, queue, messageID)
+	}
+	return deleted, nil
+}
