@@ -50,6 +50,10 @@ type ReplayOptions struct {
 	// Logger receives a record for each message whose x-acemq-source-queue
 	// header could not be used. Default: the broker's logger.
 	Logger *slog.Logger
+	// Filter, when set, chooses the messages to move: one it declines is
+	// left where it was, in place (counted in ReplayResult.Left). Default:
+	// every message.
+	Filter func(Peeked) bool
 }
 
 // ReplayResult is what a Replay did, also when it stopped with an error.
@@ -78,6 +82,9 @@ type ReplayResult struct {
 	// now in their target and back in From, and a later replay moves them a
 	// second time.
 	Duplicates int
+	// Left counts the messages ReplayOptions.Filter declined: taken and
+	// returned in place.
+	Left int
 }
 
 // Skipped is a message Replay left where it was.
@@ -154,6 +161,11 @@ func Replay(ctx context.Context, b *mq.Broker, from string, opts ReplayOptions) 
 			break // emptied faster than counted (another consumer)
 		}
 		res.Taken++
+		if opts.Filter != nil && !opts.Filter(peeked(from, res.Taken, d)) {
+			res.Left++ // held until the channel closes, like a skipped one
+			progress(opts, res)
+			continue
+		}
 		target := opts.To
 		if target == "" {
 			var note string

@@ -1,0 +1,277 @@
+package ops
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/mq"
+)
+
+// browse shows up to limit messages from the head of queue to visit, in
+// order, without taking them, like Peek but streamed: it subscribes with a
+// prefetch of limit and without acknowledging, so the broker pushes them
+// without a round trip each, and closes its channel at the end, which
+// returns every one to where it was (marked redelivered). It stops early
+// when visit returns false, when ctx ends, or when no message came for
+// idle. It reports how many messages the queue held when it started.
+func browse(ctx context.Context, b *mq.Broker, queue string, limit int, idle time.Duration, visit func(pos int, d amqp.Delivery) bool) (int, error) {
+	info, err := inspect(ctx, b, queue)
+	if err != nil {
+		return 0, err
+	}
+	n := min(info.Messages, limit, maxPrefetch)
+	if n <= 0 {
+		return info.Messages, nil
+	}
+	ch, err := b.Channel(ctx)
+	if err != nil {
+		return info.Messages, fmt.Errorf("ops: browse %q: %w", queue, err)
+	}
+	defer ch.Close() // returns every message delivered, in place
+	if err := ch.Qos(n, 0, false); err != nil {
+		return info.Messages, fmt.Errorf("ops: browse %q: %w", queue, refusal("qos", err))
+	}
+	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		return info.Messages, fmt.Errorf("ops: browse %q: %w", queue, refusal(fmt.Sprintf("consume from queue %q", queue), err))
+	}
+	timer := time.NewTimer(idle)
+	defer timer.Stop()
+	for pos := 1; pos <= n; pos++ {
+		var d amqp.Delivery
+		var ok bool
+		select {
+		case d, ok = <-ds:
+		case <-ctx.Done():
+			return info.Messages, fmt.Errorf("ops: browse %q: %w", queue, ctx.Err())
+		case <-timer.C:
+			return info.Messages, nil // taken by someone else meanwhile
+		}
+		if !ok {
+			return info.Messages, fmt.Errorf("ops: browse %q: the channel closed after %d messages", queue, pos-1)
+		}
+		if !visit(pos, d) {
+			break
+		}
+		timer.Reset(idle)
+	}
+	return info.Messages, nil
+}
+
+// maxPrefetch is the largest prefetch count AMQP 0-9-1 can say.
+const maxPrefetch = 65535
+
+// The headers the lead's contract adds for a message's first route (read
+// when present; older dead letters fall back on x-death or the delivery).
+const (
+	headerOriginalExchange   = "x-acemq-original-exchange"
+	headerOriginalRoutingKey = "x-acemq-original-routing-key"
+)
+
+// failure is one dead letter or parked message as the console shows it.
+type failure struct {
+	Peeked
+	// Key names the message among its queue's (see messageKey); Group the
+	// group it falls in (see groupKey).
+	Key, Group string
+	// Exchange and RoutingKey are the message's first route: the
+	// x-acemq-original-* headers, else the broker's x-death record, else
+	// the delivery's own. RouteFrom says which.
+	Exchange, OriginalKey, RouteFrom string
+	// AttemptsUsed is x-acemq-attempt − 1 (on a .dlq or .parked the header
+	// is the attempt the next delivery would be); -1 when the header is
+	// absent.
+	AttemptsUsed int
+	// TraceID is the trace id of the traceparent header, if any.
+	TraceID string
+}
+
+func newFailure(queue string, pos int, d amqp.Delivery, norm *normaliser) failure {
+	f := failure{Peeked: peeked(queue, pos, d), AttemptsUsed: -1}
+	f.Key = messageKey(f.Peeked)
+	f.Group = norm.group(f.Peeked)
+	if _, ok := d.Headers[mq.HeaderAttempt]; ok {
+		f.AttemptsUsed = max(f.Attempt-1, 0)
+	}
+	if tp, ok := headerString(d.Headers, "traceparent"); ok {
+		if parts := strings.Split(tp, "-"); len(parts) == 4 && len(parts[1]) == 32 {
+			f.TraceID = parts[1]
+		}
+	}
+	ex, okEx := headerString(d.Headers, headerOriginalExchange)
+	rk, okKey := headerString(d.Headers, headerOriginalRoutingKey)
+	switch {
+	case okEx || okKey:
+		f.Exchange, f.OriginalKey, f.RouteFrom = ex, rk, "x-acemq-original-exchange / -routing-key"
+	case deathRoute(d.Headers, &f.Exchange, &f.OriginalKey):
+		f.RouteFrom = "x-death (the broker's record)"
+	default:
+		f.Exchange, f.OriginalKey, f.RouteFrom = d.Exchange, d.RoutingKey, "the delivery's own"
+	}
+	return f
+}
+
+// deathRoute reads the oldest x-death entry's exchange and first routing key.
+func deathRoute(h amqp.Table, ex, key *string) bool {
+	deaths, ok := h["x-death"].([]any)
+	if !ok || len(deaths) == 0 {
+		return false
+	}
+	last, ok := deaths[len(deaths)-1].(amqp.Table)
+	if !ok {
+		return false
+	}
+	*ex, _ = headerString(last, "exchange")
+	if keys, ok := last["routing-keys"].([]any); ok && len(keys) > 0 {
+		switch k := keys[0].(type) {
+		case string:
+			*key = k
+		case []byte:
+			*key = string(k)
+		}
+	}
+	return true
+}
+
+// messageID is the one place the console reads Peeked's message id.
+func messageID(p Peeked) string { return p.MessageID }
+
+// messageKey names a message by what it carries: id, timestamp, the
+// failure headers and the body. Two messages with the same key look alike
+// in every way the console shows; an action on a key acts on the first.
+func messageKey(p Peeked) string {
+	h := sha256.New()
+	for _, s := range []string{messageID(p), p.Timestamp.UTC().Format(time.RFC3339Nano), p.FailedAt.UTC().Format(time.RFC3339Nano), p.Reason, p.Error, p.SourceQueue} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	h.Write(p.Body)
+	return hex.EncodeToString(h.Sum(nil)[:10])
+}
+
+var (
+	uuidPattern = regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
+	hexPattern  = regexp.MustCompile(`(?i)\b(?:0x[0-9a-f]+|[0-9a-f]*[0-9][0-9a-f]*[a-f][0-9a-f]*|[0-9a-f]*[a-f][0-9a-f]*[0-9][0-9a-f]*)\b`)
+	numPattern  = regexp.MustCompile(`\d+(?:[.:]\d+)*`)
+)
+
+// normaliseError turns an error text into its group's text: UUIDs, hex
+// ids and numbers (with decimals, times, ports) each become one
+// placeholder, so "order 17 not found" and "order 4711 not found" fall in
+// one group. Hex words must mix digits and letters a–f and be 6 or more
+// long, so words like "bad" or "cafe" are kept.
+func normaliseError(s string) string {
+	s = uuidPattern.ReplaceAllString(s, "<uuid>")
+	s = hexPattern.ReplaceAllStringFunc(s, func(w string) string {
+		if len(w) < 6 {
+			return w
+		}
+		return "<hex>"
+	})
+	return numPattern.ReplaceAllString(s, "<n>")
+}
+
+// normaliser memoises normaliseError for one scan: a queue's errors are
+// few distinct texts many times over.
+type normaliser struct{ seen map[string]string }
+
+func (n *normaliser) text(s string) string {
+	if n.seen == nil {
+		n.seen = map[string]string{}
+	}
+	if v, ok := n.seen[s]; ok {
+		return v
+	}
+	v := normaliseError(s)
+	if len(n.seen) < 10000 {
+		n.seen[s] = v
+	}
+	return v
+}
+
+// group is the key of p's group: reason, normalised error, source queue.
+func (n *normaliser) group(p Peeked) string {
+	h := sha256.New()
+	for _, s := range []string{p.Reason, n.text(p.Error), p.SourceQueue} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:6])
+}
+
+// failureGroup is the failures of one group in a scan.
+type failureGroup struct {
+	ID, Reason, Error, Sample, Source string
+	Count                             int
+	First, Last                       time.Time
+}
+
+// scan is what the console saw of one .dlq or .parked queue.
+type scan struct {
+	Queue   string
+	Held    int // messages in the queue when the scan started
+	Scanned int
+	Groups  []*failureGroup // by count, largest first
+	// Page is the failures a filter picked, from Offset on, at most pageSize.
+	Page   []failure
+	Picked int // how many the filter picked in all
+}
+
+// pageSize is how many messages a page lists.
+const pageSize = 50
+
+// scanQueue browses up to max messages of queue, groups them and keeps the
+// page of those pick accepts (pick nil: none kept). stop, when set, ends
+// the scan at the first message it accepts.
+func scanQueue(ctx context.Context, b *mq.Broker, queue string, max, offset int, pick func(failure) bool, stop bool) (scan, error) {
+	s := scan{Queue: queue}
+	var norm normaliser
+	groups := map[string]*failureGroup{}
+	held, err := browse(ctx, b, queue, max, time.Second, func(pos int, d amqp.Delivery) bool {
+		f := newFailure(queue, pos, d, &norm)
+		s.Scanned++
+		g := groups[f.Group]
+		if g == nil {
+			g = &failureGroup{ID: f.Group, Reason: f.Reason, Error: norm.text(f.Error), Sample: f.Error, Source: f.SourceQueue}
+			groups[f.Group] = g
+		}
+		g.Count++
+		if !f.FailedAt.IsZero() {
+			if g.First.IsZero() || f.FailedAt.Before(g.First) {
+				g.First = f.FailedAt
+			}
+			if f.FailedAt.After(g.Last) {
+				g.Last = f.FailedAt
+			}
+		}
+		if pick != nil && pick(f) {
+			s.Picked++
+			if s.Picked > offset && len(s.Page) < pageSize {
+				s.Page = append(s.Page, f)
+			}
+			if stop {
+				return false
+			}
+		}
+		return true
+	})
+	s.Held = held
+	for _, g := range groups {
+		s.Groups = append(s.Groups, g)
+	}
+	sort.Slice(s.Groups, func(i, j int) bool {
+		if s.Groups[i].Count != s.Groups[j].Count {
+			return s.Groups[i].Count > s.Groups[j].Count
+		}
+		return s.Groups[i].ID < s.Groups[j].ID
+	})
+	return s, err
+}
