@@ -47,6 +47,8 @@ type cli struct {
 	Count  countCmd  `cmd:"" help:"Show how many messages are ready in each queue, and its consumers."`
 	Peek   peekCmd   `cmd:"" help:"Show messages at the head of a queue without taking them."`
 	Replay replayCmd `cmd:"" help:"Move messages from a .dlq or .parked queue back to the queue they failed on."`
+
+	Console consoleCmd `cmd:"" help:"Serve the dead-letter web console (loopback by default)."`
 }
 
 // env is what every command runs with.
