@@ -17,8 +17,8 @@ const keptJobs = 50
 // console owns, its progress readable while it runs, stoppable.
 type consoleJob struct {
 	ID, Source, Kind, Queue, Label string
-	Started                  time.Time
-	cancel                   context.CancelFunc
+	Started                        time.Time
+	cancel                         context.CancelFunc
 
 	mu       sync.Mutex
 	state    jobState
