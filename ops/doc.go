@@ -4,7 +4,7 @@
 // on. The acemq command (cmd/acemq) is a thin shell around it; a service can
 // build the same calls into its own admin endpoints.
 //
-// What it owns: Count, Peek, Replay and the reading of the contract's
+// What it owns: Count, Peek, Replay, Delete, Purge, the Console and the reading of the contract's
 // headers (x-acemq-attempt, -reason, -error, -failed-at, -source-queue, the
 // replay headers) from a message as an operator sees it.
 //
@@ -50,4 +50,19 @@
 // then closes its channel, so the broker returns them to the queue where
 // they were. They come back marked redelivered, and while Peek holds them a
 // consumer of the queue does not get them.
+//
+// # Console
+//
+// Console is the dead-letter web console, an http.Handler built on these
+// calls: live counts of every watched queue's .dlq and .parked, a queue's
+// failures grouped by reason, error text (ids and numbers folded) and
+// source queue, one message in full, and replays of one message, a group or
+// all (Replay with ReplayOptions.Filter, run by the console, stoppable),
+// Delete and Purge. It reads only <q>.dlq and <q>.parked (classic queues),
+// never a source queue, so a quorum source keeps its order and delivery
+// counts; a look streams the messages with basic.consume and closes the
+// channel, which returns them in place like Peek. Without a token it
+// answers loopback clients only and Listen refuses other addresses; every
+// POST needs the page's CSRF token and passes net/http's
+// CrossOriginProtection; URLs on its pages are redacted as mq.Redact does.
 package ops
