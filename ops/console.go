@@ -89,7 +89,21 @@ type Console struct {
 	order  []string // job ids, oldest first
 	closed bool
 	found  discovered
+	snaps  map[string]snapshot // by queue
 }
+
+// snapshot is the messages of a queue as the last full look saw them, so
+// the pages after it (a group, a message, the next page) need not read
+// 10 000 messages again. It is used while younger than snapshotTTL and the
+// queue still holds as many messages; every action on the queue drops it.
+type snapshot struct {
+	at       time.Time
+	held     int
+	failures []failure
+}
+
+// snapshotTTL is how long a snapshot is used.
+const snapshotTTL = 5 * time.Second
 
 type discovered struct {
 	at    time.Time
@@ -128,7 +142,7 @@ func NewConsole(b *mq.Broker, opts ConsoleOptions) (*Console, error) {
 		opts.Client = &http.Client{Timeout: 10 * time.Second}
 	}
 	opts.Queues = sourcesOf(opts.Queues)
-	c := &Console{b: b, opts: opts, log: opts.Logger, jobs: map[string]*consoleJob{}}
+	c := &Console{b: b, opts: opts, log: opts.Logger, jobs: map[string]*consoleJob{}, snaps: map[string]snapshot{}}
 	if c.log == nil {
 		c.log = b.Logger()
 	}
@@ -470,7 +484,7 @@ func (c *Console) queuePage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s, err := scanQueue(r.Context(), c.b, queue, c.opts.MaxScan, 0, nil, false)
+	s, err := c.look(r.Context(), queue, 0, nil, false)
 	if err != nil && !errors.Is(err, mq.ErrNotFound) {
 		c.fail(w, r, http.StatusBadGateway, err)
 		return
@@ -487,7 +501,7 @@ func (c *Console) groupPage(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("group")
 	offset, _ := strconv.Atoi(r.URL.Query().Get("from"))
 	offset = max(offset, 0)
-	s, err := scanQueue(r.Context(), c.b, queue, c.opts.MaxScan, offset, func(f failure) bool { return f.Group == id }, false)
+	s, err := c.look(r.Context(), queue, offset, func(f failure) bool { return f.Group == id }, false)
 	if err != nil {
 		c.fail(w, r, http.StatusBadGateway, err)
 		return
@@ -516,7 +530,7 @@ func (c *Console) messagePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.PathValue("key")
-	s, err := scanQueue(r.Context(), c.b, queue, c.opts.MaxScan, 0, func(f failure) bool { return f.Key == key }, true)
+	s, err := c.look(r.Context(), queue, 0, func(f failure) bool { return f.Key == key }, true)
 	if err != nil {
 		c.fail(w, r, http.StatusBadGateway, err)
 		return
@@ -580,6 +594,7 @@ func (c *Console) delete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.PostForm.Get("key")
+	defer c.forget(queue)
 	gone, err := Delete(r.Context(), c.b, queue, func(p Peeked) bool { return messageKey(p) == key })
 	if err != nil {
 		c.fail(w, r, http.StatusBadGateway, err)
@@ -609,6 +624,7 @@ func (c *Console) purge(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("nothing purged: type the queue's name, %s, to confirm", queue))
 		return
 	}
+	defer c.forget(queue)
 	n, err := Purge(r.Context(), c.b, queue)
 	if err != nil {
 		c.fail(w, r, http.StatusBadGateway, err)
@@ -616,6 +632,42 @@ func (c *Console) purge(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Warn("acemq.console.purged", "queue", queue, "messages", n)
 	http.Redirect(w, r, c.link("queues", source, r.PathValue("kind"))+"?done=purged&n="+strconv.Itoa(n), http.StatusSeeOther)
+}
+
+// look reads queue for a page: from its snapshot when that is still good,
+// else from the broker (keeping a snapshot when the whole queue was read).
+func (c *Console) look(ctx context.Context, queue string, offset int, pick func(failure) bool, stop bool) (scan, error) {
+	sc := newScanner(queue, offset, pick, stop)
+	c.mu.Lock()
+	snap, ok := c.snaps[queue]
+	c.mu.Unlock()
+	if ok && time.Since(snap.at) < snapshotTTL {
+		if cs, err := Count(ctx, c.b, queue); err == nil && cs[0].Exists && cs[0].Ready == snap.held {
+			sc.s.At = snap.at
+			for _, f := range snap.failures {
+				if !sc.add(f) {
+					break
+				}
+			}
+			return sc.done(snap.held), nil
+		}
+	}
+	sc.keep = !stop
+	held, err := browse(ctx, c.b, queue, c.opts.MaxScan, time.Second, sc.visit)
+	s := sc.done(held)
+	if err == nil && sc.keep && s.Scanned == held {
+		c.mu.Lock()
+		c.snaps[queue] = snapshot{at: s.At, held: held, failures: sc.kept}
+		c.mu.Unlock()
+	}
+	return s, err
+}
+
+// forget drops queue's snapshot: an action changed it.
+func (c *Console) forget(queue string) {
+	c.mu.Lock()
+	delete(c.snaps, queue)
+	c.mu.Unlock()
 }
 
 // fail renders the error page; the error's text has its URLs redacted.

@@ -73,7 +73,9 @@ func (c *Console) startJob(source, kind, queue, label string, opts ReplayOptions
 		defer c.wg.Done()
 		defer cancel()
 		defer close(j.finished)
+		c.forget(queue)
 		res, err := Replay(ctx, c.b, queue, opts)
+		c.forget(queue)
 		j.mu.Lock()
 		j.state.Done, j.state.Total = res.Taken, res.Total
 		j.state.Moved, j.state.Skipped, j.state.Left = res.Moved, len(res.Skipped), res.Left

@@ -316,6 +316,7 @@ type failureGroup struct {
 // scan is what the console saw of one .dlq or .parked queue.
 type scan struct {
 	Queue   string
+	At      time.Time // when the messages were read
 	Held    int // messages in the queue when the scan started
 	Scanned int
 	Groups  []*failureGroup // by count, largest first
@@ -324,19 +325,20 @@ type scan struct {
 	Picked int // how many the filter picked in all
 }
 
+// maxGroupsShown caps the groups a queue's page lists (largest first).
+const maxGroupsShown = 500
+
+// Shown is the groups a queue's page lists; Hidden how many more there are.
+func (s scan) Shown() []*failureGroup { return s.Groups[:min(len(s.Groups), maxGroupsShown)] }
+
+// Hidden is how many groups Shown leaves out.
+func (s scan) Hidden() int { return max(len(s.Groups)-maxGroupsShown, 0) }
+
 // pageSize is how many messages a page lists.
 const pageSize = 50
 
-// scanQueue browses up to max messages of queue, groups them and keeps the
-// page of those pick accepts (pick nil: none kept). stop, when set, ends
-// the scan at the first message it accepts.
-func scanQueue(ctx context.Context, b *mq.Broker, queue string, max, offset int, pick func(failure) bool, stop bool) (scan, error) {
-	sc := newScanner(queue, offset, pick, stop)
-	held, err := browse(ctx, b, queue, max, time.Second, sc.visit)
-	return sc.done(held), err
-}
-
-// scanner groups the messages of one scan as they come.
+// scanner groups the messages of one scan as they come, and keeps them
+// when keep is set (for the console's snapshot).
 type scanner struct {
 	s      scan
 	norm   normaliser
@@ -344,14 +346,31 @@ type scanner struct {
 	offset int
 	pick   func(failure) bool
 	stop   bool
+	keep   bool
+	kept   []failure
+	bytes  int
 }
 
 func newScanner(queue string, offset int, pick func(failure) bool, stop bool) *scanner {
 	return &scanner{s: scan{Queue: queue}, groups: map[string]*failureGroup{}, offset: offset, pick: pick, stop: stop}
 }
 
+// maxSnapshotBytes caps the bodies a snapshot keeps.
+const maxSnapshotBytes = 64 << 20
+
 func (sc *scanner) visit(pos int, d amqp.Delivery) bool {
 	f := newFailure(sc.s.Queue, pos, d, &sc.norm)
+	if sc.keep {
+		if sc.bytes += len(f.Body); sc.bytes > maxSnapshotBytes {
+			sc.keep, sc.kept = false, nil
+		} else {
+			sc.kept = append(sc.kept, f)
+		}
+	}
+	return sc.add(f)
+}
+
+func (sc *scanner) add(f failure) bool {
 	sc.s.Scanned++
 	g := sc.groups[f.Group]
 	if g == nil {
@@ -382,6 +401,9 @@ func (sc *scanner) visit(pos int, d amqp.Delivery) bool {
 func (sc *scanner) done(held int) scan {
 	s := sc.s
 	s.Held = held
+	if s.At.IsZero() {
+		s.At = time.Now()
+	}
 	for _, g := range sc.groups {
 		s.Groups = append(s.Groups, g)
 	}
