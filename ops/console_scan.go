@@ -317,7 +317,7 @@ type failureGroup struct {
 type scan struct {
 	Queue   string
 	At      time.Time // when the messages were read
-	Held    int // messages in the queue when the scan started
+	Held    int       // messages in the queue when the scan started
 	Scanned int
 	Groups  []*failureGroup // by count, largest first
 	// Page is the failures a filter picked, from Offset on, at most pageSize.
