@@ -530,7 +530,7 @@ func (c *Console) messagePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.PathValue("key")
-	s, err := c.look(r.Context(), queue, 0, func(f failure) bool { return f.Key == key }, true)
+	s, err := c.look(r.Context(), queue, 0, func(f failure) bool { return messageKey(f.Peeked) == key }, true)
 	if err != nil {
 		c.fail(w, r, http.StatusBadGateway, err)
 		return
