@@ -141,11 +141,30 @@ func TestConsoleReplayStopped(t *testing.T) {
 		t.Fatalf("replay: %d, Location %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	testenv.Eventually(t, 20*time.Second, func() bool { return testenv.Count(t, b, q) >= 200 }, "the replay under way")
-	resp, err = http.PostForm(srv.URL+"/jobs/"+m[1]+"/stop", url.Values{"csrf": {token}})
+	// While it runs, the queue's page is the replay's, and a second replay
+	// is refused.
+	resp, err = http.Get(srv.URL + "/queues/" + url.PathEscape(q) + "/dlq")
 	if err != nil {
 		t.Fatal(err)
 	}
 	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), "Replay of every message") || resp.Request.URL.Path != "/jobs/"+m[1] {
+		t.Fatalf("the queue's page during a replay: %s\n%s", resp.Request.URL, page)
+	}
+	resp, err = http.PostForm(srv.URL+"/queues/"+url.PathEscape(q)+"/dlq/replay", url.Values{"csrf": {token}, "scope": {"all"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict {
+		t.Errorf("a second replay while one runs: %d, want 409", resp.StatusCode)
+	}
+	resp, err = http.PostForm(srv.URL+"/jobs/"+m[1]+"/stop", url.Values{"csrf": {token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if !strings.Contains(string(page), "stopped (run it again to carry on)") {
 		t.Fatalf("the job page after stop:\n%s", page)

@@ -424,12 +424,24 @@ func (c *Console) target(w http.ResponseWriter, r *http.Request) (source, queue 
 	}
 	switch kind {
 	case "dlq":
-		return source, topology.DeadLetterQueue(source), true
+		queue = topology.DeadLetterQueue(source)
 	case "parked":
-		return source, topology.ParkedQueue(source), true
+		queue = topology.ParkedQueue(source)
+	default:
+		c.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is neither dlq nor parked", kind))
+		return "", "", false
 	}
-	c.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is neither dlq nor parked", kind))
-	return "", "", false
+	// While a replay runs on the queue nothing else looks at it: a look
+	// holds its messages for a moment, and the replay would find it empty.
+	if j := c.running(queue); j != nil {
+		if r.Method == http.MethodGet {
+			http.Redirect(w, r, c.link("jobs", j.ID), http.StatusSeeOther)
+		} else {
+			c.fail(w, r, http.StatusConflict, fmt.Errorf("a replay of %s is running (%s): wait for it or stop it", queue, j.Label))
+		}
+		return "", "", false
+	}
+	return source, queue, true
 }
 
 // countRow is one watched queue on the overview.

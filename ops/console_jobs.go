@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -48,6 +49,10 @@ func (c *Console) startJob(source, kind, queue, label string, opts ReplayOptions
 		c.mu.Unlock()
 		return nil, errors.New("the console is closing")
 	}
+	if r := c.runningLocked(queue); r != nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("a replay of %s is running (%s): wait for it or stop it", queue, r.Label)
+	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	j.cancel = cancel
 	c.jobs[j.ID] = j
@@ -90,6 +95,22 @@ func (c *Console) startJob(source, kind, queue, label string, opts ReplayOptions
 		c.log.Info("acemq.console.replay.done", "queue", queue, "job", j.ID, "moved", res.Moved, "skipped", len(res.Skipped))
 	}()
 	return j, nil
+}
+
+// running is the replay running on queue, if any.
+func (c *Console) running(queue string) *consoleJob {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runningLocked(queue)
+}
+
+func (c *Console) runningLocked(queue string) *consoleJob {
+	for _, j := range c.jobs {
+		if j.Queue == queue && !j.snapshot().Finished {
+			return j
+		}
+	}
+	return nil
 }
 
 func (c *Console) job(w http.ResponseWriter, r *http.Request) *consoleJob {
