@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -401,7 +402,7 @@ func (c *Console) discover(ctx context.Context) ([]string, error) {
 	var queues []struct {
 		Name string `json:"name"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 64<<20)).Decode(&queues); err != nil {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&queues); err != nil {
 		return nil, fmt.Errorf("ops: console: management API %s: reading /api/queues: %w", mq.Redact(c.opts.Management), err)
 	}
 	var names []string
@@ -523,6 +524,10 @@ func (c *Console) groupPage(w http.ResponseWriter, r *http.Request) {
 		if x.ID == id {
 			g = x
 		}
+	}
+	if g == nil && r.URL.Query().Get("done") == "deleted" { // its last message
+		http.Redirect(w, r, c.link("queues", source, r.PathValue("kind"))+"?done=deleted", http.StatusSeeOther)
+		return
 	}
 	if g == nil {
 		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no group %q in %s (it may have been replayed or deleted)", id, queue))

@@ -362,3 +362,35 @@ func BenchmarkConsoleGroup10k(b *testing.B) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A read-only console's pages carry no form; the others carry the CSRF
+// token in every one.
+func TestConsoleReadOnlyPages(t *testing.T) {
+	sc := newScanner("orders.dlq", 0, func(failure) bool { return true }, false)
+	for i, d := range consoleDeliveries(6) {
+		sc.visit(i+1, d)
+	}
+	s := sc.done(6)
+	pages := map[string]map[string]any{
+		"queue":   {"Source": "orders", "Kind": "dlq", "Queue": "orders.dlq", "Scan": s},
+		"group":   {"Source": "orders", "Kind": "dlq", "Queue": "orders.dlq", "Scan": s, "Group": s.Groups[0]},
+		"message": {"Source": "orders", "Kind": "dlq", "Queue": "orders.dlq", "M": s.Page[0], "Headers": headerRows(s.Page[0].Headers), "Body": showBody(s.Page[0].Body)},
+	}
+	for _, readOnly := range []bool{false, true} {
+		c := testConsole(t, ConsoleOptions{Queues: []string{"orders"}, ReadOnly: readOnly})
+		for name, data := range pages {
+			w := httptest.NewRecorder()
+			c.render(w, getReq("/"), name, data)
+			body := w.Body.String()
+			forms := strings.Count(body, "<form")
+			switch {
+			case w.Code != http.StatusOK:
+				t.Errorf("%s (read-only %v): %d\n%s", name, readOnly, w.Code, body)
+			case readOnly && forms != 0:
+				t.Errorf("read-only %s page has %d forms", name, forms)
+			case !readOnly && (forms == 0 || strings.Count(body, `name="csrf" value="`+c.csrf+`"`) != forms):
+				t.Errorf("%s page: %d forms, not each with the CSRF token", name, forms)
+			}
+		}
+	}
+}
