@@ -280,3 +280,43 @@ func TestConsoleLooksInPlace(t *testing.T) {
 		}
 	}
 }
+
+// A .dlq that is a quorum queue (declared so by hand, or by a vhost whose
+// default queue type is quorum) shows itself on the second look: its
+// messages come back with x-delivery-count. The console then stops
+// reading it and says why, so looks do not use up its delivery limit.
+func TestConsoleQuorumDLQ(t *testing.T) {
+	testenv.NoLeaks(t)
+	b := testenv.Broker(t, mq.Config{})
+	q := testenv.Name(t)
+	dlq := topology.DeadLetterQueue(q)
+	testenv.Cleanup(t, dlq)
+	if err := b.Declare(testenv.Context(t, 10*time.Second), topology.New().Queue(dlq, topology.Quorum())); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Publish(t, b, dlq, mq.Message{Body: []byte("x"), Headers: amqp.Table{mq.HeaderReason: "rejected", mq.HeaderError: "boom"}})
+	look := func() string {
+		con, err := ops.NewConsole(b, ops.ConsoleOptions{Queues: []string{q}, Logger: testenv.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer con.Close(context.Background())
+		srv := httptest.NewServer(con)
+		defer srv.Close()
+		testenv.WaitCount(t, b, dlq, 1, 5*time.Second)
+		resp, err := http.Get(srv.URL + "/queues/" + url.PathEscape(q) + "/dlq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	if page := look(); !strings.Contains(page, `<td class="num count">1</td>`) {
+		t.Fatalf("first look:\n%s", page)
+	}
+	if page := look(); !strings.Contains(page, `id="quorum"`) || strings.Contains(page, `<td class="num count">`) {
+		t.Fatalf("second look on a quorum .dlq: no warning\n%s", page)
+	}
+	testenv.WaitCount(t, b, dlq, 1, 5*time.Second)
+}

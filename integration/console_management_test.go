@@ -49,11 +49,14 @@ func TestConsoleManagementDiscovery(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5696/"}})
 	ctx := testenv.Context(t, 30*time.Second)
 	withDLQ, alsoDLQ, plain := testenv.Name(t, "a"), testenv.Name(t, "b"), testenv.Name(t, "plain")
-	top := topology.New().Queue(withDLQ, topology.DeadLetter()).Queue(alsoDLQ, topology.DeadLetter()).Queue(plain)
+	quorumDLQ := topology.DeadLetterQueue(testenv.Name(t, "q"))
+	top := topology.New().Queue(withDLQ, topology.DeadLetter()).Queue(alsoDLQ, topology.DeadLetter()).Queue(plain).
+		Queue(quorumDLQ, topology.Quorum())
 	if err := b.Declare(ctx, top); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Publish(t, b, topology.DeadLetterQueue(withDLQ), mq.Message{Body: []byte("x")})
+	testenv.Publish(t, b, quorumDLQ, mq.Message{Body: []byte("q")})
 
 	con, err := ops.NewConsole(b, ops.ConsoleOptions{Management: "http://guest:guest@127.0.0.1:15696", Logger: testenv.Logger(t)})
 	if err != nil {
@@ -90,4 +93,21 @@ func TestConsoleManagementDiscovery(t *testing.T) {
 	if strings.Contains(body, "guest:guest") || !strings.Contains(body, "guest:xxxxx@127.0.0.1:15696") {
 		t.Errorf("the management URL is not shown redacted:\n%s", body)
 	}
+
+	// A quorum .dlq, as the API says: not looked at, even once.
+	source := strings.TrimSuffix(quorumDLQ, topology.DeadLetterSuffix)
+	resp, err = http.Get(srv.URL + "/queues/" + source + "/dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), `id="quorum"`) {
+		t.Errorf("the quorum .dlq's page has no warning:\n%s", page)
+	}
+	got := testenv.GetAll(t, b, quorumDLQ)
+	if len(got) != 1 || got[0].Redelivered {
+		t.Errorf("the quorum .dlq was looked at: %d messages, redelivered %v", len(got), len(got) == 1 && got[0].Redelivered)
+	}
 }
+

@@ -109,6 +109,7 @@ const snapshotTTL = 5 * time.Second
 type discovered struct {
 	at    time.Time
 	names []string
+	types map[string]string // queue → its type, as the management API says
 	err   error
 }
 
@@ -363,8 +364,8 @@ func (c *Console) sources(ctx context.Context) ([]string, error) {
 	f := c.found
 	c.mu.Unlock()
 	if f.at.IsZero() || time.Since(f.at) > 5*time.Second {
-		names, err := c.discover(ctx)
-		f = discovered{at: time.Now(), names: names, err: err}
+		names, types, err := c.discover(ctx)
+		f = discovered{at: time.Now(), names: names, types: types, err: err}
 		c.mu.Lock()
 		c.found = f
 		c.mu.Unlock()
@@ -373,18 +374,19 @@ func (c *Console) sources(ctx context.Context) ([]string, error) {
 }
 
 // discover asks the management API for the vhost's queues and returns the
-// source of every .dlq and .parked among them.
-func (c *Console) discover(ctx context.Context) ([]string, error) {
+// source of every .dlq and .parked among them, and the type of each of
+// those.
+func (c *Console) discover(ctx context.Context) ([]string, map[string]string, error) {
 	u, err := url.Parse(c.opts.Management)
 	if err != nil {
-		return nil, errors.New("ops: console: the management URL does not parse")
+		return nil, nil, errors.New("ops: console: the management URL does not parse")
 	}
 	user := u.User
 	u.User = nil
-	endpoint := strings.TrimRight(u.String(), "/") + "/api/queues/" + url.PathEscape(c.opts.Vhost) + "?columns=name"
+	endpoint := strings.TrimRight(u.String(), "/") + "/api/queues/" + url.PathEscape(c.opts.Vhost) + "?columns=name,type"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
 	if err != nil {
-		return nil, fmt.Errorf("ops: console: management API %s: %w", mq.Redact(c.opts.Management), err)
+		return nil, nil, fmt.Errorf("ops: console: management API %s: %w", mq.Redact(c.opts.Management), err)
 	}
 	if user != nil {
 		pass, _ := user.Password()
@@ -393,25 +395,28 @@ func (c *Console) discover(ctx context.Context) ([]string, error) {
 	resp, err := c.opts.Client.Do(req)
 	if err != nil {
 		// The client's error quotes the URL, which carries no credentials.
-		return nil, fmt.Errorf("ops: console: management API: %w", err)
+		return nil, nil, fmt.Errorf("ops: console: management API: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("ops: console: management API %s answered %s", mq.Redact(c.opts.Management), resp.Status)
+		return nil, nil, fmt.Errorf("ops: console: management API %s answered %s", mq.Redact(c.opts.Management), resp.Status)
 	}
 	var queues []struct {
 		Name string `json:"name"`
+		Type string `json:"type"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&queues); err != nil {
-		return nil, fmt.Errorf("ops: console: management API %s: reading /api/queues: %w", mq.Redact(c.opts.Management), err)
+		return nil, nil, fmt.Errorf("ops: console: management API %s: reading /api/queues: %w", mq.Redact(c.opts.Management), err)
 	}
 	var names []string
+	types := map[string]string{}
 	for _, q := range queues {
 		if strings.HasSuffix(q.Name, topology.DeadLetterSuffix) || strings.HasSuffix(q.Name, topology.ParkedSuffix) {
 			names = append(names, q.Name)
+			types[q.Name] = q.Type
 		}
 	}
-	return sourcesOf(names), nil
+	return sourcesOf(names), types, nil
 }
 
 // target resolves a page's {queue} and {kind} to the .dlq or .parked
@@ -655,6 +660,17 @@ func (c *Console) purge(w http.ResponseWriter, r *http.Request) {
 // else from the broker (keeping a snapshot when the whole queue was read).
 func (c *Console) look(ctx context.Context, queue string, offset int, pick func(failure) bool, stop bool) (scan, error) {
 	sc := newScanner(queue, offset, pick, stop)
+	if t := c.queueType(ctx, queue); t != "" && t != "classic" {
+		// Said by the management API: a look would count as a delivery
+		// (quorum) or cannot be returned (stream). Do not look.
+		cs, err := Count(ctx, c.b, queue)
+		s := sc.done(0)
+		s.Quorum = true
+		if err == nil && len(cs) == 1 {
+			s.Held = cs[0].Ready
+		}
+		return s, err
+	}
 	c.mu.Lock()
 	snap, ok := c.snaps[queue]
 	c.mu.Unlock()
@@ -678,6 +694,17 @@ func (c *Console) look(ctx context.Context, queue string, offset int, pick func(
 		c.mu.Unlock()
 	}
 	return s, err
+}
+
+// queueType is queue's type as the management API last said, or "".
+func (c *Console) queueType(ctx context.Context, queue string) string {
+	if c.opts.Management == "" {
+		return ""
+	}
+	_, _ = c.sources(ctx) // refreshes what the API said when it is old
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.found.types[queue]
 }
 
 // forget drops queue's snapshot: an action changed it.

@@ -321,6 +321,9 @@ type failureGroup struct {
 type scan struct {
 	Queue   string
 	At      time.Time // when the messages were read
+	// Quorum is set when the queue showed itself a quorum queue (its
+	// messages carry x-delivery-count): the look stopped at once.
+	Quorum bool
 	Held    int       // messages in the queue when the scan started
 	Scanned int
 	Groups  []*failureGroup // by count, largest first
@@ -362,7 +365,22 @@ func newScanner(queue string, offset int, pick func(failure) bool, stop bool) *s
 // maxSnapshotBytes caps the bodies a snapshot keeps.
 const maxSnapshotBytes = 64 << 20
 
+// The headers a quorum queue puts on a message it delivers again: its
+// mark. RabbitMQ 3.x counts every return in x-delivery-count; 4.x counts
+// returns that were no failure (a closed channel) in x-acquired-count.
+const (
+	headerDeliveryCount = "x-delivery-count"
+	headerAcquiredCount = "x-acquired-count"
+)
+
 func (sc *scanner) visit(pos int, d amqp.Delivery) bool {
+	_, counted := d.Headers[headerDeliveryCount]
+	if _, acquired := d.Headers[headerAcquiredCount]; counted || acquired {
+		// A quorum queue: every look counts as a delivery toward its
+		// delivery limit. Stop reading it (what was taken goes back).
+		sc.s.Quorum = true
+		return false
+	}
 	f := newFailure(sc.s.Queue, pos, d, &sc.norm)
 	if sc.keep {
 		if sc.bytes += len(f.Body); sc.bytes > maxSnapshotBytes {

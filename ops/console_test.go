@@ -280,7 +280,7 @@ func TestConsoleManagementDiscovery(t *testing.T) {
 	if strings.Join(srcs, ",") != "extra,orders,payments" {
 		t.Errorf("sources %v, want extra,orders,payments", srcs)
 	}
-	if gotPath != "/api/queues/%2F?columns=name" || gotUser != "ops" || gotPass != "hunter2" {
+	if gotPath != "/api/queues/%2F?columns=name,type" || gotUser != "ops" || gotPass != "hunter2" {
 		t.Errorf("asked %s as %s:%s", gotPath, gotUser, gotPass)
 	}
 	w := serve(c, getReq("/queues/audit/dlq")) // not watched: an error page
