@@ -110,4 +110,3 @@ func TestConsoleManagementDiscovery(t *testing.T) {
 		t.Errorf("the quorum .dlq was looked at: %d messages, redelivered %v", len(got), len(got) == 1 && got[0].Redelivered)
 	}
 }
-

@@ -319,12 +319,12 @@ type failureGroup struct {
 
 // scan is what the console saw of one .dlq or .parked queue.
 type scan struct {
-	Queue   string
-	At      time.Time // when the messages were read
+	Queue string
+	At    time.Time // when the messages were read
 	// Quorum is set when the queue showed itself a quorum queue (its
 	// messages carry x-delivery-count): the look stopped at once.
-	Quorum bool
-	Held    int       // messages in the queue when the scan started
+	Quorum  bool
+	Held    int // messages in the queue when the scan started
 	Scanned int
 	Groups  []*failureGroup // by count, largest first
 	// Page is the failures a filter picked, from Offset on, at most pageSize.
