@@ -61,7 +61,12 @@
 // Delete and Purge. It reads only <q>.dlq and <q>.parked (classic queues),
 // never a source queue, so a quorum source keeps its order and delivery
 // counts; a look streams the messages with basic.consume and closes the
-// channel, which returns them in place like Peek. Without a token it
+// channel, which returns them in place like Peek. A .dlq or .parked that
+// is a quorum queue after all (a vhost whose default queue type is quorum
+// makes one), where a look counts toward the delivery limit, is not read:
+// the management API's type says so before the first look, else the
+// x-delivery-count its messages come back with stops the second; the page
+// says why. Without a token it
 // answers loopback clients only and Listen refuses other addresses; every
 // POST needs the page's CSRF token and passes net/http's
 // CrossOriginProtection; URLs on its pages are redacted as mq.Redact does.
