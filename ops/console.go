@@ -103,6 +103,9 @@ type snapshot struct {
 	failures []failure
 }
 
+// lookTimeout bounds one look at a queue for a page.
+const lookTimeout = 30 * time.Second
+
 // snapshotTTL is how long a snapshot is used.
 const snapshotTTL = 5 * time.Second
 
@@ -226,13 +229,18 @@ func (c *Console) Serve(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	var err error
+	served := false
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+		served = true
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
+	if !served {
+		<-errc // Serve returns as soon as Shutdown closed the listener
+	}
 	if cerr := c.Close(sctx); cerr != nil && err == nil {
 		err = cerr
 	}
@@ -686,6 +694,8 @@ func (c *Console) look(ctx context.Context, queue string, offset int, pick func(
 		}
 	}
 	sc.keep = !stop
+	ctx, cancel := context.WithTimeout(ctx, lookTimeout)
+	defer cancel()
 	held, err := browse(ctx, c.b, queue, c.opts.MaxScan, time.Second, sc.visit)
 	s := sc.done(held)
 	if err == nil && sc.keep && s.Scanned == held {
