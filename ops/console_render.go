@@ -84,8 +84,11 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, page string, da
 	_, _ = buf.WriteTo(w)
 }
 
-// urlPattern finds URLs in text, for redactText.
-var urlPattern = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.\-]*://[^\s"'<>]+`)
+// urlPattern finds URLs in text, for redactText: a URL runs to a space,
+// tab, newline, quote or angle bracket. Other control characters do not
+// end it, so a password with one in it (which makes the URL unparseable)
+// is hidden with the rest.
+var urlPattern = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.\-]*://[^ \t\n"'<>]+`)
 
 // redactText returns s with every URL in it that has user info or a query
 // redacted as mq.Redact does, so no credential is ever rendered.

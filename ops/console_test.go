@@ -394,3 +394,34 @@ func TestConsoleReadOnlyPages(t *testing.T) {
 		}
 	}
 }
+
+// Normalising is idempotent (a group's text is its own group's text) and
+// leaves no digit behind.
+func FuzzNormaliseError(f *testing.F) {
+	for _, s := range []string{"order 17 not found", "payment 0000000a-0000-4000-8000-000000000000 declined", "0x1F at 10.0.0.7:5432", "v3.2.1-rc9", "", "ünïcode 42€"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n := normaliseError(s)
+		if again := normaliseError(n); again != n {
+			t.Fatalf("normaliseError(%q) = %q, but normaliseError of that = %q", s, n, again)
+		}
+		if strings.ContainsAny(n, "0123456789") {
+			t.Fatalf("normaliseError(%q) = %q keeps a digit", s, n)
+		}
+	})
+}
+
+// No password in a URL survives redactText.
+func FuzzRedactText(f *testing.F) {
+	f.Add("dial", "app", "s3cretpw", "rabbit:5672")
+	f.Fuzz(func(t *testing.T, prefix, user, pass, host string) {
+		if len(pass) < 6 || strings.ContainsAny(user+pass+host, "@/?#: \t\n\"'<>%") || strings.Contains(prefix+user+host, pass) || strings.Contains("xxxxx", pass) {
+			return
+		}
+		in := prefix + " amqp://" + user + ":" + pass + "@" + host + "/vh failed"
+		if out := redactText(in); strings.Contains(out, pass) {
+			t.Fatalf("redactText(%q) = %q shows the password", in, out)
+		}
+	})
+}
