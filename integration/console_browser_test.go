@@ -388,3 +388,40 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Errorf("%s holds %d, want its 1 untouched", parked, n)
 	}
 }
+
+// With an access token, the browser opens the console once with ?token=
+// and is redirected to a URL without it; the HttpOnly cookie it got
+// carries it from then on, and scripts on the page cannot read it.
+func TestConsoleBrowserToken(t *testing.T) {
+	testenv.NoLeaks(t)
+	b := testenv.Broker(t, mq.Config{})
+	q := consoleQueue(t, b)
+	consoleFill(t, b, q, 2)
+	con, err := ops.NewConsole(b, ops.ConsoleOptions{Queues: []string{q}, Token: "t0ken-for-chromium", Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(con)
+	t.Cleanup(func() {
+		srv.Close()
+		if err := con.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx := consoleBrowser(t, time.Minute)
+	consoleRun(t, ctx, "open without the token", chromedp.Navigate(srv.URL+"/"))
+	if body := consoleText(t, ctx, "body"); !strings.Contains(body, "needs its access token") {
+		t.Fatalf("without the token the page shows:\n%s", body)
+	}
+	consoleRun(t, ctx, "open with the token", chromedp.Navigate(srv.URL+"/?token=t0ken-for-chromium"), chromedp.WaitVisible(chromedp.CSS("#counts")))
+	if href := consoleEval[string](t, ctx, "read the address", `location.href`); strings.Contains(href, "t0ken") {
+		t.Errorf("the token stays in the address: %s", href)
+	}
+	if cookies := consoleEval[string](t, ctx, "read the cookies", `document.cookie`); strings.Contains(cookies, "t0ken") {
+		t.Errorf("a script on the page reads the token: %q", cookies)
+	}
+	consoleRun(t, ctx, "open the .dlq with the cookie", chromedp.Navigate(srv.URL+"/queues/"+url.PathEscape(q)+"/dlq"), chromedp.WaitVisible(chromedp.CSS("#groups")))
+	if n := consoleEval[int](t, ctx, "count the groups", `document.querySelectorAll("tr.group").length`); n != 2 {
+		t.Errorf("%d groups, want 2", n)
+	}
+}
