@@ -8,7 +8,7 @@ export AMQP_URL
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench
+.PHONY: all test unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium
 
 all: lint test
 
@@ -22,8 +22,12 @@ test: broker unit integration
 unit:
 	$(GO) test -race -count=1 ./...
 
-integration: broker
+integration: broker chromium
 	$(GO) test -race -count=1 -tags integration -timeout 10m ./integration/...
+
+## chromium: Debian's chromium for the console's browser tests (installed when missing)
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 ## chaos: the fault suite against the local broker (connection cuts through a
 ## proxy of its own, the broker closing the suite's own connections, a few

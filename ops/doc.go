@@ -5,7 +5,7 @@
 // build the same calls into its own admin endpoints.
 //
 // What it owns: Count, Peek (PeekMatching with a Filter), Replay (with
-// ReplayOptions.Filter), Purge, Delete (one message by id) and the reading
+// ReplayOptions.Filter), Purge, Delete (messages a Filter matches), the Console and the reading
 // of the contract's
 // headers (x-acemq-attempt, -reason, -error, -failed-at, -source-queue, the
 // replay headers) from a message as an operator sees it.
@@ -73,4 +73,24 @@
 // then closes its channel, so the broker returns them to the queue where
 // they were. They come back marked redelivered, and while Peek holds them a
 // consumer of the queue does not get them.
+//
+// # Console
+//
+// Console is the dead-letter web console, an http.Handler built on these
+// calls: live counts of every watched queue's .dlq and .parked, a queue's
+// failures grouped by reason, error text (ids and numbers folded) and
+// source queue, one message in full, and replays of one message, a group or
+// all (Replay with ReplayOptions.Filter, run by the console, stoppable),
+// Delete and Purge. It reads only <q>.dlq and <q>.parked (classic queues),
+// never a source queue, so a quorum source keeps its order and delivery
+// counts; a look streams the messages with basic.consume and closes the
+// channel, which returns them in place like Peek. A .dlq or .parked that
+// is a quorum queue after all (a vhost whose default queue type is quorum
+// makes one), where a look counts toward the delivery limit, is not read:
+// the management API's type says so before the first look, else the
+// x-delivery-count its messages come back with stops the second; the page
+// says why. Without a token it
+// answers loopback clients only and Listen refuses other addresses; every
+// POST needs the page's CSRF token and passes net/http's
+// CrossOriginProtection; URLs on its pages are redacted as mq.Redact does.
 package ops

@@ -28,11 +28,13 @@ type Filter struct {
 	OlderThan time.Duration
 	// Now is the time OlderThan counts back from. Default time.Now.
 	Now func() time.Time
+	// Where, when set, must also accept the message (the console's groups).
+	Where func(Peeked) bool
 }
 
 // IsZero reports whether f matches every message.
 func (f Filter) IsZero() bool {
-	return f.Reason == "" && f.Error == "" && f.MessageId == "" && f.OlderThan == 0
+	return f.Reason == "" && f.Error == "" && f.MessageId == "" && f.OlderThan == 0 && f.Where == nil
 }
 
 // Match reports whether p passes f.
@@ -56,7 +58,7 @@ func (f Filter) Match(p Peeked) bool {
 			return false
 		}
 	}
-	return true
+	return f.Where == nil || f.Where(p)
 }
 
 func (f Filter) matches(queue string, d amqp.Delivery) bool {
@@ -124,16 +126,19 @@ func Purge(ctx context.Context, b *mq.Broker, queue string) (int, error) {
 }
 
 // ErrNoMessage is matched by Delete's error when no message in the queue
-// has the id.
+// matches.
 var ErrNoMessage = errors.New("ops: no such message")
 
-// Delete takes the messages whose id is messageID out of queue for good
-// and returns how many it deleted; every other message is returned to
-// where it was. It looks at as many messages as the queue held when it
-// began. Destructive. ErrNoMessage when none has the id.
-func Delete(ctx context.Context, b *mq.Broker, queue, messageID string) (int, error) {
-	if messageID == "" {
-		return 0, errors.New("ops: delete: the message id is empty")
+// Delete takes the messages f matches out of queue for good and returns
+// how many it deleted; every other message it looked at goes back to where
+// it was when its channel closes (marked redelivered). It looks at as many
+// messages as the queue held when it began. Destructive: a zero Filter is
+// refused (Purge empties a queue). ErrNoMessage when none matches;
+// errors.Is(err, mq.ErrNotFound) when the queue does not exist. Meant for a
+// .dlq or .parked queue: on a quorum queue every look counts as a delivery.
+func Delete(ctx context.Context, b *mq.Broker, queue string, f Filter) (int, error) {
+	if f.IsZero() {
+		return 0, errors.New("ops: delete: the filter matches every message (use Purge)")
 	}
 	info, err := inspect(ctx, b, queue)
 	if err != nil {
@@ -145,7 +150,7 @@ func Delete(ctx context.Context, b *mq.Broker, queue, messageID string) (int, er
 	}
 	defer ch.Close() // returns every other message, in place
 	deleted := 0
-	for range info.Messages {
+	for pos := 1; pos <= info.Messages; pos++ {
 		d, ok, err := get(ctx, ch, queue)
 		if err != nil {
 			return deleted, fmt.Errorf("ops: delete from %q: %w", queue, err)
@@ -153,16 +158,16 @@ func Delete(ctx context.Context, b *mq.Broker, queue, messageID string) (int, er
 		if !ok {
 			break
 		}
-		if d.MessageId != messageID {
+		if !f.Match(peeked(queue, pos, d)) {
 			continue
 		}
 		if err := d.Ack(false); err != nil {
-			return deleted, fmt.Errorf("ops: delete from %q: message %q: %w", queue, messageID, err)
+			return deleted, fmt.Errorf("ops: delete from %q: the ack was lost, the message stays: %w", queue, err)
 		}
 		deleted++
 	}
 	if deleted == 0 {
-		return 0, fmt.Errorf("%w: no message in %q has id %q", ErrNoMessage, queue, messageID)
+		return 0, fmt.Errorf("%w in %q", ErrNoMessage, queue)
 	}
 	return deleted, nil
 }

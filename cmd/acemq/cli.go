@@ -68,6 +68,7 @@ type cli struct {
 	Replay replayCmd `cmd:"" help:"Move messages from a .dlq or .parked queue back to the queue they failed on."`
 	Purge  purgeCmd  `cmd:"" help:"Delete every ready message in a queue (asks first)."`
 	Delete deleteCmd `cmd:"" help:"Delete the message with a message id from a queue (asks first)."`
+	Console consoleCmd `cmd:"" help:"Serve the dead-letter web console (loopback by default)."`
 	// Further commands register here.
 }
 
@@ -697,7 +698,7 @@ func (c *deleteCmd) Run(e *env) error {
 	if err := e.confirm(c.Yes, fmt.Sprintf("Delete message %s from %s for good?", c.MessageID, c.Queue)); err != nil {
 		return err
 	}
-	n, err := ops.Delete(e.ctx, e.b, c.Queue, c.MessageID)
+	n, err := ops.Delete(e.ctx, e.b, c.Queue, ops.Filter{MessageId: c.MessageID})
 	if errors.Is(err, ops.ErrNoMessage) {
 		return fmt.Errorf("no message in %s has id %q", c.Queue, c.MessageID)
 	}

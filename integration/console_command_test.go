@@ -1,0 +1,169 @@
+//go:build integration
+
+package integration
+
+// `acemq console` end to end: the built command refuses a non-loopback
+// address without a token (before it dials the broker), serves the page on
+// loopback, asks for the token where one is given, and stops on SIGINT.
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/acemq/acemq-go/internal/testenv"
+	"github.com/acemq/acemq-go/mq"
+)
+
+var (
+	consoleCLIOnce sync.Once
+	consoleCLIPath string
+	consoleCLIErr  error
+)
+
+// consoleCLI builds cmd/acemq once per test binary.
+func consoleCLI(t testing.TB) string {
+	t.Helper()
+	consoleCLIOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "acemq-console")
+		if err != nil {
+			consoleCLIErr = err
+			return
+		}
+		consoleCLIPath = filepath.Join(dir, "acemq")
+		if out, err := exec.Command("go", "build", "-o", consoleCLIPath, "github.com/acemq/acemq-go/cmd/acemq").CombinedOutput(); err != nil {
+			consoleCLIErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if consoleCLIErr != nil {
+		t.Fatalf("build acemq: %v", consoleCLIErr)
+	}
+	return consoleCLIPath
+}
+
+var servingLine = regexp.MustCompile(`console on (http://127\.0\.0\.1:\d+/)|console on http://(\[::\]|0\.0\.0\.0):(\d+)/`)
+
+// consoleServe starts `acemq console args...` and returns the page's URL
+// once it serves; the process is stopped with SIGINT (and must exit 0)
+// when stop is called.
+func consoleServe(t *testing.T, args ...string) (base string, stop func()) {
+	t.Helper()
+	cmd := exec.Command(consoleCLI(t), append([]string{"console"}, args...)...)
+	cmd.Env = append(os.Environ(), "AMQP_URL="+testenv.URL(), "ACEMQ_CONSOLE_TOKEN=")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+		close(lines)
+	}()
+	done := make(chan error, 1)
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("acemq console after SIGINT: %v\n%s", err, stderr.String())
+			}
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("acemq console did not stop within 15 s of SIGINT\n%s", stderr.String())
+		}
+		if strings.Contains(stderr.String(), "guest:guest") {
+			t.Errorf("acemq console printed credentials:\n%s", stderr.String())
+		}
+	}
+	t.Cleanup(stop)
+	select {
+	case line := <-lines:
+		m := servingLine.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("acemq console printed %q\n%s", line, stderr.String())
+		}
+		if m[1] != "" {
+			return m[1], stop
+		}
+		return "http://127.0.0.1:" + m[3] + "/", stop
+	case <-time.After(20 * time.Second):
+		t.Fatalf("acemq console did not serve within 20 s\n%s", stderr.String())
+	}
+	return "", stop
+}
+
+func consoleGet(t *testing.T, url, bearer string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestConsoleCommand(t *testing.T) {
+	b := testenv.Broker(t, mq.Config{})
+	q := consoleQueue(t, b)
+	consoleFill(t, b, q, 3)
+
+	// Refused before the broker is dialled: a broker URL that answers
+	// nothing changes nothing.
+	cmd := exec.Command(consoleCLI(t), "console", "--listen", "0.0.0.0:8089", q)
+	cmd.Env = append(os.Environ(), "AMQP_URL=amqp://guest:guest@"+testenv.ClosedAddr(t)+"/", "ACEMQ_CONSOLE_TOKEN=")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 80 || !strings.Contains(string(out), "not a loopback address") {
+		t.Fatalf("--listen 0.0.0.0:8089 without a token: %v\n%s", err, out)
+	}
+
+	base, stop := consoleServe(t, "--listen", "127.0.0.1:0", q)
+	code, page := consoleGet(t, base, "")
+	if code != http.StatusOK || !strings.Contains(page, `data-count="dlq">3</a>`) {
+		t.Fatalf("GET %s: %d\n%s", base, code, page)
+	}
+	stop()
+
+	tbase, tstop := consoleServe(t, "--listen", "0.0.0.0:0", "--token", "t0ken-of-this-test", q)
+	if code, _ := consoleGet(t, tbase, ""); code != http.StatusUnauthorized {
+		t.Errorf("GET without the token: %d, want 401", code)
+	}
+	if code, page := consoleGet(t, tbase, "t0ken-of-this-test"); code != http.StatusOK || strings.Contains(page, "t0ken") {
+		t.Errorf("GET with the token: %d (the page must not show the token)\n%s", code, page)
+	}
+	tstop()
+}
