@@ -95,9 +95,10 @@ func (m *attemptMemo) attempt(raw amqp.Delivery) int {
 	return max(a, r)
 }
 
-// remember records that d's next delivery is its next attempt.
+// remember records that d's next delivery is the attempt after the last
+// one it used to the end.
 func (m *attemptMemo) remember(d *Delivery) {
-	if d.MessageId == "" {
+	if d.MessageId == "" || d.used == 0 {
 		return
 	}
 	m.mu.Lock()
@@ -115,7 +116,7 @@ func (m *attemptMemo) remember(d *Delivery) {
 			m.head = (m.head + 1) % memoSize
 		}
 	}
-	m.next[d.MessageId] = max(m.next[d.MessageId], d.attempt+1)
+	m.next[d.MessageId] = max(m.next[d.MessageId], d.used+1)
 	m.size.Store(int32(len(m.next)))
 }
 

@@ -707,13 +707,16 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 	}
 	d.calls++
 	if len(a.hooks) == 0 {
-		return a.next.Handle(ctx, d)
+		err = a.next.Handle(ctx, d)
+		d.finished()
+		return err
 	}
 	for _, h := range a.hooks {
 		ctx = h.OnAttempt(ctx, d)
 	}
 	defer func() {
 		if r := recover(); r != nil {
+			d.finished()
 			pe := NewPanicError(r)
 			for i := len(a.hooks) - 1; i >= 0; i-- {
 				a.hooks[i].OnAttemptDone(ctx, d, pe)
@@ -722,10 +725,20 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 		}
 	}()
 	err = a.next.Handle(ctx, d)
+	d.finished()
 	for i := len(a.hooks) - 1; i >= 0; i-- {
 		a.hooks[i].OnAttemptDone(ctx, d, err)
 	}
 	return err
+}
+
+// finished notes that the attempt the handler just returned from counts as
+// used — unless the consumer cut it short (lost channel, stop deadline):
+// then its redelivery is the same attempt again.
+func (d *Delivery) finished() {
+	if d.sub == nil || d.sub.ctx.Err() == nil {
+		d.used = d.attempt
+	}
 }
 
 // PanicError is a panic recovered from a handler, as an error.

@@ -125,6 +125,7 @@ type Delivery struct {
 	sub     *subscription
 	c       *Consumer
 	slot    bool // holds one of its subscription's slots
+	used    int  // the last attempt that ran to its end (see finished)
 
 	// Test seams (package mqtest sets them through internal/seam).
 	forward func(ctx context.Context, queue string, kind HopKind, m Message) error
