@@ -20,6 +20,7 @@ import (
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/mqtest"
+	"github.com/acemq/acemq-go/ops"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 	"github.com/acemq/acemq-go/typed"
@@ -104,6 +105,19 @@ func serve(ctx context.Context, body []byte) error {
 }
 
 var _ = serve
+
+// README: Dead-letter console, mounted on a service's admin server.
+func mountConsole(ctx context.Context, broker *mq.Broker, admin *http.ServeMux) error {
+	con, err := ops.NewConsole(broker, ops.ConsoleOptions{Queues: []string{"orders"}, BasePath: "/dlq"})
+	if err != nil {
+		return err
+	}
+	defer con.Close(ctx)
+	admin.Handle("/dlq/", http.StripPrefix("/dlq", con))
+	return nil
+}
+
+var _ = mountConsole
 
 // README: Topology, printed before it is applied.
 func Example_topology() {
