@@ -147,7 +147,7 @@ func TestConsoleCommand(t *testing.T) {
 	cmd.Env = append(os.Environ(), "AMQP_URL=amqp://guest:guest@"+testenv.ClosedAddr(t)+"/", "ACEMQ_CONSOLE_TOKEN=")
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 80 || !strings.Contains(string(out), "not a loopback address") {
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "not a loopback address") {
 		t.Fatalf("--listen 0.0.0.0:8089 without a token: %v\n%s", err, out)
 	}
 
