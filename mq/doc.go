@@ -17,7 +17,15 @@
 //     connection loss until its context ends (at-least-once).
 //   - Consumer: the runtime that subscribes, runs a handler wrapped in
 //     middleware, settles each delivery on the channel it came on, survives
-//     reconnects and drains on Stop.
+//     reconnects and drains on Stop. It owns what a delivery needs while it
+//     waits in-process (Delivery.Wait frees the worker; the prefetch has
+//     room for the waiting), how acknowledgements are coalesced into
+//     multiple acks that never cover a delivery still in hand (AckEach
+//     turns that off), the attempt a delivery is (its header, the broker's
+//     delivery count past two returns, and what the consumer remembers of
+//     a delivery it returned itself), and the copy a hop publishes
+//     (Delivery.HopMessage: the origin kept, nothing that would make it
+//     vanish, multiply or be refused).
 //   - The types every other package builds on: Handler, HandlerFunc,
 //     Middleware, Delivery, Message, the instrumentation hooks, the
 //     contract's header names and events.
