@@ -281,8 +281,8 @@ func TestOtelMessageLifeIsOneTrace(t *testing.T) {
 		if p.SpanKind() != trace.SpanKindConsumer || p.Parent().SpanID() != publish.SpanContext().SpanID() {
 			t.Errorf("process %d: kind %v, parent %v; want a consumer child of the publish", i, p.SpanKind(), p.Parent())
 		}
-		if sc, ok := otelLink(p, "creation"); !ok || sc.SpanID() != publish.SpanContext().SpanID() {
-			t.Errorf("process %d: no creation link to the publish span (%v)", i, sc)
+		if sc, ok := otelLink(p, "creation"); ok {
+			t.Errorf("process %d: a creation link (%v) that only repeats the parent", i, sc)
 		}
 		if i > 0 {
 			if sc, ok := otelLink(p, "hop"); !ok || sc.SpanID() != hops[i-1].SpanContext().SpanID() {

@@ -33,17 +33,18 @@ const retryBroker = "broker"
 // queueStatic is what every delivery from one queue, on one server,
 // shares.
 type queueStatic struct {
-	name     string                // the span name
-	attrs    []attribute.KeyValue  // the span's constant attributes
-	start    trace.SpanStartOption // … as a start option, built once
-	consumed *measure              // the consumer metrics' attributes
-	failed   measuresBy            // … with error.type
-	outcomes measuresBy            // system, destination and acemq.outcome
+	name     string                  // the span name
+	start    []trace.SpanStartOption // kind, constant attributes (and new root): built once
+	consumed *measure                // the consumer metrics' attributes
+	failed   measuresBy              // … with error.type
+	outcomes measuresBy              // system, destination and acemq.outcome
 }
 
 type queueKey struct{ queue, server string }
 
-func newQueueStatic(k queueKey) *queueStatic {
+// newQueueStatic builds a queue's constants; linksOnly makes every span a
+// new root.
+func newQueueStatic(k queueKey, linksOnly bool) *queueStatic {
 	attrs := make([]attribute.KeyValue, 0, 6)
 	attrs = append(attrs,
 		semconv.MessagingSystemRabbitMQ,
@@ -52,6 +53,10 @@ func newQueueStatic(k queueKey) *queueStatic {
 		semconv.MessagingDestinationName(k.queue),
 	)
 	attrs = appendServer(attrs, k.server)
+	start := []trace.SpanStartOption{consumerKind, trace.WithAttributes(attrs...)}
+	if linksOnly {
+		start = append(start, trace.WithNewRoot())
+	}
 	m := make([]attribute.KeyValue, 0, 5)
 	m = append(m, semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationName(opProcess))
 	m = appendDestination(m, k.queue)
@@ -59,19 +64,22 @@ func newQueueStatic(k queueKey) *queueStatic {
 	o := appendDestination([]attribute.KeyValue{semconv.MessagingSystemRabbitMQ}, k.queue)
 	return &queueStatic{
 		name:     opProcess + " " + k.queue,
-		attrs:    attrs,
-		start:    trace.WithAttributes(attrs...),
+		start:    start,
 		consumed: newMeasure(slices.Clone(m)...),
 		failed:   measuresBy{base: m, key: semconv.ErrorTypeKey},
 		outcomes: measuresBy{base: o, key: OutcomeKey},
 	}
 }
 
+func (ins *Instrumentation) newQueueStatic(k queueKey) *queueStatic {
+	return newQueueStatic(k, ins.linksOnly)
+}
+
 func (ins *Instrumentation) queueStatic(k queueKey) *queueStatic {
 	if anonymous(k.queue) {
-		return newQueueStatic(k)
+		return newQueueStatic(k, ins.linksOnly)
 	}
-	return ins.queues.get(k, newQueueStatic)
+	return ins.queues.get(k, ins.newQueueStatic)
 }
 
 // deliveryCtx is the context OnDelivery hands the chain: the consumer's,
@@ -82,7 +90,15 @@ type deliveryCtx struct {
 	start   time.Time
 	qs      *queueStatic
 	attempt int // the attempt the delivery started at
+	// attrs holds the attributes OnDeliveryDone sets: part of this value,
+	// so they cost no allocation of their own.
+	attrs [endAttrs]attribute.KeyValue
 }
+
+// endAttrs is how many attributes OnDeliveryDone sets at most: routing
+// key, delivery tag, message and conversation id, attempt, outcome,
+// error.type.
+const endAttrs = 7
 
 type deliveryCtxKey struct{}
 
@@ -100,37 +116,36 @@ func deliveryOf(ctx context.Context) *deliveryCtx {
 
 // OnDelivery starts the CONSUMER span "process <queue>". Its parent is the
 // message's creation context (read with the propagator from the headers),
-// or in links-only mode none: a new trace. Either way it links to the
-// creation context and, when the delivery was caused by a hop, to the hop
+// or in links-only mode none: a new trace, linked to the creation context.
+// When the delivery was caused by a hop, the span also links to the hop
 // span (x-acemq-hop-traceparent). It counts
 // messaging.client.consumed.messages.
 //
 // The span starts with the attributes a sampler may decide on (system,
-// operation, destination, server); the message's own (routing key,
-// delivery tag, ids, attempt) are set with the outcome when it ends,
-// in one go: with the SDK that is one copy of them instead of three.
+// operation, destination, server), as options built once per queue; the
+// message's own (routing key, delivery tag, ids, attempt) are set with the
+// outcome when it ends, in one go: with the SDK that is one copy of them
+// instead of three. Links are added once the span is known to record, so
+// a span that is not sampled costs no link and no hop header parse; a
+// sampler does not see them.
 func (ins *Instrumentation) OnDelivery(ctx context.Context, d *mq.Delivery) context.Context {
 	qs := ins.queueStatic(queueKey{queue: d.Queue(), server: d.Server()})
 	ctx = ins.prop.Extract(ctx, HeaderCarrier(d.Headers))
-	created := trace.SpanContextFromContext(ctx)
-	hop := readHop(d.Headers)
-
-	opts := make([]trace.SpanStartOption, 0, 4)
-	opts = append(opts, consumerKind, qs.start)
-	switch {
-	case created.IsValid() && hop.IsValid():
-		opts = append(opts, trace.WithLinks(
-			trace.Link{SpanContext: created, Attributes: linkCreation},
-			trace.Link{SpanContext: hop, Attributes: linkHop}))
-	case created.IsValid():
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: created, Attributes: linkCreation}))
-	case hop.IsValid():
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: hop, Attributes: linkHop}))
-	}
+	var created trace.SpanContext
 	if ins.linksOnly {
-		opts = append(opts, trace.WithNewRoot())
+		// In the default mode the creation context is the parent: a link
+		// to it would only repeat it.
+		created = trace.SpanContextFromContext(ctx)
 	}
-	ctx, span := ins.tracer.Start(ctx, qs.name, opts...)
+	ctx, span := ins.tracer.Start(ctx, qs.name, qs.start...)
+	if span.IsRecording() {
+		if created.IsValid() {
+			span.AddLink(trace.Link{SpanContext: created, Attributes: linkCreation})
+		}
+		if hop := readHop(d.Headers); hop.IsValid() {
+			span.AddLink(trace.Link{SpanContext: hop, Attributes: linkHop})
+		}
+	}
 	ins.m.consumed.Add(ctx, 1, qs.consumed.add...)
 	return &deliveryCtx{Context: ctx, span: span, start: time.Now(), qs: qs, attempt: d.Attempt()}
 }
@@ -153,7 +168,7 @@ func (ins *Instrumentation) OnDeliveryDone(ctx context.Context, d *mq.Delivery, 
 	}
 	m := st.qs.consumed
 	if st.span.IsRecording() {
-		attrs := make([]attribute.KeyValue, 0, 9)
+		attrs := st.attrs[:0]
 		if d.RoutingKey != "" {
 			attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey))
 		}

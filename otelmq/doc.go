@@ -21,9 +21,10 @@
 //     creation context (traceparent/tracestate, through the propagator); a
 //     hop never overwrites it, and writes its own span context to
 //     x-acemq-hop-traceparent (mq.HeaderHopTraceparent) instead.
-//     Each process span is a child of the creation context and links to it
-//     and to the hop that caused the delivery. WithLinksOnly starts a new
-//     trace per delivery, linked to both, for retries that wait hours.
+//     Each process span is a child of the creation context and links to
+//     the hop that caused the delivery (a link to the creation context
+//     would only repeat the parent). WithLinksOnly starts a new trace per
+//     delivery, linked to both, for retries that wait hours.
 //   - Metrics: the messaging conventions' messaging.client.sent.messages,
 //     messaging.client.consumed.messages, messaging.client.operation.duration
 //     and messaging.process.duration, and AceMQ's acemq.retries,

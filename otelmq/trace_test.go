@@ -164,8 +164,8 @@ func TestMessageLifeIsOneTrace(t *testing.T) {
 		if p.Parent().SpanID() != publish.SpanContext().SpanID() {
 			t.Errorf("process %d: parent %s, want the creation context (publish span %s)", i, p.Parent().SpanID(), publish.SpanContext().SpanID())
 		}
-		if sc, ok := linkTo(p, "creation"); !ok || !sc.Equal(publish.SpanContext().WithRemote(true)) {
-			t.Errorf("process %d: creation link %v (present %v), want %v", i, sc, ok, publish.SpanContext())
+		if sc, ok := linkTo(p, "creation"); ok {
+			t.Errorf("process %d: a creation link (%v) that only repeats the parent", i, sc)
 		}
 		hop, ok := linkTo(p, "hop")
 		switch {
