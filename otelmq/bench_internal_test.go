@@ -82,18 +82,23 @@ func (a attemptSpans) OnAttemptDone(ctx context.Context, _ *mq.Delivery, err err
 // spans (attemptSpans), with one attempt — the common case — and three (two
 // in-process retries): an SDK TracerProvider with a batch processor and a
 // discarding exporter, a MeterProvider with a ManualReader. "tracing" and
-// "metrics" are the events variant with only one of the two providers.
+// "metrics" are the events variant with only one of the two providers;
+// "unsampled" is "tracing" with a sampler that records nothing.
 func BenchmarkAttempts(b *testing.B) {
-	for _, mode := range []string{"events", "spans", "tracing", "metrics"} {
+	for _, mode := range []string{"events", "spans", "tracing", "metrics", "unsampled"} {
 		for _, calls := range []int{1, 3} {
 			b.Run(mode+"/attempts="+strconv.Itoa(calls), func(b *testing.B) {
-				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+				sampler := sdktrace.AlwaysSample()
+				if mode == "unsampled" {
+					sampler = sdktrace.NeverSample()
+				}
+				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}), sdktrace.WithSampler(sampler))
 				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 				defer tp.Shutdown(context.Background())
 				defer mp.Shutdown(context.Background())
 				opts := []Option{WithTracerProvider(tp), WithMeterProvider(mp), WithPropagators(propagation.TraceContext{})}
 				switch mode {
-				case "tracing":
+				case "tracing", "unsampled":
 					opts = append(opts, WithMeterProvider(metricnoop.NewMeterProvider()))
 				case "metrics":
 					opts = append(opts, WithTracerProvider(tracenoop.NewTracerProvider()))

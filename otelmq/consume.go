@@ -33,11 +33,13 @@ const retryBroker = "broker"
 // queueStatic is what every delivery from one queue, on one server,
 // shares.
 type queueStatic struct {
+	key      queueKey
 	name     string                  // the span name
 	start    []trace.SpanStartOption // kind, constant attributes (and new root): built once
 	consumed *measure                // the consumer metrics' attributes
 	failed   measuresBy              // … with error.type
 	outcomes measuresBy              // system, destination and acemq.outcome
+	acked    *measure                // outcomes for "ack", the common case, without a lookup
 }
 
 type queueKey struct{ queue, server string }
@@ -62,13 +64,16 @@ func newQueueStatic(k queueKey, linksOnly bool) *queueStatic {
 	m = appendDestination(m, k.queue)
 	m = appendServer(m, k.server)
 	o := appendDestination([]attribute.KeyValue{semconv.MessagingSystemRabbitMQ}, k.queue)
-	return &queueStatic{
+	qs := &queueStatic{
+		key:      k,
 		name:     opProcess + " " + k.queue,
 		start:    start,
 		consumed: newMeasure(slices.Clone(m)...),
 		failed:   measuresBy{base: m, key: semconv.ErrorTypeKey},
 		outcomes: measuresBy{base: o, key: OutcomeKey},
 	}
+	qs.acked = qs.outcomes.get(string(mq.OutcomeAck))
+	return qs
 }
 
 func (ins *Instrumentation) newQueueStatic(k queueKey) *queueStatic {
@@ -76,10 +81,15 @@ func (ins *Instrumentation) newQueueStatic(k queueKey) *queueStatic {
 }
 
 func (ins *Instrumentation) queueStatic(k queueKey) *queueStatic {
+	if qs := ins.lastQueue.Load(); qs != nil && qs.key == k {
+		return qs // most services consume from one queue at a time
+	}
 	if anonymous(k.queue) {
 		return newQueueStatic(k, ins.linksOnly)
 	}
-	return ins.queues.get(k, ins.newQueueStatic)
+	qs := ins.queues.get(k, ins.newQueueStatic)
+	ins.lastQueue.Store(qs)
+	return qs
 }
 
 // deliveryCtx is the context OnDelivery hands the chain: the consumer's,
@@ -194,7 +204,11 @@ func (ins *Instrumentation) OnDeliveryDone(ctx context.Context, d *mq.Delivery, 
 	}
 	st.span.End()
 	ins.m.processing.Record(ctx, time.Since(st.start).Seconds(), m.rec...)
-	ins.m.outcomes.Add(ctx, 1, st.qs.outcomes.get(string(outcome)).add...)
+	om := st.qs.acked
+	if outcome != mq.OutcomeAck {
+		om = st.qs.outcomes.get(string(outcome))
+	}
+	ins.m.outcomes.Add(ctx, 1, om.add...)
 }
 
 // OnAttempt does nothing: the handler runs in the process span's context,

@@ -1,6 +1,8 @@
 package otelmq
 
 import (
+	"sync/atomic"
+
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -135,6 +137,7 @@ type Instrumentation struct {
 	m         instruments
 	publishes cache[publishKey, publishStatic]
 	queues    cache[queueKey, queueStatic]
+	lastQueue atomic.Pointer[queueStatic] // the queue looked up last
 }
 
 var (
