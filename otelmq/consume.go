@@ -54,7 +54,12 @@ func newQueueStatic(k queueKey, linksOnly bool) *queueStatic {
 		semconv.MessagingOperationTypeProcess,
 		semconv.MessagingDestinationName(k.queue),
 	)
-	attrs = appendServer(attrs, k.server)
+	if host := serverHost(k.server); host != "" {
+		// server.port is on the publish spans and the metrics: a process
+		// span kept under nine attributes costs the SDK no map to
+		// de-duplicate them when it ends.
+		attrs = append(attrs, semconv.ServerAddress(host))
+	}
 	start := []trace.SpanStartOption{consumerKind, trace.WithAttributes(attrs...)}
 	if linksOnly {
 		start = append(start, trace.WithNewRoot())
@@ -96,10 +101,11 @@ func (ins *Instrumentation) queueStatic(k queueKey) *queueStatic {
 // with the process span, and the delivery's state.
 type deliveryCtx struct {
 	context.Context
-	span    trace.Span
-	start   time.Time
-	qs      *queueStatic
-	attempt int // the attempt the delivery started at
+	span     trace.Span
+	start    time.Time
+	qs       *queueStatic
+	attempt  int  // the attempt the delivery started at
+	parented bool // the span's parent is the message's creation context
 	// attrs holds the attributes OnDeliveryDone sets: part of this value,
 	// so they cost no allocation of their own.
 	attrs [endAttrs]attribute.KeyValue
@@ -107,7 +113,9 @@ type deliveryCtx struct {
 
 // endAttrs is how many attributes OnDeliveryDone sets at most: routing
 // key, delivery tag, message and conversation id, attempt, outcome,
-// error.type.
+// error.type. The common delivery (a first attempt, acknowledged, in the
+// trace of its publish) sets three: with the five it starts with, a span
+// of eight, which the SDK ends without building a map.
 const endAttrs = 7
 
 type deliveryCtxKey struct{}
@@ -132,20 +140,26 @@ func deliveryOf(ctx context.Context) *deliveryCtx {
 // messaging.client.consumed.messages.
 //
 // The span starts with the attributes a sampler may decide on (system,
-// operation, destination, server), as options built once per queue; the
-// message's own (routing key, delivery tag, ids, attempt) are set with the
-// outcome when it ends, in one go: with the SDK that is one copy of them
-// instead of three. Links are added once the span is known to record, so
+// operation, destination, server.address), as options built once per
+// queue; the message's own are set with the outcome when it ends, in one
+// go: the routing key and delivery tag; acemq.attempt when the delivery is
+// not the message's first (absent means 1, as with x-acemq-attempt); and
+// messaging.message.id and messaging.message.conversation_id only when the
+// span is not a child of the message's publish span, which carries them
+// (links-only mode, or a message published without trace context). Links are added once the span is known to record, so
 // a span that is not sampled costs no link and no hop header parse; a
 // sampler does not see them.
 func (ins *Instrumentation) OnDelivery(ctx context.Context, d *mq.Delivery) context.Context {
 	qs := ins.queueStatic(queueKey{queue: d.Queue(), server: d.Server()})
 	ctx = ins.prop.Extract(ctx, HeaderCarrier(d.Headers))
 	var created trace.SpanContext
+	parented := false
 	if ins.linksOnly {
 		// In the default mode the creation context is the parent: a link
 		// to it would only repeat it.
 		created = trace.SpanContextFromContext(ctx)
+	} else {
+		parented = trace.SpanContextFromContext(ctx).IsValid()
 	}
 	ctx, span := ins.tracer.Start(ctx, qs.name, qs.start...)
 	if span.IsRecording() {
@@ -157,7 +171,7 @@ func (ins *Instrumentation) OnDelivery(ctx context.Context, d *mq.Delivery) cont
 		}
 	}
 	ins.m.consumed.Add(ctx, 1, qs.consumed.add...)
-	return &deliveryCtx{Context: ctx, span: span, start: time.Now(), qs: qs, attempt: d.Attempt()}
+	return &deliveryCtx{Context: ctx, span: span, start: time.Now(), qs: qs, attempt: d.Attempt(), parented: parented}
 }
 
 // OnDeliveryDone ends the process span with the message's attributes and
@@ -183,15 +197,18 @@ func (ins *Instrumentation) OnDeliveryDone(ctx context.Context, d *mq.Delivery, 
 			attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey))
 		}
 		attrs = append(attrs, semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)))
-		if d.MessageId != "" {
-			attrs = append(attrs, semconv.MessagingMessageID(d.MessageId))
+		if !st.parented {
+			if d.MessageId != "" {
+				attrs = append(attrs, semconv.MessagingMessageID(d.MessageId))
+			}
+			if d.CorrelationId != "" {
+				attrs = append(attrs, semconv.MessagingMessageConversationID(d.CorrelationId))
+			}
 		}
-		if d.CorrelationId != "" {
-			attrs = append(attrs, semconv.MessagingMessageConversationID(d.CorrelationId))
+		if st.attempt != 1 {
+			attrs = append(attrs, AttemptKey.Int(st.attempt))
 		}
-		attrs = append(attrs,
-			AttemptKey.Int(st.attempt),
-			OutcomeKey.String(string(outcome)))
+		attrs = append(attrs, OutcomeKey.String(string(outcome)))
 		if err != nil {
 			et := ErrorType(err)
 			st.span.SetStatus(codes.Error, mq.ErrorText(err))

@@ -235,6 +235,14 @@ func rungWait(rung string) (time.Duration, bool) {
 }
 
 // appendServer adds server.address and server.port from host:port.
+// serverHost is the host of a host:port, or the whole when it has no port.
+func serverHost(hostport string) string {
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		return host
+	}
+	return hostport
+}
+
 func appendServer(attrs []attribute.KeyValue, hostport string) []attribute.KeyValue {
 	if hostport == "" {
 		return attrs
