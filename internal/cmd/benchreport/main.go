@@ -58,6 +58,7 @@ var (
 	rate      = flag.Int("rate", 500, "messages per second for the latency measurement")
 	latFor    = flag.Duration("latency-for", 4*time.Second, "how long to measure latency")
 	brokerPID = flag.Int("broker-pid", 0, "the broker's OS process (default: asked with rabbitmqctl, else the only beam.smp)")
+	spanProc  = flag.String("span-processor", "batch", "the traced contestant's span processor: batch (what services use) or simple (synchronous, no goroutine hand-off)")
 	only      = flag.String("only", "", "run only the groups whose title contains this")
 	profile   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprof   = flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
@@ -285,7 +286,14 @@ func runGroup(p *probe, title string, purge func() error, cs []contestant) (grou
 				}
 			}
 			runtime.GC() // the fill's garbage is not the contestant's
-			a, b, n, err := cs[k].run()
+			var a, b mark
+			var n int
+			var err error
+			// Labelled, so a -cpuprofile can be read per contestant
+			// (go tool pprof -tagfocus contestant=...).
+			pprof.Do(context.Background(), pprof.Labels("contestant", cs[k].name), func(context.Context) {
+				a, b, n, err = cs[k].run()
+			})
 			if err != nil {
 				return group{}, fmt.Errorf("%s: %w", cs[k].name, err)
 			}
@@ -441,7 +449,11 @@ func run(ctx context.Context) error {
 
 	// Tracing: every contestant consumes the same messages, published by
 	// an instrumented service, so each carries a traceparent header.
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+	proc := sdktrace.NewBatchSpanProcessor(discard{})
+	if *spanProc == "simple" {
+		proc = sdktrace.NewSimpleSpanProcessor(discard{})
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(proc))
 	defer tp.Shutdown(context.Background())
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	defer mp.Shutdown(context.Background())
@@ -463,7 +475,7 @@ func run(ctx context.Context) error {
 		return tp.ForceFlush(ctx) // the fill's spans are not the consumer's
 	}
 	pf := *tracedPf
-	title = fmt.Sprintf("Tracing, prefetch %d (messages carrying a `traceparent`; SDK, every trace sampled, batch processor)", pf)
+	title = fmt.Sprintf("Tracing, prefetch %d (messages carrying a `traceparent`; SDK, every trace sampled, %s span processor)", pf, *spanProc)
 	if want(title) {
 		g, err := runGroup(p, title, purgeAll, []contestant{
 			{name: "raw amqp091-go, `Ack(tag, false)` per message", prepare: flushFill,
