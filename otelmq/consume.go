@@ -146,9 +146,10 @@ func deliveryOf(ctx context.Context) *deliveryCtx {
 // not the message's first (absent means 1, as with x-acemq-attempt); and
 // messaging.message.id and messaging.message.conversation_id only when the
 // span is not a child of the message's publish span, which carries them
-// (links-only mode, or a message published without trace context). Links are added once the span is known to record, so
-// a span that is not sampled costs no link and no hop header parse; a
-// sampler does not see them.
+// (links-only mode, or a message published without trace context). That
+// keeps the common span at eight attributes (see endAttrs). Links are
+// added once the span is known to record, so a span that is not sampled
+// costs no link and no hop header parse; a sampler does not see them.
 func (ins *Instrumentation) OnDelivery(ctx context.Context, d *mq.Delivery) context.Context {
 	qs := ins.queueStatic(queueKey{queue: d.Queue(), server: d.Server()})
 	ctx = ins.prop.Extract(ctx, HeaderCarrier(d.Headers))
