@@ -155,3 +155,31 @@ func BenchmarkAttempts(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkPublish measures an application's publish through the hooks
+// (OnPublish, which starts the span and writes the creation context into
+// the headers, and OnPublishDone): an SDK TracerProvider with a batch
+// processor and a discarding exporter, a MeterProvider with a ManualReader;
+// "unsampled" with a sampler that records nothing.
+func BenchmarkPublish(b *testing.B) {
+	for _, mode := range []string{"sampled", "unsampled"} {
+		b.Run(mode, func(b *testing.B) {
+			sampler := sdktrace.AlwaysSample()
+			if mode == "unsampled" {
+				sampler = sdktrace.NeverSample()
+			}
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}), sdktrace.WithSampler(sampler))
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+			defer tp.Shutdown(context.Background())
+			defer mp.Shutdown(context.Background())
+			ins := New(WithTracerProvider(tp), WithMeterProvider(mp), WithPropagators(propagation.TraceContext{}))
+			b.ReportAllocs()
+			cpuPerOp(b, func() {
+				m := mq.Message{MessageId: "m", Headers: amqp.Table{}}
+				p := &mq.Publishing{RoutingKey: "orders", Mandatory: true, Message: &m, Server: "rabbit.example:5672"}
+				ctx := ins.OnPublish(context.Background(), p)
+				ins.OnPublishDone(ctx, p, nil)
+			})
+		})
+	}
+}
