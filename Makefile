@@ -57,10 +57,14 @@ demo: broker
 fuzz:
 	./scripts/fuzz.sh
 
-## bench: raw amqp091-go vs this library on the local broker, same run; prints the README's table
+## bench: raw amqp091-go vs this library on the local broker, same run, rounds
+## alternating: msgs/s, ratio to raw, client and broker CPU per message; prints
+## the README's table (BENCHFLAGS passes flags on, e.g. -rounds 7); then the
+## middleware chain and the per-delivery tracing cost without a broker
 bench: broker
-	$(GO) run ./internal/cmd/benchreport
+	$(GO) run ./internal/cmd/benchreport $(BENCHFLAGS)
 	$(GO) test -run '^$$' -bench . -benchmem ./middleware
+	$(GO) test -run '^$$' -bench 'BenchmarkAttempts/(tracing|sdk-floor|none)' -benchmem ./otelmq
 
 ## lint: go vet, gofmt and staticcheck (fetched through the Go module proxy)
 lint: vet

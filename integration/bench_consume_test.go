@@ -14,8 +14,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,14 +106,17 @@ func consBenchConsume(b *testing.B, prefetch int) {
 		return consBenchStandard(b, brk, q, p, prefetch, consBenchRound)
 	}
 
-	var rawTotal, oursTotal, rawCPU, oursCPU time.Duration
+	brokerCPU := consBenchBrokerCPU(b)
+	var rawTotal, oursTotal, rawCPU, oursCPU, rawBroker, oursBroker time.Duration
 	var ratios []float64 // per round: raw time / our time, both taken back to back
-	timed := func(run func() (time.Duration, time.Duration), total, cpuTotal *time.Duration) time.Duration {
+	timed := func(run func() (time.Duration, time.Duration), total, cpuTotal, brokerTotal *time.Duration) time.Duration {
 		b.StopTimer()
 		fill()
 		runtime.GC() // the fill's garbage is not the consumer's
 		b.StartTimer()
+		b0 := brokerCPU()
 		took, cpu := run()
+		*brokerTotal += brokerCPU() - b0
 		*total += took
 		*cpuTotal += cpu
 		return took
@@ -120,11 +126,11 @@ func consBenchConsume(b *testing.B, prefetch int) {
 		// Alternate the order, so drift in the broker hits both alike.
 		var r, o time.Duration
 		if i%2 == 0 {
-			r = timed(raw, &rawTotal, &rawCPU)
-			o = timed(ours, &oursTotal, &oursCPU)
+			r = timed(raw, &rawTotal, &rawCPU, &rawBroker)
+			o = timed(ours, &oursTotal, &oursCPU, &oursBroker)
 		} else {
-			o = timed(ours, &oursTotal, &oursCPU)
-			r = timed(raw, &rawTotal, &rawCPU)
+			o = timed(ours, &oursTotal, &oursCPU, &oursBroker)
+			r = timed(raw, &rawTotal, &rawCPU, &rawBroker)
 		}
 		ratios = append(ratios, r.Seconds()/o.Seconds())
 	}
@@ -147,7 +153,40 @@ func consBenchConsume(b *testing.B, prefetch int) {
 	// whatever the broker's speed.
 	b.ReportMetric(float64(rawCPU.Microseconds())/msgs64, "raw-cpu-µs/msg")
 	b.ReportMetric(float64(oursCPU.Microseconds())/msgs64, "acemq-cpu-µs/msg")
+	// The broker's CPU per message (its whole process over each round,
+	// other clients' work included): what each way of consuming costs it.
+	b.ReportMetric(float64(rawBroker.Microseconds())/msgs64, "raw-broker-µs/msg")
+	b.ReportMetric(float64(oursBroker.Microseconds())/msgs64, "acemq-broker-µs/msg")
 	b.ReportMetric(0, "ns/op")
+}
+
+// consBenchBrokerCPU returns a reader of the broker process's CPU time
+// (utime+stime of the pid rabbitmqctl reports, from /proc): the broker
+// shares this machine. A broker it cannot find fails the benchmark.
+func consBenchBrokerCPU(b *testing.B) func() time.Duration {
+	b.Helper()
+	out, err := testenv.Rabbitmqctl(testenv.Context(b, time.Minute), "", "eval", "os:getpid().")
+	if err != nil {
+		b.Fatalf("the broker's pid: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.Trim(strings.TrimSpace(out), `"`))
+	if err != nil {
+		b.Fatalf("the broker's pid: %q", out)
+	}
+	path := "/proc/" + strconv.Itoa(pid) + "/stat"
+	return func() time.Duration {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			b.Fatalf("broker CPU: %v", err)
+		}
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+		ut, err1 := strconv.ParseInt(f[11], 10, 64)
+		st, err2 := strconv.ParseInt(f[12], 10, 64)
+		if err1 != nil || err2 != nil {
+			b.Fatalf("broker CPU: %q", raw)
+		}
+		return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100
+	}
 }
 
 // consBenchInfo is the benchmarks' logger: the standard stack logs at

@@ -33,17 +33,20 @@ const retryBroker = "broker"
 // queueStatic is what every delivery from one queue, on one server,
 // shares.
 type queueStatic struct {
-	name     string                // the span name
-	attrs    []attribute.KeyValue  // the span's constant attributes
-	start    trace.SpanStartOption // … as a start option, built once
-	consumed *measure              // the consumer metrics' attributes
-	failed   measuresBy            // … with error.type
-	outcomes measuresBy            // system, destination and acemq.outcome
+	key      queueKey
+	name     string                  // the span name
+	start    []trace.SpanStartOption // kind, constant attributes (and new root): built once
+	consumed *measure                // the consumer metrics' attributes
+	failed   measuresBy              // … with error.type
+	outcomes measuresBy              // system, destination and acemq.outcome
+	acked    *measure                // outcomes for "ack", the common case, without a lookup
 }
 
 type queueKey struct{ queue, server string }
 
-func newQueueStatic(k queueKey) *queueStatic {
+// newQueueStatic builds a queue's constants; linksOnly makes every span a
+// new root.
+func newQueueStatic(k queueKey, linksOnly bool) *queueStatic {
 	attrs := make([]attribute.KeyValue, 0, 6)
 	attrs = append(attrs,
 		semconv.MessagingSystemRabbitMQ,
@@ -51,38 +54,69 @@ func newQueueStatic(k queueKey) *queueStatic {
 		semconv.MessagingOperationTypeProcess,
 		semconv.MessagingDestinationName(k.queue),
 	)
-	attrs = appendServer(attrs, k.server)
+	if host := serverHost(k.server); host != "" {
+		// server.port is on the publish spans and the metrics: a process
+		// span kept under nine attributes costs the SDK no map to
+		// de-duplicate them when it ends.
+		attrs = append(attrs, semconv.ServerAddress(host))
+	}
+	start := []trace.SpanStartOption{consumerKind, trace.WithAttributes(attrs...)}
+	if linksOnly {
+		start = append(start, trace.WithNewRoot())
+	}
 	m := make([]attribute.KeyValue, 0, 5)
 	m = append(m, semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationName(opProcess))
 	m = appendDestination(m, k.queue)
 	m = appendServer(m, k.server)
 	o := appendDestination([]attribute.KeyValue{semconv.MessagingSystemRabbitMQ}, k.queue)
-	return &queueStatic{
+	qs := &queueStatic{
+		key:      k,
 		name:     opProcess + " " + k.queue,
-		attrs:    attrs,
-		start:    trace.WithAttributes(attrs...),
+		start:    start,
 		consumed: newMeasure(slices.Clone(m)...),
 		failed:   measuresBy{base: m, key: semconv.ErrorTypeKey},
 		outcomes: measuresBy{base: o, key: OutcomeKey},
 	}
+	qs.acked = qs.outcomes.get(string(mq.OutcomeAck))
+	return qs
+}
+
+func (ins *Instrumentation) newQueueStatic(k queueKey) *queueStatic {
+	return newQueueStatic(k, ins.linksOnly)
 }
 
 func (ins *Instrumentation) queueStatic(k queueKey) *queueStatic {
-	if anonymous(k.queue) {
-		return newQueueStatic(k)
+	if qs := ins.lastQueue.Load(); qs != nil && qs.key == k {
+		return qs // most services consume from one queue at a time
 	}
-	return ins.queues.get(k, newQueueStatic)
+	if anonymous(k.queue) {
+		return newQueueStatic(k, ins.linksOnly)
+	}
+	qs := ins.queues.get(k, ins.newQueueStatic)
+	ins.lastQueue.Store(qs)
+	return qs
 }
 
 // deliveryCtx is the context OnDelivery hands the chain: the consumer's,
 // with the process span, and the delivery's state.
 type deliveryCtx struct {
 	context.Context
-	span    trace.Span
-	start   time.Time
-	qs      *queueStatic
-	attempt int // the attempt the delivery started at
+	span     trace.Span
+	start    time.Time
+	qs       *queueStatic
+	attempt  int  // the attempt the delivery started at
+	parented bool // the span's parent is the message's creation context
+	// attrs holds the attributes OnDeliveryDone sets: part of this value,
+	// so they cost no allocation of their own.
+	attrs [endAttrs]attribute.KeyValue
 }
+
+// endAttrs is how many attributes OnDeliveryDone sets at most: routing
+// key, delivery tag, message and conversation id, attempt, outcome,
+// error.type. The common delivery (a first attempt, acknowledged, in the
+// trace of its publish) sets three: with the five it starts with, a span
+// of eight, which the SDK ends without building a map.
+const endAttrs = 7
 
 type deliveryCtxKey struct{}
 
@@ -100,39 +134,45 @@ func deliveryOf(ctx context.Context) *deliveryCtx {
 
 // OnDelivery starts the CONSUMER span "process <queue>". Its parent is the
 // message's creation context (read with the propagator from the headers),
-// or in links-only mode none: a new trace. Either way it links to the
-// creation context and, when the delivery was caused by a hop, to the hop
+// or in links-only mode none: a new trace, linked to the creation context.
+// When the delivery was caused by a hop, the span also links to the hop
 // span (x-acemq-hop-traceparent). It counts
 // messaging.client.consumed.messages.
 //
 // The span starts with the attributes a sampler may decide on (system,
-// operation, destination, server); the message's own (routing key,
-// delivery tag, ids, attempt) are set with the outcome when it ends,
-// in one go: with the SDK that is one copy of them instead of three.
+// operation, destination, server.address), as options built once per
+// queue; the message's own are set with the outcome when it ends, in one
+// go: the routing key and delivery tag; acemq.attempt when the delivery is
+// not the message's first (absent means 1, as with x-acemq-attempt); and
+// messaging.message.id and messaging.message.conversation_id only when the
+// span is not a child of the message's publish span, which carries them
+// (links-only mode, or a message published without trace context). That
+// keeps the common span at eight attributes (see endAttrs). Links are
+// added once the span is known to record, so a span that is not sampled
+// costs no link and no hop header parse; a sampler does not see them.
 func (ins *Instrumentation) OnDelivery(ctx context.Context, d *mq.Delivery) context.Context {
 	qs := ins.queueStatic(queueKey{queue: d.Queue(), server: d.Server()})
 	ctx = ins.prop.Extract(ctx, HeaderCarrier(d.Headers))
-	created := trace.SpanContextFromContext(ctx)
-	hop := readHop(d.Headers)
-
-	opts := make([]trace.SpanStartOption, 0, 4)
-	opts = append(opts, consumerKind, qs.start)
-	switch {
-	case created.IsValid() && hop.IsValid():
-		opts = append(opts, trace.WithLinks(
-			trace.Link{SpanContext: created, Attributes: linkCreation},
-			trace.Link{SpanContext: hop, Attributes: linkHop}))
-	case created.IsValid():
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: created, Attributes: linkCreation}))
-	case hop.IsValid():
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: hop, Attributes: linkHop}))
-	}
+	var created trace.SpanContext
+	parented := false
 	if ins.linksOnly {
-		opts = append(opts, trace.WithNewRoot())
+		// In the default mode the creation context is the parent: a link
+		// to it would only repeat it.
+		created = trace.SpanContextFromContext(ctx)
+	} else {
+		parented = trace.SpanContextFromContext(ctx).IsValid()
 	}
-	ctx, span := ins.tracer.Start(ctx, qs.name, opts...)
+	ctx, span := ins.tracer.Start(ctx, qs.name, qs.start...)
+	if span.IsRecording() {
+		if created.IsValid() {
+			span.AddLink(trace.Link{SpanContext: created, Attributes: linkCreation})
+		}
+		if hop := readHop(d.Headers); hop.IsValid() {
+			span.AddLink(trace.Link{SpanContext: hop, Attributes: linkHop})
+		}
+	}
 	ins.m.consumed.Add(ctx, 1, qs.consumed.add...)
-	return &deliveryCtx{Context: ctx, span: span, start: time.Now(), qs: qs, attempt: d.Attempt()}
+	return &deliveryCtx{Context: ctx, span: span, start: time.Now(), qs: qs, attempt: d.Attempt(), parented: parented}
 }
 
 // OnDeliveryDone ends the process span with the message's attributes and
@@ -153,20 +193,23 @@ func (ins *Instrumentation) OnDeliveryDone(ctx context.Context, d *mq.Delivery, 
 	}
 	m := st.qs.consumed
 	if st.span.IsRecording() {
-		attrs := make([]attribute.KeyValue, 0, 9)
+		attrs := st.attrs[:0]
 		if d.RoutingKey != "" {
 			attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey))
 		}
 		attrs = append(attrs, semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)))
-		if d.MessageId != "" {
-			attrs = append(attrs, semconv.MessagingMessageID(d.MessageId))
+		if !st.parented {
+			if d.MessageId != "" {
+				attrs = append(attrs, semconv.MessagingMessageID(d.MessageId))
+			}
+			if d.CorrelationId != "" {
+				attrs = append(attrs, semconv.MessagingMessageConversationID(d.CorrelationId))
+			}
 		}
-		if d.CorrelationId != "" {
-			attrs = append(attrs, semconv.MessagingMessageConversationID(d.CorrelationId))
+		if st.attempt != 1 {
+			attrs = append(attrs, AttemptKey.Int(st.attempt))
 		}
-		attrs = append(attrs,
-			AttemptKey.Int(st.attempt),
-			OutcomeKey.String(string(outcome)))
+		attrs = append(attrs, OutcomeKey.String(string(outcome)))
 		if err != nil {
 			et := ErrorType(err)
 			st.span.SetStatus(codes.Error, mq.ErrorText(err))
@@ -179,7 +222,11 @@ func (ins *Instrumentation) OnDeliveryDone(ctx context.Context, d *mq.Delivery, 
 	}
 	st.span.End()
 	ins.m.processing.Record(ctx, time.Since(st.start).Seconds(), m.rec...)
-	ins.m.outcomes.Add(ctx, 1, st.qs.outcomes.get(string(outcome)).add...)
+	om := st.qs.acked
+	if outcome != mq.OutcomeAck {
+		om = st.qs.outcomes.get(string(outcome))
+	}
+	ins.m.outcomes.Add(ctx, 1, om.add...)
 }
 
 // OnAttempt does nothing: the handler runs in the process span's context,

@@ -1,6 +1,8 @@
 package otelmq
 
 import (
+	"sync/atomic"
+
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -21,7 +23,8 @@ const Version = mq.Version
 // The acemq.* attributes, for what the messaging conventions do not cover.
 const (
 	// AttemptKey is the attempt number (1 for the first delivery): on a
-	// process span the attempt the delivery started at, on its
+	// process span the attempt the delivery started at (absent when that
+	// is 1, as x-acemq-attempt is), on its
 	// acemq.attempt events each attempt, on a hop span the attempt the next
 	// delivery will be.
 	AttemptKey = attribute.Key("acemq.attempt")
@@ -137,6 +140,7 @@ type Instrumentation struct {
 	m         instruments
 	publishes cache[publishKey, publishStatic]
 	queues    cache[queueKey, queueStatic]
+	lastQueue atomic.Pointer[queueStatic] // the queue looked up last
 }
 
 var (

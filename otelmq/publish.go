@@ -77,7 +77,18 @@ type publishCtx struct {
 	span  trace.Span
 	start time.Time
 	ps    *publishStatic
+	// attrs and opts hold the span's start attributes and options: part of
+	// this value, so they cost no allocation of their own.
+	attrs [publishAttrs]attribute.KeyValue
+	opts  [3]trace.SpanStartOption
 }
+
+// publishAttrs is how many attributes a publish span starts with at most:
+// the constant ones (system, operation name and type, destination,
+// server.address and server.port, acemq.hop) and the publish's own
+// (routing key, message and conversation id, and for a hop attempt,
+// reason, retry kind and wait).
+const publishAttrs = 14
 
 type publishCtxKey struct{}
 
@@ -116,8 +127,8 @@ func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.Publishing) con
 	if p.Message != nil {
 		headers = p.Message.Headers
 	}
-	attrs := make([]attribute.KeyValue, 0, len(ps.attrs)+8)
-	attrs = append(attrs, ps.attrs...)
+	pc := &publishCtx{ps: ps}
+	attrs := append(pc.attrs[:0], ps.attrs...)
 	if p.RoutingKey != "" {
 		attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(p.RoutingKey))
 	}
@@ -155,12 +166,11 @@ func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.Publishing) con
 			}
 		}
 	}
-	var span trace.Span
+	opts := append(pc.opts[:0], kind, trace.WithAttributes(attrs...))
 	if link != nil {
-		ctx, span = ins.tracer.Start(ctx, ps.name, kind, trace.WithAttributes(attrs...), link)
-	} else {
-		ctx, span = ins.tracer.Start(ctx, ps.name, kind, trace.WithAttributes(attrs...))
+		opts = append(opts, link)
 	}
+	ctx, span := ins.tracer.Start(ctx, ps.name, opts...)
 
 	if headers != nil {
 		if p.Hop == mq.HopNone {
@@ -172,7 +182,8 @@ func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.Publishing) con
 			}
 		}
 	}
-	return &publishCtx{Context: ctx, span: span, start: time.Now(), ps: ps}
+	pc.Context, pc.span, pc.start = ctx, span, time.Now()
+	return pc
 }
 
 // OnPublishDone ends the publish span (status Error and error.type when
@@ -235,6 +246,14 @@ func rungWait(rung string) (time.Duration, bool) {
 }
 
 // appendServer adds server.address and server.port from host:port.
+// serverHost is the host of a host:port, or the whole when it has no port.
+func serverHost(hostport string) string {
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		return host
+	}
+	return hostport
+}
+
 func appendServer(attrs []attribute.KeyValue, hostport string) []attribute.KeyValue {
 	if hostport == "" {
 		return attrs

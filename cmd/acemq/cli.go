@@ -63,11 +63,11 @@ type cli struct {
 	JSON    bool          `name:"json" help:"Print the result (or the error) as one JSON object on stdout."`
 	Verbose bool          `short:"v" help:"Log connection and debug detail to stderr."`
 
-	Count  countCmd  `cmd:"" help:"Show how many messages are ready in each queue, and its consumers."`
-	Peek   peekCmd   `cmd:"" help:"Show messages at the head of a queue without taking them (on a quorum queue this raises their delivery count)."`
-	Replay replayCmd `cmd:"" help:"Move messages from a .dlq or .parked queue back to the queue they failed on."`
-	Purge  purgeCmd  `cmd:"" help:"Delete every ready message in a queue (asks first)."`
-	Delete deleteCmd `cmd:"" help:"Delete the message with a message id from a queue (asks first)."`
+	Count   countCmd   `cmd:"" help:"Show how many messages are ready in each queue, and its consumers."`
+	Peek    peekCmd    `cmd:"" help:"Show messages at the head of a queue without taking them (on a quorum queue this raises their delivery count)."`
+	Replay  replayCmd  `cmd:"" help:"Move messages from a .dlq or .parked queue back to the queue they failed on."`
+	Purge   purgeCmd   `cmd:"" help:"Delete every ready message in a queue (asks first)."`
+	Delete  deleteCmd  `cmd:"" help:"Delete the message with a message id from a queue (asks first)."`
 	Console consoleCmd `cmd:"" help:"Serve the dead-letter web console (loopback by default)."`
 	// Further commands register here.
 }
