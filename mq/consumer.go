@@ -616,7 +616,11 @@ func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
 	case errors.Is(err, ErrRequeue):
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
-		c.requeued(d, "requeue", err)
+		why := "requeued"
+		if pe := (*PanicError)(nil); errors.As(err, &pe) {
+			why = "panic"
+		}
+		c.requeued(d, why, err)
 		if c.cfg.requeuePause > 0 {
 			t := time.NewTimer(c.cfg.requeuePause)
 			select {

@@ -298,14 +298,19 @@ func (ins *Instrumentation) OnEvent(ctx context.Context, e mq.Event) {
 		c = ins.m.rungMissing
 	case mq.EventSetAsideFailed:
 		c = ins.m.setAsideFailed
+	case mq.EventRequeued:
+		c = ins.m.requeues
 	default:
 		return
 	}
 	attrs := make([]attribute.KeyValue, 0, 6)
 	attrs = append(attrs, semconv.MessagingSystemRabbitMQ)
 	attrs = appendDestination(attrs, e.Queue)
-	if e.Name == mq.EventRetry {
+	switch e.Name {
+	case mq.EventRetry:
 		attrs = append(attrs, RetryKindKey.String(e.Kind))
+	case mq.EventRequeued:
+		attrs = append(attrs, RequeueReasonKey.String(e.Kind))
 	}
 	c.Add(ctx, 1, metric.WithAttributes(attrs...))
 

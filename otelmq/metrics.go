@@ -18,6 +18,7 @@ const (
 	metricOutcomes       = "acemq.message.outcomes"
 	metricRungMissing    = "acemq.retry.rung.missing"
 	metricSetAsideFailed = "acemq.messages.set.aside.failed"
+	metricRequeues       = "acemq.message.requeues"
 )
 
 type instruments struct {
@@ -29,6 +30,7 @@ type instruments struct {
 	outcomes       metric.Int64Counter
 	rungMissing    metric.Int64Counter
 	setAsideFailed metric.Int64Counter
+	requeues       metric.Int64Counter
 }
 
 func newInstruments(m metric.Meter) instruments {
@@ -54,6 +56,9 @@ func newInstruments(m metric.Meter) instruments {
 	in.setAsideFailed = counter(m.Int64Counter(metricSetAsideFailed,
 		metric.WithUnit("{message}"),
 		metric.WithDescription("Messages that could not be set aside in .dlq or .parked and were returned to their queue.")))
+	in.requeues = counter(m.Int64Counter(metricRequeues,
+		metric.WithUnit("{message}"),
+		metric.WithDescription("Deliveries the library returned to their queue itself, by why (acemq.requeue.reason); on a quorum queue each counts against its delivery limit.")))
 	return in
 }
 

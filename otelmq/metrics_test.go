@@ -49,6 +49,8 @@ func TestMetricsOfAMessageLife(t *testing.T) {
 	// The two events the scenario does not produce.
 	r.ins.OnEvent(context.Background(), mq.Event{Name: mq.EventRungMissing, Queue: "orders", Target: "orders.retry.1s"})
 	r.ins.OnEvent(context.Background(), mq.Event{Name: mq.EventSetAsideFailed, Queue: "orders", Target: "orders.dlq"})
+	r.ins.OnEvent(context.Background(), mq.Event{Name: mq.EventRequeued, Queue: "orders", Kind: "requeued"})
+	r.ins.OnEvent(context.Background(), mq.Event{Name: mq.EventRequeued, Queue: "orders", Kind: "cut short"})
 	got := r.collect()
 
 	want := []metricdata.Metrics{
@@ -91,6 +93,14 @@ func TestMetricsOfAMessageLife(t *testing.T) {
 			Name: "acemq.messages.set.aside.failed", Unit: "{message}",
 			Description: "Messages that could not be set aside in .dlq or .parked and were returned to their queue.",
 			Data:        sum(point(1, system, dest("orders"))),
+		},
+		{
+			Name: "acemq.message.requeues", Unit: "{message}",
+			Description: "Deliveries the library returned to their queue itself, by why (acemq.requeue.reason); on a quorum queue each counts against its delivery limit.",
+			Data: sum(
+				point(1, system, dest("orders"), attribute.String("acemq.requeue.reason", "requeued")),
+				point(1, system, dest("orders"), attribute.String("acemq.requeue.reason", "cut short")),
+			),
 		},
 		{
 			Name: "messaging.client.operation.duration", Unit: "s",

@@ -40,6 +40,9 @@ const (
 	ReasonKey = attribute.Key("acemq.reason")
 	// RetryKindKey is where a retry waits: in-process or broker.
 	RetryKindKey = attribute.Key("acemq.retry.kind")
+	// RequeueReasonKey is why the library returned a delivery to its queue
+	// (acemq.message.requeues): "cut short", "panic" or "requeued".
+	RequeueReasonKey = attribute.Key("acemq.requeue.reason")
 	// RetryWaitKey is a retry's wait, in milliseconds.
 	RetryWaitKey = attribute.Key("acemq.retry.wait_ms")
 	// TargetKey, on the events of a process span, is the queue a hop was
