@@ -564,6 +564,7 @@ func TestOtelMetrics(t *testing.T) {
 		},
 		"acemq.retry.rung.missing":        {{1, []attribute.KeyValue{sys, dest(q2)}}},
 		"acemq.messages.set.aside.failed": {{1, []attribute.KeyValue{sys, dest(q2)}}},
+		"acemq.message.requeues":          {{1, []attribute.KeyValue{sys, dest(q2), attribute.String("acemq.requeue.reason", "requeued")}}},
 	}
 	hists := map[string][]pt{
 		"messaging.client.operation.duration": sent,
@@ -576,6 +577,7 @@ func TestOtelMetrics(t *testing.T) {
 		"acemq.message.outcomes":              "{message}",
 		"acemq.retry.rung.missing":            "{message}",
 		"acemq.messages.set.aside.failed":     "{message}",
+		"acemq.message.requeues":              "{message}",
 		"messaging.client.operation.duration": "s",
 		"messaging.process.duration":          "s",
 	}
