@@ -37,7 +37,7 @@ func (x *declarer) Handle(ctx context.Context, d *mq.Delivery) error { return x.
 func (x *declarer) Subscribe(ctx context.Context, s *mq.Subscription) error {
 	exists, err := s.Broker.QueueExists(ctx, s.Queue)
 	if err == nil && !exists {
-		return fmt.Errorf("queue %q does not exist (reply 404 NOT_FOUND to a passive declare), so nothing is declared for it: %w", s.Queue, mq.ErrNotFound)
+		return fmt.Errorf("DeclareOnStart: queue %q does not exist (reply 404 NOT_FOUND to a passive declare), so nothing is declared for it: %w", s.Queue, mq.ErrNotFound)
 	}
 	if err == nil {
 		err = s.Broker.Declare(ctx, topology.ForConsumer(s.Queue, s.RetryPolicy()))
@@ -46,5 +46,8 @@ func (x *declarer) Subscribe(ctx context.Context, s *mq.Subscription) error {
 		s.Logger.WarnContext(ctx, "acemq.declare.failed", "error", err)
 		return nil
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("DeclareOnStart: %w", err)
+	}
+	return nil
 }

@@ -322,7 +322,7 @@ func (c *Consumer) subscribe(ctx context.Context, resub bool) (*subscription, er
 	for _, h := range c.built {
 		if s, ok := h.(Subscriber); ok {
 			if err := s.Subscribe(ctx, info); err != nil {
-				return nil, fmt.Errorf("mq: consumer of %q: %T before subscribing: %w", c.queue, h, err)
+				return nil, fmt.Errorf("mq: consumer of %q: before subscribing: %w", c.queue, err)
 			}
 		}
 	}
@@ -686,7 +686,7 @@ func (c *Consumer) finish(err error) {
 	for i := len(c.built) - 1; i >= 0; i-- {
 		if s, ok := c.built[i].(Stopper); ok {
 			if serr := s.Stop(ctx); serr != nil {
-				errs = append(errs, fmt.Errorf("mq: consumer of %q: %T at stop: %w", c.queue, c.built[i], serr))
+				errs = append(errs, fmt.Errorf("mq: consumer of %q: at stop: %w", c.queue, serr))
 			}
 		}
 	}
@@ -712,7 +712,7 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 	d.calls++
 	if len(a.hooks) == 0 {
 		err = a.next.Handle(ctx, d)
-		d.finished()
+		d.finished(err)
 		return err
 	}
 	for _, h := range a.hooks {
@@ -720,7 +720,7 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			d.finished()
+			d.finished(errPanicked)
 			pe := NewPanicError(r)
 			for i := len(a.hooks) - 1; i >= 0; i-- {
 				a.hooks[i].OnAttemptDone(ctx, d, pe)
@@ -729,7 +729,7 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 		}
 	}()
 	err = a.next.Handle(ctx, d)
-	d.finished()
+	d.finished(err)
 	for i := len(a.hooks) - 1; i >= 0; i-- {
 		a.hooks[i].OnAttemptDone(ctx, d, err)
 	}
@@ -739,11 +739,20 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 // finished notes that the attempt the handler just returned from counts as
 // used — unless the consumer cut it short (lost channel, stop deadline):
 // then its redelivery is the same attempt again.
-func (d *Delivery) finished() {
+//
+// It is also where a success becomes the ack outcome, so the middleware
+// around the handler reads OutcomeAck before the runtime settles.
+func (d *Delivery) finished(err error) {
 	if d.sub == nil || d.sub.ctx.Err() == nil {
 		d.used = d.attempt
 	}
+	if err == nil && d.outcome == "" {
+		d.outcome = OutcomeAck
+	}
 }
+
+// errPanicked stands for the error of an attempt that panicked.
+var errPanicked = errors.New("mq: the handler panicked")
 
 // PanicError is a panic recovered from a handler, as an error.
 type PanicError struct {
