@@ -32,6 +32,7 @@ type Broker struct {
 	endLife    context.CancelFunc
 	supDone    chan struct{}
 	next       int // index of the next URL to dial
+	frameSize  atomic.Int64 // frame_max of the last connection (0: none yet)
 	gen        uint64
 	publishers map[*Publisher]struct{}
 	consumers  map[*Consumer]struct{}
@@ -43,7 +44,9 @@ type Broker struct {
 // conn is one generation of the connection.
 type conn struct {
 	c      *amqp.Connection
-	netc   net.Conn // the TCP connection under c: closing it aborts everything on c
+	netc   *socket // the TCP connection under c: closing it aborts everything on c
+	closes chan *amqp.Error
+	blocks chan amqp.Blocking
 	gen    uint64
 	url    string // redacted
 	server string // host:port
@@ -203,18 +206,47 @@ func (b *Broker) dialNext(ctx context.Context) (*conn, error) {
 		}
 		return nil, fmt.Errorf("mq: dial %s: %w", red, err)
 	}
-	return &conn{c: ac, netc: netc, gen: gen, url: red, server: server, lost: make(chan struct{})}, nil
+	c := &conn{c: ac, netc: netc, gen: gen, url: red, server: server, lost: make(chan struct{})}
+	// Registered the moment the connection is open (not when the
+	// supervisor gets to it), so a connection.blocked the broker sends
+	// right after open is seen.
+	c.blocks = ac.NotifyBlocked(make(chan amqp.Blocking, 4))
+	c.closes = ac.NotifyClose(make(chan *amqp.Error, 1))
+	b.frameSize.Store(int64(c.frameMax()))
+	return c, nil
+}
+
+// frameMax is the frame_max negotiated on c.
+func (c *conn) frameMax() int { return c.c.Config.FrameSize }
+
+// frameMax is the frame_max of the live connection, or of the last one, or
+// amqp091-go's default before the first: what a hop is fitted to.
+func (b *Broker) frameMax() int {
+	if st := b.stateNow(); st != nil {
+		return st.frameMax()
+	}
+	if n := b.frameSize.Load(); n > 0 {
+		return int(n)
+	}
+	return defaultFrameMax
+}
+
+// stallAfter is how long a write to the socket may move no byte before the
+// connection is declared dead (see socket): two heartbeat intervals, when
+// the broker would have given up on the connection too.
+func (b *Broker) stallAfter() time.Duration {
+	return max(2*b.cfg.Heartbeat, time.Second)
 }
 
 // dial opens one AMQP connection; the TCP connect, TLS and AMQP handshakes
 // all end at ctx's end or after DialTimeout, whichever comes first.
-func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, net.Conn, string, error) {
+func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, *socket, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, "", err
 	}
 	var (
 		mu     sync.Mutex
-		netc   net.Conn
+		netc   *socket
 		server string
 	)
 	stop := context.AfterFunc(ctx, func() {
@@ -242,11 +274,12 @@ func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, net.Co
 			if err != nil {
 				return nil, err
 			}
-			_ = c.SetDeadline(deadline)
+			sc := newSocket(c, b.stallAfter())
+			_ = sc.SetDeadline(deadline)
 			mu.Lock()
-			netc, server = c, addr
+			netc, server = sc, addr
 			mu.Unlock()
-			return c, nil
+			return sc, nil
 		},
 	}
 	if b.cfg.TLS != nil {
@@ -300,6 +333,7 @@ func (b *Broker) setStateLocked(c *conn) {
 // Close.
 func (b *Broker) supervise(c *conn) {
 	defer close(b.supDone)
+	g := flapGuard{upAt: time.Now()}
 	for {
 		err := b.watch(c)
 		b.mu.Lock()
@@ -309,13 +343,31 @@ func (b *Broker) supervise(c *conn) {
 		b.mu.Unlock()
 		close(c.lost)
 		c.setBlocked(false, "")
+		// The connection is gone: so is its socket, now. amqp091-go closes
+		// it only at the end of its shutdown, which waits for the lock of
+		// a publish blocked writing to that very socket.
+		if c.netc != nil {
+			_ = c.netc.Close()
+		}
 		if b.life.Err() != nil {
 			_ = c.c.Close()
 			return
 		}
 		b.log.Warn(EventConnectionLost, "url", c.url, "error", err)
 		lostAt := time.Now()
-		for attempt := 0; ; attempt++ {
+		// A connection that died soon after it came up counts as a failed
+		// attempt: the backoff goes on growing across such flaps.
+		flaps := g.down(lostAt)
+		if wait := b.flapWait(flaps); wait > 0 {
+			if g.alarm() {
+				b.log.Warn(EventConnectionFlapping, "url", c.url, "flaps", flaps, "error", err, "retry_in", wait)
+				b.hooks.emit(context.Background(), Event{Name: EventConnectionFlapping, Err: err})
+			}
+			if !sleep(b.life, wait) {
+				return
+			}
+		}
+		for attempt := flaps; ; attempt++ {
 			nc, derr := b.dialNext(b.life)
 			if derr == nil {
 				c = nc
@@ -330,6 +382,7 @@ func (b *Broker) supervise(c *conn) {
 				return
 			}
 		}
+		g.up(time.Now())
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()
@@ -345,8 +398,7 @@ func (b *Broker) supervise(c *conn) {
 // watch blocks until c is lost or the broker closes, tracking
 // connection.blocked on the way.
 func (b *Broker) watch(c *conn) error {
-	closes := c.c.NotifyClose(make(chan *amqp.Error, 1))
-	blocks := c.c.NotifyBlocked(make(chan amqp.Blocking, 4))
+	closes, blocks := c.closes, c.blocks
 	for {
 		select {
 		case e, ok := <-closes:
@@ -383,6 +435,9 @@ func (c *conn) setBlocked(active bool, reason string) {
 		close(c.unblocked)
 		c.unblocked, c.reason = nil, ""
 		c.blocked.Store(false)
+	}
+	if c.netc != nil {
+		c.netc.blocked.Store(c.unblocked != nil)
 	}
 }
 
@@ -637,7 +692,7 @@ func (b *Broker) Close(ctx context.Context) error {
 	st, supDone := b.state, b.supDone
 	b.mu.Unlock()
 	for _, p := range publishers {
-		p.Close()
+		p.close(ctx)
 	}
 	b.endLife()
 	if st != nil {
