@@ -59,8 +59,8 @@ func TestHardeningExactReturns(t *testing.T) {
 	}
 	const pairs = 200
 	var (
-		wg                     sync.WaitGroup
-		mu                     sync.Mutex
+		wg                    sync.WaitGroup
+		mu                    sync.Mutex
 		silent, falseReturned int
 	)
 	for i := range pairs {

@@ -31,7 +31,7 @@ type Broker struct {
 	life       context.Context // ends at Close
 	endLife    context.CancelFunc
 	supDone    chan struct{}
-	next       int // index of the next URL to dial
+	next       int          // index of the next URL to dial
 	frameSize  atomic.Int64 // frame_max of the last connection (0: none yet)
 	gen        uint64
 	publishers map[*Publisher]struct{}

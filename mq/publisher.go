@@ -833,8 +833,8 @@ type pubChannel struct {
 
 	mu       sync.Mutex
 	live     map[fingerprint]*amqp.DeferredConfirmation // the mandatory publish in flight for each fingerprint (nil: being sent)
-	q        []returnable // mandatory publishes in flight, in the order sent; q[0] is number base
-	arr      []returnable // q's array, from its start: reused, so a steady flow allocates nothing
+	q        []returnable                               // mandatory publishes in flight, in the order sent; q[0] is number base
+	arr      []returnable                               // q's array, from its start: reused, so a steady flow allocates nothing
 	base     uint64
 	closeErr *amqp.Error
 
