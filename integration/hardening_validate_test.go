@@ -262,3 +262,30 @@ func TestHardeningCancelledContextSendsNothing(t *testing.T) {
 		t.Errorf("the queue holds %d messages; want only the marker (nothing sent with a cancelled context)", n)
 	}
 }
+
+// Item 8: a connection.blocked the broker sends right after open (a
+// connection opened during a resource alarm) is seen, every time: the
+// landed code registered its listener late and amqp091-go drops
+// notifications nobody listens for.
+func TestHardeningBlockedRightAfterOpen(t *testing.T) {
+	proxy, u := testenv.Proxy(t)
+	proxy.BlockAfterHandshake("memory alarm (injected)")
+	missed := 0
+	const runs = 20
+	for i := range runs {
+		b := mq.New(mq.Config{URLs: []string{u}, ConnectionName: testenv.Name(t), Logger: testenv.Discard()})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := b.Start(ctx); err != nil {
+			cancel()
+			t.Fatalf("start %d: %v", i, err)
+		}
+		if !testenv.Poll(500*time.Millisecond, b.Blocked) {
+			missed++
+		}
+		_ = b.Close(ctx)
+		cancel()
+	}
+	if missed > 0 {
+		t.Errorf("%d of %d connections missed the connection.blocked sent right after open", missed, runs)
+	}
+}

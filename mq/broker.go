@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,6 +213,7 @@ func (b *Broker) dialNext(ctx context.Context) (*conn, error) {
 	// right after open is seen.
 	c.blocks = ac.NotifyBlocked(make(chan amqp.Blocking, 4))
 	c.closes = ac.NotifyClose(make(chan *amqp.Error, 1))
+	netc.release() // see socket: frames after open-ok reach amqp091-go only now
 	b.frameSize.Store(int64(c.frameMax()))
 	return c, nil
 }
@@ -274,7 +276,7 @@ func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, *socke
 			if err != nil {
 				return nil, err
 			}
-			sc := newSocket(c, b.stallAfter())
+			sc := newSocket(c, b.stallAfter(), !strings.HasPrefix(strings.ToLower(raw), "amqps:"))
 			_ = sc.SetDeadline(deadline)
 			mu.Lock()
 			netc, server = sc, addr
@@ -287,6 +289,11 @@ func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, *socke
 	}
 	ac, err := amqp.DialConfig(raw, acfg)
 	if !stop() && err == nil { // ctx ended as the handshake finished
+		mu.Lock()
+		if netc != nil {
+			_ = netc.Close() // the AfterFunc closed it: this only opens the gate (see socket)
+		}
+		mu.Unlock()
 		_ = ac.Close()
 		return nil, nil, "", ctx.Err()
 	}

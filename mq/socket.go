@@ -1,6 +1,7 @@
 package mq
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -29,10 +30,97 @@ type socket struct {
 	mu       sync.Mutex
 	deadline time.Time // the write deadline this socket set; zero when none is set
 	closed   atomic.Bool
+
+	// The open gate (plain amqp:// only, where the library sees the
+	// frames): reads stop right after connection.open-ok until release,
+	// so that no frame after the handshake (a connection.blocked sent at
+	// once) reaches amqp091-go before the connection's listeners are
+	// registered. amqp091-go drops notifications nobody listens for.
+	gated    bool
+	opened   bool          // open-ok went through; later bytes wait for released
+	held     []byte        // bytes read past open-ok, served once released
+	released chan struct{} // closed by release
+	frame    frameScan
 }
 
-func newSocket(c net.Conn, stall time.Duration) *socket {
-	return &socket{Conn: c, stall: stall}
+func newSocket(c net.Conn, stall time.Duration, gate bool) *socket {
+	return &socket{Conn: c, stall: stall, gated: gate, released: make(chan struct{})}
+}
+
+// Read reads, holding back what follows connection.open-ok until release
+// (see gated). Only amqp091-go's reader goroutine calls it.
+func (s *socket) Read(b []byte) (int, error) {
+	if !s.gated {
+		return s.Conn.Read(b)
+	}
+	if s.opened {
+		<-s.released
+		if len(s.held) > 0 {
+			n := copy(b, s.held)
+			s.held = s.held[n:]
+			return n, nil
+		}
+		s.gated = false
+		return s.Conn.Read(b)
+	}
+	n, err := s.Conn.Read(b)
+	if end, ok := s.frame.scan(b[:n]); ok {
+		s.opened = true
+		s.held = append([]byte(nil), b[end:n]...)
+		n = end
+	}
+	return n, err
+}
+
+// release lets reads past connection.open-ok through.
+func (s *socket) release() {
+	select {
+	case <-s.released:
+	default:
+		close(s.released)
+	}
+}
+
+// frameScan follows the AMQP frames of the broker-to-client stream during
+// the handshake.
+type frameScan struct {
+	hdr       [7]byte
+	hn        int
+	head      [4]byte
+	headN     int
+	remaining int // payload and frame-end bytes still to come
+}
+
+// scan consumes b and reports the offset just past connection.open-ok
+// when that frame ends within b.
+func (f *frameScan) scan(b []byte) (int, bool) {
+	n := 0
+	for n < len(b) {
+		if f.hn < len(f.hdr) {
+			k := copy(f.hdr[f.hn:], b[n:])
+			f.hn += k
+			n += k
+			if f.hn == len(f.hdr) {
+				f.remaining = int(binary.BigEndian.Uint32(f.hdr[3:7])) + 1
+				f.headN = 0
+			}
+			continue
+		}
+		k := min(f.remaining, len(b)-n)
+		if f.headN < len(f.head) {
+			f.headN += copy(f.head[f.headN:], b[n:n+k])
+		}
+		f.remaining -= k
+		n += k
+		if f.remaining == 0 {
+			f.hn = 0
+			if f.hdr[0] == 1 && f.hdr[1] == 0 && f.hdr[2] == 0 && f.headN == 4 &&
+				binary.BigEndian.Uint16(f.head[0:2]) == 10 && binary.BigEndian.Uint16(f.head[2:4]) == 41 {
+				return n, true
+			}
+		}
+	}
+	return n, false
 }
 
 // Write writes b, re-arming the write deadline as bytes move.
@@ -90,10 +178,13 @@ func (s *socket) SetWriteDeadline(t time.Time) error {
 	return s.Conn.SetWriteDeadline(t)
 }
 
-// Close closes the socket; idempotent.
+// Close closes the socket; idempotent. A read held at the open gate ends
+// with the close error.
 func (s *socket) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	return s.Conn.Close()
+	err := s.Conn.Close()
+	s.release()
+	return err
 }

@@ -20,7 +20,8 @@ type Proxy struct {
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
 	refuse  bool
-	flap    bool // close each connection right after its AMQP handshake
+	flap    bool   // close each connection right after its AMQP handshake
+	blockAt string // non-empty: send connection.blocked with this reason right after each handshake
 	deaf    bool // stop reading from clients and keep their sockets open
 	opened  atomic.Int64
 	stalled [2]bool              // [toBroker, toClient]: hold bytes instead of forwarding them
@@ -111,6 +112,15 @@ func (p *Proxy) StopReading(on bool) {
 	p.mu.Unlock()
 }
 
+// BlockAfterHandshake makes the proxy slip a connection.blocked with
+// reason into every new connection right after connection.open-ok, as a
+// broker under a resource alarm does; "" stops it.
+func (p *Proxy) BlockAfterHandshake(reason string) {
+	p.mu.Lock()
+	p.blockAt = reason
+	p.mu.Unlock()
+}
+
 // Opened is how many AMQP connections completed their handshake through
 // the proxy (connection.open-ok seen).
 func (p *Proxy) Opened() int64 { return p.opened.Load() }
@@ -150,8 +160,11 @@ func (p *Proxy) accept() {
 		f.onOpen = func() {
 			p.opened.Add(1)
 			p.mu.Lock()
-			flap := p.flap
+			flap, reason := p.flap, p.blockAt
 			p.mu.Unlock()
+			if reason != "" {
+				f.pending = append(f.pending, methodFrame(append([]byte{0, 10, 0, 60, byte(len(reason))}, reason...)))
+			}
 			if flap {
 				_ = c.Close()
 				_ = up.Close()
@@ -179,6 +192,14 @@ func (p *Proxy) SendBlocked(reason string) {
 	p.sendToClients(append([]byte{0, 10, 0, 60, byte(len(reason))}, reason...))
 }
 
+// methodFrame frames a method payload on channel 0.
+func methodFrame(payload []byte) []byte {
+	frame := make([]byte, 7, 7+len(payload)+1)
+	frame[0] = 1
+	binary.BigEndian.PutUint32(frame[3:7], uint32(len(payload)))
+	return append(append(frame, payload...), 0xCE)
+}
+
 // SendUnblocked slips a connection.unblocked frame into every
 // broker-to-client stream (see SendBlocked).
 func (p *Proxy) SendUnblocked() {
@@ -188,10 +209,7 @@ func (p *Proxy) SendUnblocked() {
 // sendToClients frames a connection-level method payload and queues it on
 // every broker-to-client stream.
 func (p *Proxy) sendToClients(payload []byte) {
-	frame := make([]byte, 7, 7+len(payload)+1)
-	frame[0] = 1 // method frame, channel 0
-	binary.BigEndian.PutUint32(frame[3:7], uint32(len(payload)))
-	frame = append(append(frame, payload...), 0xCE)
+	frame := methodFrame(payload)
 	p.mu.Lock()
 	fs := make([]*framer, 0, len(p.framers))
 	for _, f := range p.framers {
