@@ -22,7 +22,7 @@ type Proxy struct {
 	refuse  bool
 	flap    bool   // close each connection right after its AMQP handshake
 	blockAt string // non-empty: send connection.blocked with this reason right after each handshake
-	deaf    bool // stop reading from clients and keep their sockets open
+	deaf    bool   // stop reading from clients and keep their sockets open
 	opened  atomic.Int64
 	stalled [2]bool              // [toBroker, toClient]: hold bytes instead of forwarding them
 	resume  chan struct{}        // closed (and replaced) when a stall ends or a Cut happens
