@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -198,7 +199,7 @@ func normalizeTable(path string, t amqp.Table, depth int) (_ amqp.Table, size in
 		if len(k) > MaxShortString {
 			return nil, 0, false, invalid(path+" key "+strconv.Quote(truncateKey(k)), "is %d bytes, at most %d", len(k), MaxShortString)
 		}
-		nv, n, ch, err := normalizeField(path+" "+strconv.Quote(truncateKey(k)), v, depth)
+		nv, n, ch, err := normalizeField(childPath(path, depth, strconv.Quote(truncateKey(k))), v, depth)
 		if err != nil {
 			return nil, 0, false, err
 		}
@@ -265,7 +266,7 @@ func normalizeField(path string, v any, depth int) (any, int, bool, error) {
 		size := 5
 		var out []any
 		for i, e := range x {
-			ne, n, changed, err := normalizeField(fmt.Sprintf("%s[%d]", path, i), e, depth+1)
+			ne, n, changed, err := normalizeField(childPath(path, depth+1, fmt.Sprintf("[%d]", i)), e, depth+1)
 			if err != nil {
 				return nil, 0, false, err
 			}
@@ -283,6 +284,22 @@ func normalizeField(path string, v any, depth int) (any, int, bool, error) {
 		return out, size, true, nil
 	}
 	return nil, 0, false, invalid(path, "is a %T, which AMQP cannot carry (use bool, the sized integers, int, float32/64, string, []byte, time.Time, amqp.Decimal, amqp.Table or []any)", v)
+}
+
+// childPath names a value inside path: its key or index, up to three
+// levels deep, then "…".
+func childPath(path string, depth int, step string) string {
+	switch {
+	case depth < 3:
+		if step[0] == '[' {
+			return path + step
+		}
+		return path + " " + step
+	case strings.HasSuffix(path, " …"):
+		return path
+	default:
+		return path + " …"
+	}
 }
 
 func truncateKey(k string) string {
