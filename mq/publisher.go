@@ -263,25 +263,25 @@ func (p *Publisher) write(ctx context.Context, key string, cp checkedPublish) (f
 		var seq uint64
 		if p.mandatory {
 			var busy *amqp.DeferredConfirmation
-			seq, busy = pc.add(fingerprint{key, cp.pub.MessageId})
-			if busy != nil {
+			var ok bool
+			seq, busy, ok = pc.tryAdd(fingerprint{key, cp.pub.MessageId})
+			if !ok {
 				// A publish with the same routing key and message id is in
 				// flight: a return could not be told apart. Wait for its
 				// confirm, then go again.
 				<-p.sem
-				select {
-				case <-busy.Done():
-				case <-pc.over:
-				case <-ctx.Done():
-					return flight{}, fmt.Errorf("mq: publish to %s: %w (nothing was sent: waiting for a publish with the same message id)", p.dest(key), ctx.Err())
+				if err := waitConfirm(ctx, busy, pc); err != nil {
+					return flight{}, fmt.Errorf("mq: publish to %s: %w (nothing was sent: waiting for a publish with the same message id)", p.dest(key), err)
 				}
 				continue
 			}
 		}
-		dc, err, abandoned := p.put(ctx, pc, key, cp.pub, seq)
-		if abandoned {
-			return flight{}, fmt.Errorf("mq: publish to %s: %w (the write to the socket had not finished: the message may or may not reach the broker)", p.dest(key), ctx.Err())
+		pub := cp.pub
+		one := [1]pubItem{{pub: &pub, seq: seq}}
+		if p.put(ctx, pc, key, one[:]) {
+			return flight{}, errAbandoned(p.dest(key), ctx.Err())
 		}
+		dc, err := one[0].dc, one[0].err
 		if err == nil && dc != nil {
 			return flight{pc: pc, dc: dc, seq: seq, mandatory: p.mandatory}, nil
 		}
@@ -304,69 +304,177 @@ func (p *Publisher) write(ctx context.Context, key string, cp checkedPublish) (f
 	}
 }
 
+// waitConfirm waits for dc (nil: none to wait for), the end of pc, or ctx.
+func waitConfirm(ctx context.Context, dc *amqp.DeferredConfirmation, pc *pubChannel) error {
+	if dc == nil {
+		return ctx.Err()
+	}
+	select {
+	case <-dc.Done():
+	case <-pc.over:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// writeMany writes the publishes at idx of cps (a batch's, all to key) in
+// one go on the current channel, as far as it can without two equal
+// fingerprints in flight, and fills flights and errs for those it handled
+// (errResend: write it again on its own). It returns how many of idx it
+// handled: 0 with err nil means the first must go through write (it waits
+// for a publish with its fingerprint); err is the whole write's failure.
+func (p *Publisher) writeMany(ctx context.Context, key string, cps []checkedPublish, idx []int, flights []flight, errs []error) (int, error) {
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return 0, p.b.stateNow().blockedErr(fmt.Errorf("mq: publish to %s: %w", p.dest(key), ctx.Err()))
+	}
+	if err := ctx.Err(); err != nil {
+		<-p.sem
+		return 0, fmt.Errorf("mq: publish to %s: %w (nothing was sent)", p.dest(key), err)
+	}
+	if st := p.b.stateNow(); st != nil {
+		if err := st.waitUnblocked(ctx); err != nil {
+			<-p.sem
+			return 0, err
+		}
+	}
+	pc, err := p.channel(ctx)
+	if err == nil {
+		err = pc.st.waitUnblocked(ctx)
+	}
+	if err != nil {
+		<-p.sem
+		return 0, err
+	}
+	frameMax := pc.st.frameMax()
+	items := make([]pubItem, 0, len(idx))
+	sent := make([]int, 0, len(idx))
+	n := 0
+	for _, i := range idx {
+		if err := cps[i].fitsFrame(frameMax); err != nil {
+			errs[i] = fmt.Errorf("mq: publish to %s: %w", p.dest(key), err)
+			n++
+			continue
+		}
+		var seq uint64
+		if p.mandatory {
+			var ok bool
+			if seq, _, ok = pc.tryAdd(fingerprint{key, cps[i].pub.MessageId}); !ok {
+				break
+			}
+		}
+		items = append(items, pubItem{pub: &cps[i].pub, seq: seq})
+		sent = append(sent, i)
+		n++
+	}
+	if len(items) == 0 {
+		<-p.sem
+		return n, nil
+	}
+	if p.put(ctx, pc, key, items) {
+		for _, i := range sent {
+			errs[i] = errAbandoned(p.dest(key), ctx.Err())
+		}
+		return n, nil
+	}
+	for k, it := range items {
+		i := sent[k]
+		if it.err == nil && it.dc != nil {
+			flights[i] = flight{pc: pc, dc: it.dc, seq: it.seq, mandatory: p.mandatory}
+			continue
+		}
+		if p.mandatory {
+			pc.done(it.seq) // never sent
+		}
+		errs[i] = errResend
+	}
+	return n, nil
+}
+
+func errAbandoned(dest string, err error) error {
+	return fmt.Errorf("mq: publish to %s: %w (the write to the socket had not finished: the message may or may not reach the broker)", dest, err)
+}
+
 // isCallerError reports an error amqp091-go returns before writing
 // anything (the validator is meant to catch these first).
 func isCallerError(err error) bool {
 	return errors.Is(err, amqp.ErrFieldType)
 }
 
-// pubReq is one publish handed to a channel's writer goroutine.
+// pubItem is one publish of a write: what to send and, once written, its
+// confirmation or the write's error.
+type pubItem struct {
+	pub *amqp.Publishing
+	seq uint64
+	dc  *amqp.DeferredConfirmation
+	err error
+}
+
+// pubReq is a write handed to a channel's writer goroutine: one publish,
+// or a batch's run of them.
 type pubReq struct {
 	key     string
-	pub     *amqp.Publishing
-	seq     uint64
-	dc      *amqp.DeferredConfirmation
-	err     error
+	items   []pubItem
 	claimed atomic.Bool // by the writer to deliver, or by the caller to give up
 	done    chan struct{}
 }
 
-// put writes one publish on pc and releases p.sem once the write is over.
-// With a ctx that can end, the write happens on pc's writer goroutine, so
-// that a socket that stopped draining cannot hold the caller past ctx's
-// end: abandoned then reports that the caller gave up mid-write (the write
-// finishes or fails later; its outcome is nobody's).
-func (p *Publisher) put(ctx context.Context, pc *pubChannel, key string, pub amqp.Publishing, seq uint64) (dc *amqp.DeferredConfirmation, err error, abandoned bool) {
+// put writes items (in order) on pc and releases p.sem once the write is
+// over. With a ctx that can end, the write happens on pc's writer
+// goroutine, so that a socket that stopped draining cannot hold the caller
+// past ctx's end: abandoned then reports that the caller gave up mid-write
+// (the write finishes or fails later; its outcome is nobody's). Otherwise
+// each item holds its confirmation or its write error.
+func (p *Publisher) put(ctx context.Context, pc *pubChannel, key string, items []pubItem) (abandoned bool) {
 	if ctx.Done() == nil {
-		dc, err = pc.publish(key, p.mandatory, seq, pub)
+		pc.publishAll(key, p.mandatory, items)
 		<-p.sem
-		return dc, err, false
+		return false
 	}
-	r := &pubReq{key: key, pub: &pub, seq: seq, done: make(chan struct{})}
+	r := &pubReq{key: key, items: items, done: make(chan struct{})}
 	select {
 	case pc.reqs <- r:
 	case <-pc.over:
 		<-p.sem
-		return nil, amqp.ErrClosed, false
+		for k := range items {
+			items[k].err = amqp.ErrClosed
+		}
+		return false
 	case <-ctx.Done():
 		<-p.sem
 		if p.mandatory {
-			pc.done(seq)
+			for _, it := range items {
+				pc.done(it.seq)
+			}
 		}
-		return nil, nil, true
+		return true
 	}
 	select {
 	case <-r.done:
-		return r.dc, r.err, false
+		return false
 	case <-ctx.Done():
 		if r.claimed.CompareAndSwap(false, true) {
-			return nil, nil, true
+			return true
 		}
 		<-r.done // the writer finished as ctx ended: its result stands
-		return r.dc, r.err, false
+		return false
 	}
 }
 
-// publish writes one publish on the channel and records it.
-func (pc *pubChannel) publish(key string, mandatory bool, seq uint64, pub amqp.Publishing) (*amqp.DeferredConfirmation, error) {
-	dc, err := pc.ch.PublishWithDeferredConfirm(pc.exchange, key, mandatory, false, pub)
-	if mandatory {
-		pc.sent(seq, dc) // before the next publish: see onReturn
+// publishAll writes items on the channel and records each.
+func (pc *pubChannel) publishAll(key string, mandatory bool, items []pubItem) {
+	for k := range items {
+		it := &items[k]
+		it.dc, it.err = pc.ch.PublishWithDeferredConfirm(pc.exchange, key, mandatory, false, *it.pub)
+		if mandatory {
+			pc.sent(it.seq, it.dc) // before the next publish: see onReturn
+		}
+		if it.err == nil && it.dc != nil {
+			pc.inflight.Add(1)
+		}
 	}
-	if err == nil && dc != nil {
-		pc.inflight.Add(1)
-	}
-	return dc, err
 }
 
 // writer runs the writes of publishes whose context can end (see put),
@@ -376,22 +484,23 @@ func (pc *pubChannel) writer(p *Publisher) {
 	for {
 		select {
 		case r := <-pc.reqs:
-			dc, err := pc.publish(r.key, p.mandatory, r.seq, *r.pub)
+			pc.publishAll(r.key, p.mandatory, r.items)
 			<-p.sem
-			r.dc, r.err = dc, err
 			if r.claimed.CompareAndSwap(false, true) {
 				close(r.done)
 				continue
 			}
 			// The caller gave up mid-write: settle the bookkeeping alone.
-			switch {
-			case err == nil && dc != nil:
-				if p.mandatory {
-					pc.abandon(r.seq)
+			for _, it := range r.items {
+				switch {
+				case it.err == nil && it.dc != nil:
+					if p.mandatory {
+						pc.abandon(it.seq)
+					}
+					pc.landed()
+				case p.mandatory:
+					pc.done(it.seq)
 				}
-				pc.landed()
-			case p.mandatory:
-				pc.done(r.seq)
 			}
 		case <-pc.over:
 			return
@@ -713,9 +822,10 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 	if len(hooks) > 0 {
 		hk = make([]hooked, len(msgs))
 	}
-	// First round: each message is written as soon as it is ready, so the
-	// broker starts on the batch while the rest is prepared.
-	var failed error
+	// First round: every message is prepared (hooks, validator), then
+	// written in one go (one hand-over to the channel's writer for the
+	// whole run, rather than one per message).
+	pending := make([]int, 0, len(msgs))
 	for i := range msgs {
 		m := msgs[i]
 		if len(hooks) > 0 {
@@ -740,14 +850,40 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 			continue
 		}
 		checked[i] = cp
-		if failed == nil {
-			flights[i], failed = p.write(ctx, routingKey, cp)
-			if errors.Is(failed, ErrInvalid) { // too big for this connection's frames: this one only
-				errs[i], failed = failed, nil
-				continue
-			}
+		pending = append(pending, i)
+	}
+	var failed error
+	for len(pending) > 0 {
+		n, err := p.writeMany(ctx, routingKey, checked, pending, flights, errs)
+		if err != nil {
+			failed = err
+			break
 		}
-		if failed != nil {
+		if n == 0 { // its fingerprint is in flight: write it alone, which waits
+			i := pending[0]
+			flights[i], err = p.write(ctx, routingKey, checked[i])
+			switch {
+			case errors.Is(err, ErrInvalid):
+				errs[i] = err
+			case err != nil:
+				failed = err
+			}
+			if failed != nil {
+				break
+			}
+			n = 1
+		}
+		pending = pending[n:]
+	}
+	for _, i := range pending {
+		errs[i] = failed
+	}
+	for i := range errs { // written when its channel was dying: again, on its own
+		if errs[i] == errResend {
+			errs[i] = nil
+			if failed == nil {
+				flights[i], failed = p.write(ctx, routingKey, checked[i])
+			}
 			errs[i] = failed
 		}
 	}
@@ -880,10 +1016,17 @@ const retireAfterNacks = 2
 // nothing. The broker returns a message by routing key and properties
 // only, so two such publishes in flight at once could not be told apart.
 func (pc *pubChannel) add(fp fingerprint) (uint64, *amqp.DeferredConfirmation) {
+	seq, busy, _ := pc.tryAdd(fp)
+	return seq, busy
+}
+
+// tryAdd is add that also reports a conflict with a publish queued in the
+// same write and not sent yet (ok false, busy nil).
+func (pc *pubChannel) tryAdd(fp fingerprint) (seq uint64, busy *amqp.DeferredConfirmation, ok bool) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	if dc, ok := pc.live[fp]; ok && dc != nil && !isDone(dc) {
-		return 0, dc
+	if dc, found := pc.live[fp]; found && (dc == nil || !isDone(dc)) {
+		return 0, dc, false
 	}
 	if pc.live == nil {
 		pc.live = map[fingerprint]*amqp.DeferredConfirmation{}
@@ -901,7 +1044,7 @@ func (pc *pubChannel) add(fp fingerprint) (uint64, *amqp.DeferredConfirmation) {
 		}
 	}
 	pc.q = append(pc.q, returnable{fp: fp})
-	return pc.base + uint64(len(pc.q)) - 1, nil
+	return pc.base + uint64(len(pc.q)) - 1, nil, true
 }
 
 // sent records publish seq's deferred confirmation (nil: it was not sent).
