@@ -36,11 +36,12 @@ type socket struct {
 	// so that no frame after the handshake (a connection.blocked sent at
 	// once) reaches amqp091-go before the connection's listeners are
 	// registered. amqp091-go drops notifications nobody listens for.
-	gated    bool
-	opened   bool          // open-ok went through; later bytes wait for released
-	held     []byte        // bytes read past open-ok, served once released
-	released chan struct{} // closed by release
-	frame    frameScan
+	gated       bool
+	opened      bool          // open-ok went through; later bytes wait for released
+	held        []byte        // bytes read past open-ok, served once released
+	released    chan struct{} // closed by release
+	releaseOnce sync.Once
+	frame       frameScan
 }
 
 func newSocket(c net.Conn, stall time.Duration, gate bool) *socket {
@@ -73,13 +74,7 @@ func (s *socket) Read(b []byte) (int, error) {
 }
 
 // release lets reads past connection.open-ok through.
-func (s *socket) release() {
-	select {
-	case <-s.released:
-	default:
-		close(s.released)
-	}
-}
+func (s *socket) release() { s.releaseOnce.Do(func() { close(s.released) }) }
 
 // frameScan follows the AMQP frames of the broker-to-client stream during
 // the handshake.
