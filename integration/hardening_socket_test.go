@@ -43,14 +43,14 @@ func hardStall(ctx context.Context, pub *mq.Publisher, q string, d time.Duration
 			}
 		})
 	}
-	done = chaosWaitGroup(&wg, d+15*time.Second)
+	done = hardWait(&wg, d+15*time.Second)
 	mu.Lock()
 	defer mu.Unlock()
 	return longest, timedOut, calls, done
 }
 
-// chaosWaitGroup waits for wg at most d.
-func chaosWaitGroup(wg *sync.WaitGroup, d time.Duration) bool {
+// hardWait waits for wg at most d.
+func hardWait(wg *sync.WaitGroup, d time.Duration) bool {
 	ch := make(chan struct{})
 	go func() { wg.Wait(); close(ch) }()
 	select {
@@ -130,7 +130,7 @@ func TestHardeningStalledSocket(t *testing.T) {
 	} else {
 		t.Logf("Broker.Close(3 s) on a stalled socket returned after %v", took.Round(time.Millisecond))
 	}
-	if !chaosWaitGroup(&wg, 10*time.Second) {
+	if !hardWait(&wg, 10*time.Second) {
 		t.Errorf("publishes still running 10 s after Close")
 	}
 }
