@@ -3,12 +3,15 @@ package mq
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"strings"
+	"net/url"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -218,6 +221,49 @@ func (b *Broker) dialNext(ctx context.Context) (*conn, error) {
 	return c, nil
 }
 
+// tlsConfig returns, for an amqps:// URL, the TLS configuration to dial
+// with — Config.TLS, or else the one the URL's cacertfile, certfile,
+// keyfile and server_name_indication describe, as amqp091-go would build
+// it, with the URL's host as server name when none is set — and the URL
+// as amqp:// with its port spelled out. Other URLs come back as they are.
+func (b *Broker) tlsConfig(raw string) (*tls.Config, string, error) {
+	uri, err := amqp.ParseURI(raw)
+	if err != nil || uri.Scheme != "amqps" {
+		return nil, raw, nil // amqp091-go reports a URL it cannot parse
+	}
+	var cfg *tls.Config
+	if b.cfg.TLS != nil {
+		cfg = b.cfg.TLS.Clone()
+	} else {
+		cfg = &tls.Config{ServerName: uri.ServerName, MinVersion: tls.VersionTLS12}
+		if uri.CACertFile != "" {
+			pem, err := os.ReadFile(uri.CACertFile)
+			if err != nil {
+				return nil, "", fmt.Errorf("mq: read CA certificate: %w", err)
+			}
+			cfg.RootCAs = x509.NewCertPool()
+			cfg.RootCAs.AppendCertsFromPEM(pem)
+		}
+		if uri.CertFile != "" && uri.KeyFile != "" {
+			cert, err := tls.LoadX509KeyPair(uri.CertFile, uri.KeyFile)
+			if err != nil {
+				return nil, "", fmt.Errorf("mq: load client certificate: %w", err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = uri.Host
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, raw, nil
+	}
+	u.Scheme = "amqp"
+	u.Host = net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
+	return cfg, u.String(), nil
+}
+
 // frameMax is the frame_max negotiated on c.
 func (c *conn) frameMax() int { return c.c.Config.FrameSize }
 
@@ -244,6 +290,13 @@ func (b *Broker) stallAfter() time.Duration {
 // all end at ctx's end or after DialTimeout, whichever comes first.
 func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, *socket, string, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, nil, "", err
+	}
+	// TLS is done here rather than by amqp091-go, so that the open gate
+	// (see gate) sits above it and sees plain frames: amqp091-go is given
+	// the URL as amqp:// with its port spelled out.
+	tlsCfg, dialURL, err := b.tlsConfig(raw)
+	if err != nil {
 		return nil, nil, "", err
 	}
 	var (
@@ -276,22 +329,29 @@ func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, *socke
 			if err != nil {
 				return nil, err
 			}
-			sc := newSocket(c, b.stallAfter(), !strings.HasPrefix(strings.ToLower(raw), "amqps:"))
+			sc := newSocket(c, b.stallAfter())
 			_ = sc.SetDeadline(deadline)
 			mu.Lock()
 			netc, server = sc, addr
 			mu.Unlock()
-			return sc, nil
+			var top net.Conn = sc
+			if tlsCfg != nil {
+				tc := tls.Client(sc, tlsCfg)
+				if err := tc.HandshakeContext(ctx); err != nil {
+					_ = sc.Close()
+					return nil, err
+				}
+				top = tc
+			}
+			sc.gate = newGate(top)
+			return sc.gate, nil
 		},
 	}
-	if b.cfg.TLS != nil {
-		acfg.TLSClientConfig = b.cfg.TLS.Clone() // amqp091 writes ServerName into it
-	}
-	ac, err := amqp.DialConfig(raw, acfg)
+	ac, err := amqp.DialConfig(dialURL, acfg)
 	if !stop() && err == nil { // ctx ended as the handshake finished
 		mu.Lock()
 		if netc != nil {
-			_ = netc.Close() // the AfterFunc closed it: this only opens the gate (see socket)
+			_ = netc.Close() // the AfterFunc closed it: this only opens the gate
 		}
 		mu.Unlock()
 		_ = ac.Close()

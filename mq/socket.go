@@ -31,50 +31,73 @@ type socket struct {
 	deadline time.Time // the write deadline this socket set; zero when none is set
 	closed   atomic.Bool
 
-	// The open gate (plain amqp:// only, where the library sees the
-	// frames): reads stop right after connection.open-ok until release,
-	// so that no frame after the handshake (a connection.blocked sent at
-	// once) reaches amqp091-go before the connection's listeners are
-	// registered. amqp091-go drops notifications nobody listens for.
-	gated       bool
-	opened      bool          // open-ok went through; later bytes wait for released
-	held        []byte        // bytes read past open-ok, served once released
-	released    chan struct{} // closed by release
-	releaseOnce sync.Once
-	frame       frameScan
+	gate *gate // the open gate above it (above TLS on amqps://), released with it
 }
 
-func newSocket(c net.Conn, stall time.Duration, gate bool) *socket {
-	return &socket{Conn: c, stall: stall, gated: gate, released: make(chan struct{})}
+func newSocket(c net.Conn, stall time.Duration) *socket {
+	return &socket{Conn: c, stall: stall}
 }
 
-// Read reads, holding back what follows connection.open-ok until release
-// (see gated). Only amqp091-go's reader goroutine calls it.
-func (s *socket) Read(b []byte) (int, error) {
-	if !s.gated {
-		return s.Conn.Read(b)
+// gate is what amqp091-go reads from: it stops reads right after
+// connection.open-ok until release, so that no frame after the handshake
+// (a connection.blocked the broker sends at once) reaches amqp091-go
+// before the connection's listeners are registered: amqp091-go drops
+// notifications nobody listens for. It sits above TLS, where the frames
+// are plain.
+type gate struct {
+	net.Conn
+	passed   bool   // released and nothing held: plain reads
+	opened   bool   // open-ok went through; later bytes wait for released
+	held     []byte // bytes read past open-ok, served once released
+	released chan struct{}
+	once     sync.Once
+	frame    frameScan
+}
+
+func newGate(c net.Conn) *gate { return &gate{Conn: c, released: make(chan struct{})} }
+
+// Read reads, holding back what follows connection.open-ok until release.
+// Only amqp091-go's reader goroutine calls it.
+func (g *gate) Read(b []byte) (int, error) {
+	if g.passed {
+		return g.Conn.Read(b)
 	}
-	if s.opened {
-		<-s.released
-		if len(s.held) > 0 {
-			n := copy(b, s.held)
-			s.held = s.held[n:]
+	if g.opened {
+		<-g.released
+		if len(g.held) > 0 {
+			n := copy(b, g.held)
+			g.held = g.held[n:]
 			return n, nil
 		}
-		s.gated = false
-		return s.Conn.Read(b)
+		g.passed = true
+		return g.Conn.Read(b)
 	}
-	n, err := s.Conn.Read(b)
-	if end, ok := s.frame.scan(b[:n]); ok {
-		s.opened = true
-		s.held = append([]byte(nil), b[end:n]...)
+	n, err := g.Conn.Read(b)
+	if end, ok := g.frame.scan(b[:n]); ok {
+		g.opened = true
+		g.held = append([]byte(nil), b[end:n]...)
 		n = end
 	}
 	return n, err
 }
 
-// release lets reads past connection.open-ok through.
-func (s *socket) release() { s.releaseOnce.Do(func() { close(s.released) }) }
+// release lets reads past connection.open-ok through; idempotent.
+func (g *gate) release() { g.once.Do(func() { close(g.released) }) }
+
+// Close closes the connection under the gate and opens the gate, so a read
+// held there ends.
+func (g *gate) Close() error {
+	err := g.Conn.Close()
+	g.release()
+	return err
+}
+
+// release opens the socket's gate (see gate).
+func (s *socket) release() {
+	if s.gate != nil {
+		s.gate.release()
+	}
+}
 
 // frameScan follows the AMQP frames of the broker-to-client stream during
 // the handshake.
@@ -173,13 +196,13 @@ func (s *socket) SetWriteDeadline(t time.Time) error {
 	return s.Conn.SetWriteDeadline(t)
 }
 
-// Close closes the socket; idempotent. A read held at the open gate ends
-// with the close error.
+// Close closes the socket and opens the gate above it, so a read held
+// there ends; idempotent.
 func (s *socket) Close() error {
-	if s.closed.Swap(true) {
-		return nil
+	var err error
+	if !s.closed.Swap(true) {
+		err = s.Conn.Close()
 	}
-	err := s.Conn.Close()
 	s.release()
 	return err
 }

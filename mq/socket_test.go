@@ -14,7 +14,7 @@ import (
 func TestSocketStall(t *testing.T) {
 	client, server := net.Pipe() // nothing reads server: every write blocks
 	defer server.Close()
-	s := newSocket(client, 200*time.Millisecond, false)
+	s := newSocket(client, 200*time.Millisecond)
 	start := time.Now()
 	_, err := s.Write([]byte("frame"))
 	if !errors.Is(err, errStalled) {
@@ -29,7 +29,7 @@ func TestSocketStall(t *testing.T) {
 
 	client, server = net.Pipe()
 	defer server.Close()
-	s = newSocket(client, 100*time.Millisecond, false)
+	s = newSocket(client, 100*time.Millisecond)
 	s.blocked.Store(true)
 	done := make(chan error, 1)
 	go func() {
@@ -65,7 +65,9 @@ func testFrame(class, method uint16, payload ...byte) []byte {
 func TestSocketOpenGate(t *testing.T) {
 	client, server := net.Pipe()
 	defer server.Close()
-	s := newSocket(client, time.Minute, true)
+	sc := newSocket(client, time.Minute)
+	sc.gate = newGate(sc)
+	s := sc.gate
 	tune := testFrame(10, 30, 0, 0, 0, 0, 0, 0, 0, 0)
 	openOK := testFrame(10, 41, 0)
 	blocked := testFrame(10, 60, 1, 'm')
@@ -95,7 +97,7 @@ func TestSocketOpenGate(t *testing.T) {
 		t.Fatalf("a read past open-ok went through before release: %x", b)
 	case <-time.After(100 * time.Millisecond):
 	}
-	s.release()
+	sc.release()
 	var after []byte
 	after = append(after, <-next...)
 	for len(after) < len(blocked) {
@@ -109,8 +111,8 @@ func TestSocketOpenGate(t *testing.T) {
 		t.Fatalf("after release: %x; want the blocked frame %x", after, blocked)
 	}
 	_ = s.Close()
-	_ = s.Close() // idempotent, and release twice is fine
-	s.release()
+	_ = sc.Close() // idempotent, and release twice is fine
+	sc.release()
 }
 
 // The flap guard counts ends within StableAfter of coming up, resets after
