@@ -143,3 +143,33 @@ func TestFlapGuard(t *testing.T) {
 		t.Error("frameError")
 	}
 }
+
+// A read held at the gate ends when the socket under it closes (the
+// connection is lost, or Close aborts it, before the listeners are in).
+func TestSocketGateEndsWithClose(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	sc := newSocket(client, time.Minute)
+	sc.gate = newGate(sc)
+	go func() { _, _ = server.Write(append(testFrame(10, 41, 0), testFrame(10, 60, 0)...)) }()
+	buf := make([]byte, 64)
+	if _, err := sc.gate.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			if _, err := sc.gate.Read(buf); err != nil {
+				close(done)
+				return
+			}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	_ = sc.Close()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("a read held at the gate outlived the socket")
+	}
+}
