@@ -18,9 +18,9 @@ import (
 	"github.com/acemq/acemq-go/topology"
 )
 
-// On the default exchange, mandatory is on by default: a queue that does
-// not exist is ErrUnroutable, not a silent drop. On a named exchange it is
-// asked for with Mandatory().
+// Mandatory is on by default: on the default exchange a queue that does
+// not exist is ErrUnroutable, not a silent drop; on a named exchange, a key
+// no queue is bound for. AllowUnroutable turns it off.
 func TestPublishUnroutable(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
 	ctx := testenv.Context(t, 10*time.Second)
@@ -51,9 +51,9 @@ func TestPublishUnroutable(t *testing.T) {
 	if err := mand.Publish(ctx, "bound", mq.Message{}); err != nil {
 		t.Errorf("mandatory publish on a bound key: %v", err)
 	}
-	// Without Mandatory, a named exchange drops what it cannot route, as
+	// With AllowUnroutable, a named exchange drops what it cannot route, as
 	// AMQP says: confirmed, not returned.
-	if err := b.Publisher(ex).Publish(ctx, "unbound", mq.Message{}); err != nil {
+	if err := b.Publisher(ex, mq.AllowUnroutable()).Publish(ctx, "unbound", mq.Message{}); err != nil {
 		t.Errorf("non-mandatory publish on an unbound key: %v; want nil", err)
 	}
 	if n, _ := b.MessageCount(ctx, q); n != 2 {

@@ -3,11 +3,15 @@ package mq
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/url"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +38,8 @@ type Broker struct {
 	life       context.Context // ends at Close
 	endLife    context.CancelFunc
 	supDone    chan struct{}
-	next       int // index of the next URL to dial
+	next       int          // index of the next URL to dial
+	frameSize  atomic.Int64 // frame_max of the last connection (0: none yet)
 	gen        uint64
 	publishers map[*Publisher]struct{}
 	consumers  map[*Consumer]struct{}
@@ -46,7 +51,9 @@ type Broker struct {
 // conn is one generation of the connection.
 type conn struct {
 	c      *amqp.Connection
-	netc   net.Conn // the TCP connection under c: closing it aborts everything on c
+	netc   *socket // the TCP connection under c: closing it aborts everything on c
+	closes chan *amqp.Error
+	blocks chan amqp.Blocking
 	gen    uint64
 	url    string // redacted
 	server string // host:port
@@ -206,18 +213,98 @@ func (b *Broker) dialNext(ctx context.Context) (*conn, error) {
 		}
 		return nil, fmt.Errorf("mq: dial %s: %w", red, err)
 	}
-	return &conn{c: ac, netc: netc, gen: gen, url: red, server: server, lost: make(chan struct{})}, nil
+	c := &conn{c: ac, netc: netc, gen: gen, url: red, server: server, lost: make(chan struct{})}
+	// Registered the moment the connection is open (not when the
+	// supervisor gets to it), so a connection.blocked the broker sends
+	// right after open is seen.
+	c.blocks = ac.NotifyBlocked(make(chan amqp.Blocking, 4))
+	c.closes = ac.NotifyClose(make(chan *amqp.Error, 1))
+	netc.release() // see socket: frames after open-ok reach amqp091-go only now
+	b.frameSize.Store(int64(c.frameMax()))
+	return c, nil
+}
+
+// tlsConfig returns, for an amqps:// URL, the TLS configuration to dial
+// with — Config.TLS, or else the one the URL's cacertfile, certfile,
+// keyfile and server_name_indication describe, as amqp091-go would build
+// it, with the URL's host as server name when none is set — and the URL
+// as amqp:// with its port spelled out. Other URLs come back as they are.
+func (b *Broker) tlsConfig(raw string) (*tls.Config, string, error) {
+	uri, err := amqp.ParseURI(raw)
+	if err != nil || uri.Scheme != "amqps" {
+		return nil, raw, nil // amqp091-go reports a URL it cannot parse
+	}
+	var cfg *tls.Config
+	if b.cfg.TLS != nil {
+		cfg = b.cfg.TLS.Clone()
+	} else {
+		cfg = &tls.Config{ServerName: uri.ServerName, MinVersion: tls.VersionTLS12}
+		if uri.CACertFile != "" {
+			pem, err := os.ReadFile(uri.CACertFile)
+			if err != nil {
+				return nil, "", fmt.Errorf("mq: read CA certificate: %w", err)
+			}
+			cfg.RootCAs = x509.NewCertPool()
+			cfg.RootCAs.AppendCertsFromPEM(pem)
+		}
+		if uri.CertFile != "" && uri.KeyFile != "" {
+			cert, err := tls.LoadX509KeyPair(uri.CertFile, uri.KeyFile)
+			if err != nil {
+				return nil, "", fmt.Errorf("mq: load client certificate: %w", err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = uri.Host
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, raw, nil
+	}
+	u.Scheme = "amqp"
+	u.Host = net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
+	return cfg, u.String(), nil
+}
+
+// frameMax is the frame_max negotiated on c.
+func (c *conn) frameMax() int { return c.c.Config.FrameSize }
+
+// frameMax is the frame_max of the live connection, or of the last one, or
+// amqp091-go's default before the first: what a hop is fitted to.
+func (b *Broker) frameMax() int {
+	if st := b.stateNow(); st != nil {
+		return st.frameMax()
+	}
+	if n := b.frameSize.Load(); n > 0 {
+		return int(n)
+	}
+	return defaultFrameMax
+}
+
+// stallAfter is how long a write to the socket may move no byte before the
+// connection is declared dead (see socket): two heartbeat intervals, when
+// the broker would have given up on the connection too.
+func (b *Broker) stallAfter() time.Duration {
+	return max(2*b.cfg.Heartbeat, time.Second)
 }
 
 // dial opens one AMQP connection; the TCP connect, TLS and AMQP handshakes
 // all end at ctx's end or after DialTimeout, whichever comes first.
-func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, net.Conn, string, error) {
+func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, *socket, string, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, nil, "", err
+	}
+	// TLS is done here rather than by amqp091-go, so that the open gate
+	// (see gate) sits above it and sees plain frames: amqp091-go is given
+	// the URL as amqp:// with its port spelled out.
+	tlsCfg, dialURL, err := b.tlsConfig(raw)
+	if err != nil {
 		return nil, nil, "", err
 	}
 	var (
 		mu     sync.Mutex
-		netc   net.Conn
+		netc   *socket
 		server string
 	)
 	stop := context.AfterFunc(ctx, func() {
@@ -245,18 +332,31 @@ func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, net.Co
 			if err != nil {
 				return nil, err
 			}
-			_ = c.SetDeadline(deadline)
+			sc := newSocket(c, b.stallAfter())
+			_ = sc.SetDeadline(deadline)
 			mu.Lock()
-			netc, server = c, addr
+			netc, server = sc, addr
 			mu.Unlock()
-			return c, nil
+			var top net.Conn = sc
+			if tlsCfg != nil {
+				tc := tls.Client(sc, tlsCfg)
+				if err := tc.HandshakeContext(ctx); err != nil {
+					_ = sc.Close()
+					return nil, err
+				}
+				top = tc
+			}
+			sc.gate = newGate(top)
+			return sc.gate, nil
 		},
 	}
-	if b.cfg.TLS != nil {
-		acfg.TLSClientConfig = b.cfg.TLS.Clone() // amqp091 writes ServerName into it
-	}
-	ac, err := amqp.DialConfig(raw, acfg)
+	ac, err := amqp.DialConfig(dialURL, acfg)
 	if !stop() && err == nil { // ctx ended as the handshake finished
+		mu.Lock()
+		if netc != nil {
+			_ = netc.Close() // the AfterFunc closed it: this only opens the gate
+		}
+		mu.Unlock()
 		_ = ac.Close()
 		return nil, nil, "", ctx.Err()
 	}
@@ -303,6 +403,7 @@ func (b *Broker) setStateLocked(c *conn) {
 // Close.
 func (b *Broker) supervise(c *conn) {
 	defer close(b.supDone)
+	g := flapGuard{upAt: time.Now()}
 	for {
 		err := b.watch(c)
 		b.mu.Lock()
@@ -312,13 +413,31 @@ func (b *Broker) supervise(c *conn) {
 		b.mu.Unlock()
 		close(c.lost)
 		c.setBlocked(false, "")
+		// The connection is gone: so is its socket, now. amqp091-go closes
+		// it only at the end of its shutdown, which waits for the lock of
+		// a publish blocked writing to that very socket.
+		if c.netc != nil {
+			_ = c.netc.Close()
+		}
 		if b.life.Err() != nil {
 			_ = c.c.Close()
 			return
 		}
 		b.log.Warn(EventConnectionLost, "url", c.url, "error", err)
 		lostAt := time.Now()
-		for attempt := 0; ; attempt++ {
+		// A connection that died soon after it came up counts as a failed
+		// attempt: the backoff goes on growing across such flaps.
+		flaps := g.down(lostAt)
+		if wait := b.flapWait(flaps); wait > 0 {
+			if g.alarm() {
+				b.log.Warn(EventConnectionFlapping, "url", c.url, "flaps", flaps, "error", err, "retry_in", wait)
+				b.hooks.emit(context.Background(), Event{Name: EventConnectionFlapping, Err: err})
+			}
+			if !sleep(b.life, wait) {
+				return
+			}
+		}
+		for attempt := flaps; ; attempt++ {
 			nc, derr := b.dialNext(b.life)
 			if derr == nil {
 				c = nc
@@ -333,6 +452,7 @@ func (b *Broker) supervise(c *conn) {
 				return
 			}
 		}
+		g.up(time.Now())
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()
@@ -348,8 +468,7 @@ func (b *Broker) supervise(c *conn) {
 // watch blocks until c is lost or the broker closes, tracking
 // connection.blocked on the way.
 func (b *Broker) watch(c *conn) error {
-	closes := c.c.NotifyClose(make(chan *amqp.Error, 1))
-	blocks := c.c.NotifyBlocked(make(chan amqp.Blocking, 4))
+	closes, blocks := c.closes, c.blocks
 	for {
 		select {
 		case e, ok := <-closes:
@@ -386,6 +505,9 @@ func (c *conn) setBlocked(active bool, reason string) {
 		close(c.unblocked)
 		c.unblocked, c.reason = nil, ""
 		c.blocked.Store(false)
+	}
+	if c.netc != nil {
+		c.netc.blocked.Store(c.unblocked != nil)
 	}
 }
 
@@ -640,7 +762,7 @@ func (b *Broker) Close(ctx context.Context) error {
 	st, supDone := b.state, b.supDone
 	b.mu.Unlock()
 	for _, p := range publishers {
-		p.Close()
+		p.close(ctx)
 	}
 	b.endLife()
 	if st != nil {

@@ -35,13 +35,19 @@ type Config struct {
 	// TLS configures amqps:// URLs. Default: the system's roots, with peer
 	// verification on and the URL's host as server name.
 	TLS *tls.Config
-	// Heartbeat is the AMQP heartbeat interval. Default 10 s.
+	// Heartbeat is the AMQP heartbeat interval. Default 10 s. A write to
+	// the socket that moves no byte for twice this (while the broker has not
+	// sent connection.blocked) ends the connection.
 	Heartbeat time.Duration
 	// DialTimeout bounds one connection attempt (TCP, TLS and AMQP
 	// handshake), within the caller's context. Default 10 s.
 	DialTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the jittered exponential backoff
-	// between connection attempts. Defaults 100 ms and 10 s.
+	// between connection attempts (and a consumer's resubscribes).
+	// Defaults 100 ms and 10 s. A connection or subscription that dies
+	// within StableAfter of coming up counts as a failed attempt, so the
+	// backoff keeps growing across flaps; it resets only once one stayed
+	// up for StableAfter.
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
 	// Logger receives the library's log records. Default slog.Default().

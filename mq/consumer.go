@@ -175,6 +175,7 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 	if queue == "" {
 		cfg.errs = append(cfg.errs, errors.New("the queue name is empty"))
 	}
+	cfg.errs = append(cfg.errs, CheckName("queue name", queue), CheckName("consumer tag", cfg.tag))
 	if h == nil {
 		cfg.errs = append(cfg.errs, errors.New("the handler is nil"))
 	}
@@ -360,6 +361,7 @@ func (c *Consumer) subscribe(ctx context.Context, resub bool) (*subscription, er
 func (c *Consumer) run(sub *subscription) {
 	var endErr error
 	defer func() { c.finish(endErr) }()
+	flaps := flapGuard{upAt: time.Now()}
 	for {
 		why := c.serve(sub)
 		c.subscribed.Store(false)
@@ -369,12 +371,20 @@ func (c *Consumer) run(sub *subscription) {
 			return
 		}
 		c.log.Warn("acemq.consumer.interrupted", "reason", why)
+		if wait := c.interrupted(&flaps, why); wait > 0 { // see flap.go
+			select {
+			case <-time.After(wait):
+			case <-c.stopping:
+				return
+			}
+		}
 		var failingSince time.Time
-		for attempt := 0; ; attempt++ {
+		for attempt := flaps.flaps; ; attempt++ {
 			ns, err := c.subscribe(c.life, true)
 			if err == nil {
 				sub = ns
 				c.subscribed.Store(true)
+				flaps.up(time.Now())
 				c.log.Info("acemq.consumer.resubscribed")
 				break
 			}

@@ -27,6 +27,21 @@ func (b *Broker) Declare(ctx context.Context, t *topology.Topology) error {
 		return err
 	}
 	exchanges, queues, bindings := t.Exchanges(), t.Queues(), t.Bindings()
+	// The builder checks names; the argument tables go through the same
+	// validator as message headers, so none can fail the frame.
+	var errs []error
+	for _, e := range exchanges {
+		errs = append(errs, CheckTable(fmt.Sprintf("arguments of exchange %q", e.Name), e.Args))
+	}
+	for _, q := range queues {
+		errs = append(errs, CheckTable(fmt.Sprintf("arguments of queue %q", q.Name), q.Args))
+	}
+	for _, bd := range bindings {
+		errs = append(errs, CheckTable(fmt.Sprintf("arguments of the binding of %q to %q", bd.Queue, bd.Exchange), bd.Args))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("mq: declare: %w", err)
+	}
 	return b.onChannel(ctx, "declare topology", func(ch *amqp.Channel) (string, error) {
 		for _, e := range exchanges {
 			if err := ch.ExchangeDeclare(e.Name, string(e.Kind), e.Durable, e.AutoDelete, e.Internal, false, e.Args); err != nil {
@@ -48,8 +63,13 @@ func (b *Broker) Declare(ctx context.Context, t *topology.Topology) error {
 }
 
 // QueueExists reports whether queue exists (a passive declare on a
-// throwaway channel: NOT_FOUND is false; any other failure is an error).
+// throwaway channel: NOT_FOUND is false; any other failure is an error). A
+// name over MaxShortString bytes is ErrInvalid, as in every call here that
+// takes a queue name.
 func (b *Broker) QueueExists(ctx context.Context, queue string) (bool, error) {
+	if err := CheckName("queue name", queue); err != nil {
+		return false, err
+	}
 	err := b.onChannel(ctx, fmt.Sprintf("inspect queue %q", queue), func(ch *amqp.Channel) (string, error) {
 		_, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
 		return fmt.Sprintf("inspect queue %q", queue), err
@@ -64,6 +84,9 @@ func (b *Broker) QueueExists(ctx context.Context, queue string) (bool, error) {
 // consumer holds unacknowledged is not counted. ErrNotFound if the queue
 // does not exist.
 func (b *Broker) MessageCount(ctx context.Context, queue string) (int, error) {
+	if err := CheckName("queue name", queue); err != nil {
+		return 0, err
+	}
 	var n int
 	err := b.onChannel(ctx, fmt.Sprintf("inspect queue %q", queue), func(ch *amqp.Channel) (string, error) {
 		q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
@@ -80,6 +103,9 @@ func (b *Broker) MessageCount(ctx context.Context, queue string) (int, error) {
 // messages went with it. Destructive: for tests and tooling. Deleting a
 // queue that does not exist is not an error.
 func (b *Broker) DeleteQueue(ctx context.Context, queue string) (int, error) {
+	if err := CheckName("queue name", queue); err != nil {
+		return 0, err
+	}
 	var n int
 	err := b.onChannel(ctx, fmt.Sprintf("delete queue %q", queue), func(ch *amqp.Channel) (string, error) {
 		var err error

@@ -65,7 +65,8 @@
 // lost connection) after the broker confirmed the republish and before the
 // original's ack reached it: the original then returns to the .dlq and the
 // next replay moves it a second time. A lost ack that Replay sees is counted
-// in ReplayResult.Duplicates and stops the replay.
+// in ReplayResult.Duplicates (a lower bound: show it as "at least N") and
+// stops the replay.
 //
 // # Peek
 //

@@ -56,6 +56,9 @@ func inspect(ctx context.Context, b *mq.Broker, q string) (amqp.Queue, error) {
 	if q == "" {
 		return amqp.Queue{}, errors.New("ops: the queue name is empty")
 	}
+	if err := mq.CheckName("queue name", q); err != nil {
+		return amqp.Queue{}, err
+	}
 	ch, err := b.Channel(ctx)
 	if err != nil {
 		return amqp.Queue{}, fmt.Errorf("ops: inspect queue %q: %w", q, err)
@@ -154,6 +157,9 @@ func Peek(ctx context.Context, b *mq.Broker, queue string, n int) ([]Peeked, err
 	}
 	if n < 1 {
 		return nil, fmt.Errorf("ops: peek %q: n is %d, must be at least 1", queue, n)
+	}
+	if err := mq.CheckName("queue name", queue); err != nil {
+		return nil, fmt.Errorf("ops: peek: %w", err)
 	}
 	ch, err := b.Channel(ctx)
 	if err != nil {

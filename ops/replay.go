@@ -80,10 +80,13 @@ type ReplayResult struct {
 	Skipped []Skipped
 	// Unmatched counts the messages the Filter left in place.
 	Unmatched int
-	// Duplicates counts messages republished whose original could not be
-	// acknowledged afterwards (the connection went in between): they are
-	// now in their target and back in From, and a later replay moves them a
-	// second time.
+	// Duplicates is a lower bound: at least this many messages were
+	// republished whose original could not be acknowledged afterwards (the
+	// connection went in between): they are now in their target and back in
+	// From, and a later replay moves them a second time. It cannot be exact:
+	// an ack the client wrote can still die with the connection before the
+	// broker read it, and a republish resent after a lost connection may
+	// land twice; neither is seen by the client. Show it as "at least N".
 	Duplicates int
 }
 

@@ -20,6 +20,10 @@ type Proxy struct {
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
 	refuse  bool
+	flap    bool   // close each connection right after its AMQP handshake
+	blockAt string // non-empty: send connection.blocked with this reason right after each handshake
+	deaf    bool   // stop reading from clients and keep their sockets open
+	opened  atomic.Int64
 	stalled [2]bool              // [toBroker, toClient]: hold bytes instead of forwarding them
 	resume  chan struct{}        // closed (and replaced) when a stall ends or a Cut happens
 	framers map[net.Conn]*framer // broker-to-client streams, by client connection
@@ -86,6 +90,41 @@ func (p *Proxy) Refuse(on bool) {
 	p.mu.Unlock()
 }
 
+// FlapAfterHandshake makes the proxy close every connection right after
+// the broker's connection.open-ok went through to the client (an endpoint
+// that accepts and then drops every connection: the client sees a
+// successful dial, then a lost connection), until FlapAfterHandshake(false).
+func (p *Proxy) FlapAfterHandshake(on bool) {
+	p.mu.Lock()
+	p.flap = on
+	p.mu.Unlock()
+}
+
+// StopReading makes the proxy stop reading what clients send, so that
+// their writes block once the socket buffers are full, and keep every
+// client socket open even when the broker closes its side: a network that
+// stopped draining, which only a client's own deadline notices.
+// StopReading(false) reads (and forwards) again; a Cut closes everything.
+func (p *Proxy) StopReading(on bool) {
+	p.mu.Lock()
+	p.deaf = on
+	p.wakeLocked()
+	p.mu.Unlock()
+}
+
+// BlockAfterHandshake makes the proxy slip a connection.blocked with
+// reason into every new connection right after connection.open-ok, as a
+// broker under a resource alarm does; "" stops it.
+func (p *Proxy) BlockAfterHandshake(reason string) {
+	p.mu.Lock()
+	p.blockAt = reason
+	p.mu.Unlock()
+}
+
+// Opened is how many AMQP connections completed their handshake through
+// the proxy (connection.open-ok seen).
+func (p *Proxy) Opened() int64 { return p.opened.Load() }
+
 // Accepted is how many client connections the proxy has forwarded.
 func (p *Proxy) Accepted() int64 { return p.accepts.Load() }
 
@@ -118,6 +157,19 @@ func (p *Proxy) accept() {
 		}
 		p.accepts.Add(1)
 		f := &framer{dst: c}
+		f.onOpen = func() {
+			p.opened.Add(1)
+			p.mu.Lock()
+			flap, reason := p.flap, p.blockAt
+			p.mu.Unlock()
+			if reason != "" {
+				f.pending = append(f.pending, methodFrame(append([]byte{0, 10, 0, 60, byte(len(reason))}, reason...)))
+			}
+			if flap {
+				_ = c.Close()
+				_ = up.Close()
+			}
+		}
 		p.mu.Lock()
 		p.conns[c] = struct{}{}
 		p.conns[up] = struct{}{}
@@ -140,6 +192,14 @@ func (p *Proxy) SendBlocked(reason string) {
 	p.sendToClients(append([]byte{0, 10, 0, 60, byte(len(reason))}, reason...))
 }
 
+// methodFrame frames a method payload on channel 0.
+func methodFrame(payload []byte) []byte {
+	frame := make([]byte, 7, 7+len(payload)+1)
+	frame[0] = 1
+	binary.BigEndian.PutUint32(frame[3:7], uint32(len(payload)))
+	return append(append(frame, payload...), 0xCE)
+}
+
 // SendUnblocked slips a connection.unblocked frame into every
 // broker-to-client stream (see SendBlocked).
 func (p *Proxy) SendUnblocked() {
@@ -149,10 +209,7 @@ func (p *Proxy) SendUnblocked() {
 // sendToClients frames a connection-level method payload and queues it on
 // every broker-to-client stream.
 func (p *Proxy) sendToClients(payload []byte) {
-	frame := make([]byte, 7, 7+len(payload)+1)
-	frame[0] = 1 // method frame, channel 0
-	binary.BigEndian.PutUint32(frame[3:7], uint32(len(payload)))
-	frame = append(append(frame, payload...), 0xCE)
+	frame := methodFrame(payload)
 	p.mu.Lock()
 	fs := make([]*framer, 0, len(p.framers))
 	for _, f := range p.framers {
@@ -184,7 +241,11 @@ type framer struct {
 	hdr       [7]byte // header of the frame in progress
 	hn        int     // header bytes seen
 	remaining int     // payload and frame-end bytes still to come
+	head      [4]byte // the first payload bytes of the frame in progress (class and method)
+	headN     int
 	pending   [][]byte
+	onOpen    func() // called after connection.open-ok went through
+	openSeen  bool
 }
 
 func (f *framer) conn() net.Conn { return f.dst }
@@ -200,11 +261,17 @@ func (f *framer) Write(b []byte) (int, error) {
 		if len(b) == 0 {
 			return total, nil
 		}
-		n := f.advance(b)
+		n, opened := f.advance(b)
 		if _, err := f.dst.Write(b[:n]); err != nil {
 			return 0, err
 		}
 		b = b[n:]
+		if opened && !f.openSeen {
+			f.openSeen = true
+			if f.onOpen != nil {
+				f.onOpen()
+			}
+		}
 	}
 }
 
@@ -231,8 +298,9 @@ func (f *framer) flushLocked() error {
 }
 
 // advance consumes b up to the end of the frame in progress (or all of b)
-// and returns how many bytes that is.
-func (f *framer) advance(b []byte) int {
+// and returns how many bytes that is, and whether that frame ended and was
+// connection.open-ok.
+func (f *framer) advance(b []byte) (int, bool) {
 	n := 0
 	for n < len(b) {
 		if f.hn < len(f.hdr) {
@@ -241,18 +309,24 @@ func (f *framer) advance(b []byte) int {
 			n += k
 			if f.hn == len(f.hdr) {
 				f.remaining = int(binary.BigEndian.Uint32(f.hdr[3:7])) + 1
+				f.headN = 0
 			}
 			continue
 		}
 		k := min(f.remaining, len(b)-n)
+		if f.headN < len(f.head) {
+			f.headN += copy(f.head[f.headN:], b[n:n+k])
+		}
 		f.remaining -= k
 		n += k
 		if f.remaining == 0 {
 			f.hn = 0
-			return n
+			open := f.hdr[0] == 1 && f.hdr[1] == 0 && f.hdr[2] == 0 && f.headN == 4 &&
+				binary.BigEndian.Uint16(f.head[0:2]) == 10 && binary.BigEndian.Uint16(f.head[2:4]) == 41
+			return n, open
 		}
 	}
-	return n
+	return n, false
 }
 
 const (
@@ -265,6 +339,9 @@ func (p *Proxy) pipe(w writer, src net.Conn, dir int) {
 	dst := w.conn()
 	buf := make([]byte, 32*1024)
 	for {
+		if dir == toBroker && !p.waitHearing(src) {
+			break
+		}
 		n, err := src.Read(buf)
 		if n > 0 {
 			if !p.waitFlowing(dst, dir) {
@@ -278,6 +355,9 @@ func (p *Proxy) pipe(w writer, src net.Conn, dir int) {
 			break
 		}
 	}
+	if dir == toClient {
+		p.waitHearing(dst) // a deaf proxy keeps the client's socket open
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
@@ -286,6 +366,24 @@ func (p *Proxy) pipe(w writer, src net.Conn, dir int) {
 	delete(p.framers, dst)
 	delete(p.framers, src)
 	p.mu.Unlock()
+}
+
+// waitHearing waits while the proxy does not read from clients (see
+// StopReading); false when client was cut meanwhile.
+func (p *Proxy) waitHearing(client net.Conn) bool {
+	for {
+		p.mu.Lock()
+		_, live := p.conns[client]
+		deaf, resume := p.deaf, p.resume
+		p.mu.Unlock()
+		if !live {
+			return false
+		}
+		if !deaf {
+			return true
+		}
+		<-resume
+	}
 }
 
 // waitFlowing waits while dir is stalled; false when dst was cut meanwhile.

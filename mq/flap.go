@@ -1,0 +1,102 @@
+package mq
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// Events of connections and subscriptions that keep dying.
+const (
+	// EventConnectionFlapping: the connection died within StableAfter of
+	// coming up FlapAlarm times in a row (an endpoint that accepts and then
+	// drops every connection, a load balancer in front of a dead node).
+	// Logged once per streak, with the last error; every redial of the
+	// streak waits the backoff of the attempts so far.
+	EventConnectionFlapping = "acemq.connection.flapping"
+	// EventConsumerPoison: a consumer's connection died of a frame its
+	// client library could not decode, right after the consumer
+	// subscribed, FlapAlarm times in a row: most likely a message at the
+	// head of the queue that another client published and amqp091-go
+	// cannot read (headers nested deeper than 32, a table of more than
+	// 8192 entries). The consumer backs off between resubscribes; the
+	// message has to be removed by other means (see the README).
+	EventConsumerPoison = "acemq.consumer.poison"
+)
+
+// StableAfter is how long a connection or a subscription must stay up to
+// count as healthy: one that ends sooner counts as a failed attempt, so the
+// backoff keeps growing across such flaps instead of starting again at
+// Config.ReconnectMin; one that stayed up this long resets it.
+const StableAfter = 5 * time.Second
+
+// FlapAlarm is how many flaps in a row make EventConnectionFlapping (or
+// EventConsumerPoison).
+const FlapAlarm = 3
+
+// flapGuard counts the flaps of one connection or subscription.
+type flapGuard struct {
+	upAt   time.Time
+	flaps  int // in a row: ends within StableAfter of coming up
+	warned bool
+}
+
+// up records that it came up.
+func (g *flapGuard) up(now time.Time) { g.upAt = now }
+
+// down records that it ended and returns the flaps in a row so far (0: it
+// had been up for StableAfter, which resets the count).
+func (g *flapGuard) down(now time.Time) int {
+	if now.Sub(g.upAt) >= StableAfter {
+		g.flaps, g.warned = 0, false
+		return 0
+	}
+	g.flaps++
+	return g.flaps
+}
+
+// alarm reports, once per streak, that the streak reached FlapAlarm.
+func (g *flapGuard) alarm() bool {
+	if g.flaps >= FlapAlarm && !g.warned {
+		g.warned = true
+		return true
+	}
+	return false
+}
+
+// flapWait is how long to wait before the first redial after a flap: the
+// backoff of the flaps so far (none after a connection that was stable).
+func (b *Broker) flapWait(flaps int) time.Duration {
+	if flaps == 0 {
+		return 0
+	}
+	return b.backoff(flaps - 1)
+}
+
+// frameError reports whether a connection ended because its client could
+// not read a frame (amqp091-go reports 501 FRAME_ERROR or 502
+// SYNTAX_ERROR and closes the connection).
+func frameError(why string) bool {
+	return strings.Contains(why, "Exception (501)") || strings.Contains(why, "Exception (502)")
+}
+
+// interrupted is called by a consumer whose subscription ended (why) and
+// returns how long to wait before resubscribing: the backoff of the
+// subscription's flaps so far. A streak of flaps caused by undecodable
+// frames is reported once as EventConsumerPoison.
+func (c *Consumer) interrupted(g *flapGuard, why string) time.Duration {
+	flaps := g.down(time.Now())
+	if flaps == 0 {
+		return 0
+	}
+	wait := c.b.backoff(flaps - 1)
+	if frameError(why) && g.alarm() {
+		c.log.Error(EventConsumerPoison, "flaps", flaps, "error", why, "retry_in", wait)
+		c.b.hooks.emit(context.Background(), Event{Name: EventConsumerPoison, Queue: c.queue, Err: errorString(why)})
+	}
+	return wait
+}
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }

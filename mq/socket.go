@@ -1,0 +1,208 @@
+package mq
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// errStalled: the socket under a connection took no byte for a whole stall
+// interval while the broker had not said it blocks publishing.
+var errStalled = errors.New("mq: the connection's socket stopped draining")
+
+// socket is the TCP connection under one AMQP connection, owned by the
+// library so that nothing written to it can hang for good: a write that
+// moves no byte for stall (while the broker has not sent
+// connection.blocked, which legitimately stops it reading) closes the
+// socket, which ends the connection, wakes every call waiting on it and
+// lets the supervisor redial. amqp091-go cannot do this itself: its
+// connection shutdown waits for the channel lock a blocked publish holds,
+// so it would never reach closing the socket.
+type socket struct {
+	net.Conn
+	stall   time.Duration
+	blocked atomic.Bool // the broker said it blocks publishing on this connection
+
+	mu       sync.Mutex
+	deadline time.Time // the write deadline this socket set; zero when none is set
+	closed   atomic.Bool
+
+	gate *gate // the open gate above it (above TLS on amqps://), released with it
+}
+
+func newSocket(c net.Conn, stall time.Duration) *socket {
+	return &socket{Conn: c, stall: stall}
+}
+
+// gate is what amqp091-go reads from: it stops reads right after
+// connection.open-ok until release, so that no frame after the handshake
+// (a connection.blocked the broker sends at once) reaches amqp091-go
+// before the connection's listeners are registered: amqp091-go drops
+// notifications nobody listens for. It sits above TLS, where the frames
+// are plain.
+type gate struct {
+	net.Conn
+	passed   bool   // released and nothing held: plain reads
+	opened   bool   // open-ok went through; later bytes wait for released
+	held     []byte // bytes read past open-ok, served once released
+	released chan struct{}
+	once     sync.Once
+	frame    frameScan
+}
+
+func newGate(c net.Conn) *gate { return &gate{Conn: c, released: make(chan struct{})} }
+
+// Read reads, holding back what follows connection.open-ok until release.
+// Only amqp091-go's reader goroutine calls it.
+func (g *gate) Read(b []byte) (int, error) {
+	if g.passed {
+		return g.Conn.Read(b)
+	}
+	if g.opened {
+		<-g.released
+		if len(g.held) > 0 {
+			n := copy(b, g.held)
+			g.held = g.held[n:]
+			return n, nil
+		}
+		g.passed = true
+		return g.Conn.Read(b)
+	}
+	n, err := g.Conn.Read(b)
+	if end, ok := g.frame.scan(b[:n]); ok {
+		g.opened = true
+		g.held = append([]byte(nil), b[end:n]...)
+		n = end
+	}
+	return n, err
+}
+
+// release lets reads past connection.open-ok through; idempotent.
+func (g *gate) release() { g.once.Do(func() { close(g.released) }) }
+
+// Close closes the connection under the gate and opens the gate, so a read
+// held there ends.
+func (g *gate) Close() error {
+	err := g.Conn.Close()
+	g.release()
+	return err
+}
+
+// release opens the socket's gate (see gate).
+func (s *socket) release() {
+	if s.gate != nil {
+		s.gate.release()
+	}
+}
+
+// frameScan follows the AMQP frames of the broker-to-client stream during
+// the handshake.
+type frameScan struct {
+	hdr       [7]byte
+	hn        int
+	head      [4]byte
+	headN     int
+	remaining int // payload and frame-end bytes still to come
+}
+
+// scan consumes b and reports the offset just past connection.open-ok
+// when that frame ends within b.
+func (f *frameScan) scan(b []byte) (int, bool) {
+	n := 0
+	for n < len(b) {
+		if f.hn < len(f.hdr) {
+			k := copy(f.hdr[f.hn:], b[n:])
+			f.hn += k
+			n += k
+			if f.hn == len(f.hdr) {
+				f.remaining = int(binary.BigEndian.Uint32(f.hdr[3:7])) + 1
+				f.headN = 0
+			}
+			continue
+		}
+		k := min(f.remaining, len(b)-n)
+		if f.headN < len(f.head) {
+			f.headN += copy(f.head[f.headN:], b[n:n+k])
+		}
+		f.remaining -= k
+		n += k
+		if f.remaining == 0 {
+			f.hn = 0
+			if f.hdr[0] == 1 && f.hdr[1] == 0 && f.hdr[2] == 0 && f.headN == 4 &&
+				binary.BigEndian.Uint16(f.head[0:2]) == 10 && binary.BigEndian.Uint16(f.head[2:4]) == 41 {
+				return n, true
+			}
+		}
+	}
+	return n, false
+}
+
+// Write writes b, re-arming the write deadline as bytes move.
+func (s *socket) Write(b []byte) (int, error) {
+	total := 0
+	for {
+		s.arm()
+		n, err := s.Conn.Write(b[total:])
+		total += n
+		if err == nil {
+			return total, nil
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() || s.closed.Load() {
+			return total, err
+		}
+		if n > 0 || s.blocked.Load() {
+			s.expire()
+			continue // slow, or held by the broker on purpose: not dead
+		}
+		_ = s.Close()
+		return total, fmt.Errorf("%w: no byte written for %v", errStalled, s.stall)
+	}
+}
+
+// arm moves the write deadline to stall from now when less than three
+// quarters of it is left: one clock read per write, a deadline update only
+// every stall/4.
+func (s *socket) arm() {
+	now := time.Now()
+	s.mu.Lock()
+	if s.deadline.IsZero() || s.deadline.Sub(now) < s.stall*3/4 {
+		s.deadline = now.Add(s.stall)
+		_ = s.Conn.SetWriteDeadline(s.deadline)
+	}
+	s.mu.Unlock()
+}
+
+func (s *socket) expire() {
+	s.mu.Lock()
+	s.deadline = time.Time{}
+	s.mu.Unlock()
+}
+
+// SetDeadline passes through (amqp091-go bounds its handshake with it and
+// clears it after), forgetting the write deadline this socket had set.
+func (s *socket) SetDeadline(t time.Time) error {
+	s.expire()
+	return s.Conn.SetDeadline(t)
+}
+
+// SetWriteDeadline passes through, like SetDeadline.
+func (s *socket) SetWriteDeadline(t time.Time) error {
+	s.expire()
+	return s.Conn.SetWriteDeadline(t)
+}
+
+// Close closes the socket and opens the gate above it, so a read held
+// there ends; idempotent.
+func (s *socket) Close() error {
+	var err error
+	if !s.closed.Swap(true) {
+		err = s.Conn.Close()
+	}
+	s.release()
+	return err
+}

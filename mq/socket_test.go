@@ -1,0 +1,175 @@
+package mq
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// A write that moves no byte for the stall interval closes the socket and
+// fails; one the broker holds on purpose (connection.blocked) waits.
+func TestSocketStall(t *testing.T) {
+	client, server := net.Pipe() // nothing reads server: every write blocks
+	defer server.Close()
+	s := newSocket(client, 200*time.Millisecond)
+	start := time.Now()
+	_, err := s.Write([]byte("frame"))
+	if !errors.Is(err, errStalled) {
+		t.Fatalf("write to a socket nobody drains: %v; want errStalled", err)
+	}
+	if took := time.Since(start); took < 150*time.Millisecond || took > 2*time.Second {
+		t.Errorf("declared stalled after %v; want about 200 ms", took)
+	}
+	if _, err := client.Write([]byte("x")); err == nil {
+		t.Error("the stalled socket was not closed")
+	}
+
+	client, server = net.Pipe()
+	defer server.Close()
+	s = newSocket(client, 100*time.Millisecond)
+	s.blocked.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Write([]byte("held"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("a write held by a blocked broker ended: %v", err)
+	case <-time.After(400 * time.Millisecond):
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(server, buf); err != nil || string(buf) != "held" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the held write, once drained: %v", err)
+	}
+	_ = s.Close()
+}
+
+func testFrame(class, method uint16, payload ...byte) []byte {
+	p := binary.BigEndian.AppendUint16(nil, class)
+	p = binary.BigEndian.AppendUint16(p, method)
+	p = append(p, payload...)
+	f := []byte{1, 0, 0}
+	f = binary.BigEndian.AppendUint32(f, uint32(len(p)))
+	return append(append(f, p...), 0xCE)
+}
+
+// Reads stop right after connection.open-ok until release: a frame that
+// follows it in the same read reaches the reader only then.
+func TestSocketOpenGate(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	sc := newSocket(client, time.Minute)
+	sc.gate = newGate(sc)
+	s := sc.gate
+	tune := testFrame(10, 30, 0, 0, 0, 0, 0, 0, 0, 0)
+	openOK := testFrame(10, 41, 0)
+	blocked := testFrame(10, 60, 1, 'm')
+	go func() {
+		_, _ = server.Write(append(append(append([]byte{}, tune...), openOK...), blocked...))
+	}()
+	var got []byte
+	buf := make([]byte, 3) // small reads: the scan must carry across them
+	for len(got) < len(tune)+len(openOK) {
+		n, err := s.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if len(got) != len(tune)+len(openOK) {
+		t.Fatalf("read %d bytes up to open-ok; want exactly %d", len(got), len(tune)+len(openOK))
+	}
+	next := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, 64)
+		n, _ := s.Read(b)
+		next <- b[:n]
+	}()
+	select {
+	case b := <-next:
+		t.Fatalf("a read past open-ok went through before release: %x", b)
+	case <-time.After(100 * time.Millisecond):
+	}
+	sc.release()
+	var after []byte
+	after = append(after, <-next...)
+	for len(after) < len(blocked) {
+		n, err := s.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = append(after, buf[:n]...)
+	}
+	if string(after) != string(blocked) {
+		t.Fatalf("after release: %x; want the blocked frame %x", after, blocked)
+	}
+	_ = s.Close()
+	_ = sc.Close() // idempotent, and release twice is fine
+	sc.release()
+}
+
+// The flap guard counts ends within StableAfter of coming up, resets after
+// a stable period, and alarms once per streak.
+func TestFlapGuard(t *testing.T) {
+	now := time.Now()
+	g := flapGuard{upAt: now}
+	for i := 1; i <= 5; i++ {
+		if n := g.down(now.Add(time.Second)); n != i {
+			t.Fatalf("flap %d counted as %d", i, n)
+		}
+		if got, want := g.alarm(), i == FlapAlarm; got != want {
+			t.Errorf("alarm after %d flaps: %v", i, got)
+		}
+		g.up(now)
+	}
+	if n := g.down(now.Add(StableAfter)); n != 0 || g.flaps != 0 {
+		t.Errorf("a stable period did not reset the count: %d", n)
+	}
+	g.up(now)
+	for range FlapAlarm {
+		g.down(now)
+	}
+	if !g.alarm() {
+		t.Error("no alarm for a new streak")
+	}
+	if !frameError(`Exception (501) Reason: "frame could not be parsed"`) || frameError("Exception (320) Reason: \"CONNECTION_FORCED\"") {
+		t.Error("frameError")
+	}
+}
+
+// A read held at the gate ends when the socket under it closes (the
+// connection is lost, or Close aborts it, before the listeners are in).
+func TestSocketGateEndsWithClose(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	sc := newSocket(client, time.Minute)
+	sc.gate = newGate(sc)
+	go func() { _, _ = server.Write(append(testFrame(10, 41, 0), testFrame(10, 60, 0)...)) }()
+	buf := make([]byte, 64)
+	if _, err := sc.gate.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			if _, err := sc.gate.Read(buf); err != nil {
+				close(done)
+				return
+			}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	_ = sc.Close()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("a read held at the gate outlived the socket")
+	}
+}
