@@ -43,6 +43,7 @@ func BenchmarkLadderWaiting(b *testing.B) {
 
 func benchLadderWaiting(b *testing.B, opts ...mq.ConsumerOption) {
 	const round, failEvery = 5000, 10
+	brokerCPU := consBenchBrokerCPU(b)
 	brk := testenv.Broker(b, mq.Config{Logger: consBenchInfo})
 	p := retry.Exponential(2, 100*time.Millisecond)
 	q := testenv.Queue(b, brk, p, topology.Classic())
@@ -66,7 +67,7 @@ func benchLadderWaiting(b *testing.B, opts ...mq.ConsumerOption) {
 	}
 	// run consumes one round and returns the wall and CPU time from the
 	// first call to the last healthy message handled.
-	run := func(failing bool) (time.Duration, time.Duration, int) {
+	run := func(failing bool) (time.Duration, time.Duration, time.Duration, int) {
 		b.StopTimer()
 		healthy := fill(failing)
 		runtime.GC()
@@ -75,10 +76,11 @@ func benchLadderWaiting(b *testing.B, opts ...mq.ConsumerOption) {
 		var start time.Time
 		var cpu0 time.Duration
 		done := make(chan struct{})
-		var took, cpu time.Duration
+		var took, cpu, bcpu time.Duration
+		var bcpu0 time.Duration
 		h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
 			if calls.Add(1) == 1 {
-				start, cpu0 = time.Now(), testenv.CPU()
+				start, cpu0, bcpu0 = time.Now(), testenv.CPU(), brokerCPU()
 			}
 			if d.Headers["bench-fail"] == true {
 				if d.Attempt() == 1 {
@@ -87,7 +89,7 @@ func benchLadderWaiting(b *testing.B, opts ...mq.ConsumerOption) {
 				return nil
 			}
 			if healthyDone.Add(1) == int64(healthy) {
-				took, cpu = time.Since(start), testenv.CPU()-cpu0
+				took, cpu, bcpu = time.Since(start), testenv.CPU()-cpu0, brokerCPU()-bcpu0
 				close(done)
 			}
 			return nil
@@ -106,23 +108,24 @@ func benchLadderWaiting(b *testing.B, opts ...mq.ConsumerOption) {
 		if err := c.Stop(testenv.Context(b, 10*time.Second)); err != nil {
 			b.Fatal(err)
 		}
-		return took, cpu, healthy
+		return took, cpu, bcpu, healthy
 	}
 	var ratios []float64
-	var cleanCPU, waitCPU time.Duration
+	var cleanCPU, waitCPU, cleanBroker, waitBroker time.Duration
 	var cleanMsgs, waitMsgs int
 	var cleanTook, waitTook time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		var ct, wt, cc, wc time.Duration
+		var ct, wt, cc, wc, cb, wb time.Duration
 		var cn, wn int
 		if i%2 == 0 {
-			ct, cc, cn = run(false)
-			wt, wc, wn = run(true)
+			ct, cc, cb, cn = run(false)
+			wt, wc, wb, wn = run(true)
 		} else {
-			wt, wc, wn = run(true)
-			ct, cc, cn = run(false)
+			wt, wc, wb, wn = run(true)
+			ct, cc, cb, cn = run(false)
 		}
+		cleanBroker, waitBroker = cleanBroker+cb, waitBroker+wb
 		cleanTook, waitTook = cleanTook+ct, waitTook+wt
 		cleanCPU, waitCPU = cleanCPU+cc, waitCPU+wc
 		cleanMsgs, waitMsgs = cleanMsgs+cn, waitMsgs+wn
@@ -138,5 +141,7 @@ func benchLadderWaiting(b *testing.B, opts ...mq.ConsumerOption) {
 	b.ReportMetric(ratios[len(ratios)/2], "ratio")
 	b.ReportMetric(float64(cleanCPU.Microseconds())/float64(cleanMsgs), "none-waiting-cpu-µs/msg")
 	b.ReportMetric(float64(waitCPU.Microseconds())/float64(waitMsgs), "10%-waiting-cpu-µs/healthy-msg")
+	b.ReportMetric(float64(cleanBroker.Microseconds())/float64(cleanMsgs), "none-waiting-broker-µs/msg")
+	b.ReportMetric(float64(waitBroker.Microseconds())/float64(waitMsgs), "10%-waiting-broker-µs/healthy-msg")
 	b.ReportMetric(0, "ns/op")
 }
