@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -638,10 +639,12 @@ func (b *Broker) channel(ctx context.Context) (*amqp.Channel, *conn, error) {
 			// A blocked connection stops answering channel.open too.
 			return nil, nil, st.blockedErr(fmt.Errorf("mq: open channel: %w", err))
 		}
-		if !st.isLost() && !errors.Is(err, amqp.ErrClosed) {
+		if !st.isLost() && !errors.Is(err, amqp.ErrClosed) && !isNetError(err) {
 			return nil, nil, brokerError("open channel", err)
 		}
-		// The connection went as we asked; wait for the next one.
+		// The connection went as we asked (a write that failed on the
+		// socket means it is going, even before the supervisor has seen
+		// it); wait for the next one.
 		select {
 		case <-st.lost:
 		case <-ctx.Done():
@@ -829,4 +832,12 @@ func (b *Broker) stateNow() *conn {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.state
+}
+
+// isNetError reports whether err came from the socket itself (a broken
+// pipe, a reset, a closed connection): amqp091-go shuts such a connection
+// down, so the caller waits for the next one rather than failing.
+func isNetError(err error) bool {
+	var ne *net.OpError
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)
 }

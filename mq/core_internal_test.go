@@ -5,7 +5,10 @@ package mq
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -234,5 +237,21 @@ func TestWatcher(t *testing.T) {
 	close(pc.st.lost) // the same, with the connection gone: send again
 	if err := pc.endErr(); err != errResend {
 		t.Fatalf("end with the connection: %v; want a resend", err)
+	}
+}
+
+// A channel.open that fails on the socket (the connection is going, the
+// supervisor has not seen it yet) waits for the next connection; found by
+// the flapping chaos scenario, where three publishes failed with "open
+// channel: write: broken pipe".
+func TestSocketErrorsMeanTheConnectionIsGoing(t *testing.T) {
+	pipe := &net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}
+	for _, err := range []error{pipe, fmt.Errorf("wrapped: %w", pipe), io.EOF, net.ErrClosed} {
+		if !isNetError(err) {
+			t.Errorf("isNetError(%v) = false", err)
+		}
+	}
+	if isNetError(&amqp.Error{Code: amqp.NotAllowed, Reason: "NOT_ALLOWED"}) || isNetError(errors.New("channel id space exhausted")) {
+		t.Error("a broker's refusal or a local error taken for a dying socket")
 	}
 }
