@@ -76,8 +76,20 @@ func (b *Broker) flapWait(flaps int) time.Duration {
 // frameError reports whether a connection ended because its client could
 // not read a frame (amqp091-go reports 501 FRAME_ERROR or 502
 // SYNTAX_ERROR and closes the connection).
+//
+// amqp091-go reports a socket that closed or broke under it as 501 too
+// ("EOF", a reset, a broken pipe): that is a lost connection, not a frame
+// it could not decode, and is no sign of a poison message.
 func frameError(why string) bool {
-	return strings.Contains(why, "Exception (501)") || strings.Contains(why, "Exception (502)")
+	if !strings.Contains(why, "Exception (501)") && !strings.Contains(why, "Exception (502)") {
+		return false
+	}
+	for _, lost := range []string{`"EOF"`, "connection reset", "broken pipe", "use of closed network connection", "i/o timeout"} {
+		if strings.Contains(why, lost) {
+			return false
+		}
+	}
+	return true
 }
 
 // interrupted is called by a consumer whose subscription ended (why) and

@@ -142,6 +142,15 @@ func TestFlapGuard(t *testing.T) {
 	if !frameError(`Exception (501) Reason: "frame could not be parsed"`) || frameError("Exception (320) Reason: \"CONNECTION_FORCED\"") {
 		t.Error("frameError")
 	}
+	// A cut connection is reported as 501 too: not a poison frame (the
+	// connection-cut chaos scenario logged acemq.consumer.poison for cuts).
+	for _, lost := range []string{`Exception (501) Reason: "EOF"`,
+		`Exception (501) Reason: "write tcp 127.0.0.1:1->127.0.0.1:2: write: broken pipe"`,
+		`Exception (501) Reason: "read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"`} {
+		if frameError(lost) {
+			t.Errorf("frameError(%s) = true for a lost connection", lost)
+		}
+	}
 }
 
 // A read held at the gate ends when the socket under it closes (the
