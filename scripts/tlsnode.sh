@@ -27,28 +27,9 @@ amqps_port=5691
 dist_port=25690
 start_timeout="${TLSNODE_START_TIMEOUT:-120}" # seconds
 ctl_timeout=60                                # seconds, per rabbitmqctl call
-
-say() { echo "tlsnode: $*"; }
-die() { echo "tlsnode: $*" >&2; exit 1; }
-
-ctl() { timeout --kill-after=10 "$ctl_timeout" rabbitmqctl -q -n "$node@localhost" "$@"; }
-answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-node_env() {
-  echo "RABBITMQ_CONF_ENV_FILE=$base/rabbitmq-env.conf"
-  echo "RABBITMQ_NODENAME=$node@localhost"
-  echo "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1"
-  echo "RABBITMQ_NODE_PORT=$amqp_port"
-  echo "RABBITMQ_DIST_PORT=$dist_port"
-  echo "RABBITMQ_CONFIG_FILE=$base/rabbitmq.conf"
-  echo "RABBITMQ_ADVANCED_CONFIG_FILE=$base/advanced.config"
-  echo "RABBITMQ_ENABLED_PLUGINS_FILE=$base/enabled_plugins"
-  echo "RABBITMQ_MNESIA_BASE=$base/mnesia"
-  echo "RABBITMQ_LOG_BASE=$base/log"
-  echo "RABBITMQ_PID_FILE=$base/$node.pid"
-  echo "ERL_EPMD_ADDRESS=127.0.0.1"
-  echo "ERL_FLAGS=-kernel inet_dist_use_interface {127,0,0,1}"
-}
+me=tlsnode
+# shellcheck source=scripts/node-lib.sh
+. "$(dirname "$0")/node-lib.sh"
 
 up() {
   local certs="${1:-}"
@@ -60,96 +41,27 @@ up() {
   for p in "$amqp_port" "$amqps_port"; do
     answers "$p" && die "port $p is taken (a TLS node already up? run: $0 down)"
   done
-  if [ -e "$base" ]; then
-    say "removing the leftovers of an earlier run"
-    down
-  fi
-
-  up_ok=0
-  trap '[ "${up_ok:-0}" = 1 ] || { echo "tlsnode: up failed; tearing down" >&2; down >&2 || true; }' EXIT
-  mkdir -p "$base/mnesia" "$base/log" "$base/certs"
+  prepare_base
+  mkdir -p "$base/certs"
   cp "$certs/ca.pem" "$certs/server.pem" "$certs/server-key.pem" "$base/certs/"
-  node_env | sed -e 's/^RABBITMQ_//' -e "s/^\(ERL_FLAGS=\)\(.*\)/export \1\"\2\"/" >"$base/rabbitmq-env.conf"
-  cat >"$base/rabbitmq.conf" <<EOF
-listeners.tcp.local = 127.0.0.1:$amqp_port
-listeners.ssl.local = 127.0.0.1:$amqps_port
-ssl_options.cacertfile = $base/certs/ca.pem
-ssl_options.certfile = $base/certs/server.pem
-ssl_options.keyfile = $base/certs/server-key.pem
-ssl_options.verify = verify_none
-ssl_options.fail_if_no_peer_cert = false
-loopback_users.guest = true
-log.console = false
-log.file.level = info
-EOF
+  {
+    echo "listeners.tcp.local = 127.0.0.1:$amqp_port"
+    echo "listeners.ssl.local = 127.0.0.1:$amqps_port"
+    echo "ssl_options.cacertfile = $base/certs/ca.pem"
+    echo "ssl_options.certfile = $base/certs/server.pem"
+    echo "ssl_options.keyfile = $base/certs/server-key.pem"
+    echo "ssl_options.verify = verify_none"
+    echo "ssl_options.fail_if_no_peer_cert = false"
+    echo "loopback_users.guest = true"
+    echo "log.console = false"
+    echo "log.file.level = info"
+  } >"$base/rabbitmq.conf"
   echo "[]." >"$base/advanced.config"
   echo "[]." >"$base/enabled_plugins"
   chown -R rabbitmq:rabbitmq "$base"
   chmod 755 "$base"
   chmod 600 "$base/certs/server-key.pem"
-
-  local t0=$SECONDS
-  say "starting $node@localhost: AMQP 127.0.0.1:$amqp_port, AMQPS 127.0.0.1:$amqps_port"
-  local -a envs
-  mapfile -t envs < <(node_env)
-  env "${envs[@]}" rabbitmq-server -detached
-  local deadline=$((SECONDS + start_timeout))
-  until ctl await_startup --timeout 10 >/dev/null 2>&1 && answers "$amqps_port"; do
-    if ((SECONDS >= deadline)); then
-      echo "tlsnode: $node@localhost did not answer on $amqps_port within ${start_timeout}s; its log:" >&2
-      tail -n 40 "$base/log/$node@localhost.log" >&2 2>/dev/null || true
-      exit 1
-    fi
-    sleep 1
-  done
-  up_ok=1
-  say "up in $((SECONDS - t0))s"
-}
-
-# node_pid: the pid of our node's VM, if it runs. The pid file goes away
-# with the broker application; the VM is known by the environment this
-# script started it with.
-ours() {
-  tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -qx "RABBITMQ_MNESIA_BASE=$base/mnesia"
-}
-node_pid() {
-  local pid=""
-  [ -f "$base/$node.pid" ] && pid="$(cat "$base/$node.pid" 2>/dev/null || true)"
-  if [ -n "$pid" ] && ours "$pid"; then
-    echo "$pid"
-    return
-  fi
-  for pid in $(pgrep -x beam.smp || true); do
-    if ours "$pid"; then
-      echo "$pid"
-      return
-    fi
-  done
-}
-
-down() {
-  local pid
-  pid="$(node_pid)"
-  if ctl status >/dev/null 2>&1; then
-    say "stopping $node@localhost"
-    ctl stop >/dev/null 2>&1 || echo "tlsnode: rabbitmqctl stop $node@localhost failed" >&2
-  fi
-  # Give the VM time to exit after stop; a node that did not stop (or never
-  # answered) is ended by its pid.
-  if [ -n "$pid" ]; then
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    if kill -0 "$pid" 2>/dev/null; then
-      say "killing $node@localhost (pid $pid)"
-      kill "$pid" 2>/dev/null || true
-      for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-      kill -9 "$pid" 2>/dev/null || true
-    fi
-  fi
-  case "$base" in
-  /tmp/* | "${TMPDIR:-/tmp}"/*) rm -rf "$base" ;;
-  *) [ -e "$base" ] && echo "tlsnode: not removing $base (outside the temp directory)" >&2 ;;
-  esac
-  return 0
+  start_node "$amqps_port" "AMQP 127.0.0.1:$amqp_port, AMQPS 127.0.0.1:$amqps_port"
 }
 
 case "${1:-}" in

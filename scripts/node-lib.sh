@@ -1,0 +1,120 @@
+# Shared by the scripts that run a RabbitMQ node of their own beside the
+# shared broker (tlsnode.sh, mgmtnode.sh): sourced, not run. The caller sets
+#
+#   me             the script's name, for its messages
+#   base           the node's directory (under the temp directory)
+#   node           the node name (NODE@localhost)
+#   amqp_port      its AMQP listener, on 127.0.0.1
+#   dist_port      its Erlang distribution port
+#   start_timeout  seconds `start_node` waits for the node to answer
+#   ctl_timeout    seconds per rabbitmqctl call
+#
+# and writes the node's rabbitmq.conf, advanced.config and enabled_plugins
+# itself; everything else — the environment the node runs in, starting it,
+# finding its VM and tearing it down — is here, once.
+
+say() { echo "$me: $*"; }
+die() { echo "$me: $*" >&2; exit 1; }
+
+ctl() { timeout --kill-after=10 "$ctl_timeout" rabbitmqctl -q -n "$node@localhost" "$@"; }
+answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+node_env() {
+  echo "RABBITMQ_CONF_ENV_FILE=$base/rabbitmq-env.conf"
+  echo "RABBITMQ_NODENAME=$node@localhost"
+  echo "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1"
+  echo "RABBITMQ_NODE_PORT=$amqp_port"
+  echo "RABBITMQ_DIST_PORT=$dist_port"
+  echo "RABBITMQ_CONFIG_FILE=$base/rabbitmq.conf"
+  echo "RABBITMQ_ADVANCED_CONFIG_FILE=$base/advanced.config"
+  echo "RABBITMQ_ENABLED_PLUGINS_FILE=$base/enabled_plugins"
+  echo "RABBITMQ_MNESIA_BASE=$base/mnesia"
+  echo "RABBITMQ_LOG_BASE=$base/log"
+  echo "RABBITMQ_PID_FILE=$base/$node.pid"
+  echo "ERL_EPMD_ADDRESS=127.0.0.1"
+  echo "ERL_FLAGS=-kernel inet_dist_use_interface {127,0,0,1}"
+}
+
+# prepare_base: a fresh $base (leftovers of an earlier run torn down first),
+# with the env file the node reads, and a trap that tears everything down if
+# `up` does not get to set up_ok=1.
+prepare_base() {
+  if [ -e "$base" ]; then
+    say "removing the leftovers of an earlier run"
+    down
+  fi
+  up_ok=0
+  trap '[ "${up_ok:-0}" = 1 ] || { echo "$me: up failed; tearing down" >&2; down >&2 || true; }' EXIT
+  mkdir -p "$base/mnesia" "$base/log"
+  node_env | sed -e 's/^RABBITMQ_//' -e "s/^\(ERL_FLAGS=\)\(.*\)/export \1\"\2\"/" >"$base/rabbitmq-env.conf"
+}
+
+# start_node PORT WHAT: start the node and wait until it has started and
+# answers on PORT; fails loudly with the tail of its log after
+# start_timeout. WHAT says what it listens on, for the message.
+start_node() {
+  local port="$1" what="$2" t0=$SECONDS
+  say "starting $node@localhost: $what"
+  local -a envs
+  mapfile -t envs < <(node_env)
+  env "${envs[@]}" rabbitmq-server -detached
+  local deadline=$((SECONDS + start_timeout))
+  until ctl await_startup --timeout 10 >/dev/null 2>&1 && answers "$port"; do
+    if ((SECONDS >= deadline)); then
+      echo "$me: $node@localhost did not answer on $port within ${start_timeout}s; its log:" >&2
+      tail -n 40 "$base/log/$node@localhost.log" >&2 2>/dev/null || true
+      exit 1
+    fi
+    sleep 1
+  done
+  up_ok=1
+  say "up in $((SECONDS - t0))s"
+}
+
+# node_pid: the pid of our node's VM, if it runs. The pid file goes away
+# with the broker application; the VM is known by the environment it was
+# started with.
+ours() {
+  tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -qx "RABBITMQ_MNESIA_BASE=$base/mnesia"
+}
+node_pid() {
+  local pid=""
+  [ -f "$base/$node.pid" ] && pid="$(cat "$base/$node.pid" 2>/dev/null || true)"
+  if [ -n "$pid" ] && ours "$pid"; then
+    echo "$pid"
+    return
+  fi
+  for pid in $(pgrep -x beam.smp || true); do
+    if ours "$pid"; then
+      echo "$pid"
+      return
+    fi
+  done
+}
+
+# down: stop the node (by its pid if rabbitmqctl cannot) and remove $base;
+# safe to run when nothing is up.
+down() {
+  local pid
+  pid="$(node_pid)"
+  if ctl status >/dev/null 2>&1; then
+    say "stopping $node@localhost"
+    ctl stop >/dev/null 2>&1 || echo "$me: rabbitmqctl stop $node@localhost failed" >&2
+  fi
+  # Give the VM time to exit after stop; a node that did not stop (or never
+  # answered) is ended by its pid.
+  if [ -n "$pid" ]; then
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$pid" 2>/dev/null; then
+      say "killing $node@localhost (pid $pid)"
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  fi
+  case "$base" in
+  /tmp/* | "${TMPDIR:-/tmp}"/*) rm -rf "$base" ;;
+  *) [ -e "$base" ] && echo "$me: not removing $base (outside the temp directory)" >&2 ;;
+  esac
+  return 0
+}
