@@ -24,7 +24,7 @@ import (
 // cliRun runs acemq with stdin and args against the test broker.
 func cliRun(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(opsCLI(t), args...)
+	cmd := exec.Command(acemqCLI(t), args...)
 	cmd.Env = append(os.Environ(), "AMQP_URL="+testenv.URL())
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer

@@ -10,15 +10,12 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,32 +24,6 @@ import (
 	"github.com/acemq/acemq-go/mq"
 )
 
-var (
-	consoleCLIOnce sync.Once
-	consoleCLIPath string
-	consoleCLIErr  error
-)
-
-// consoleCLI builds cmd/acemq once per test binary.
-func consoleCLI(t testing.TB) string {
-	t.Helper()
-	consoleCLIOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "acemq-console")
-		if err != nil {
-			consoleCLIErr = err
-			return
-		}
-		consoleCLIPath = filepath.Join(dir, "acemq")
-		if out, err := exec.Command("go", "build", "-o", consoleCLIPath, "github.com/acemq/acemq-go/cmd/acemq").CombinedOutput(); err != nil {
-			consoleCLIErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if consoleCLIErr != nil {
-		t.Fatalf("build acemq: %v", consoleCLIErr)
-	}
-	return consoleCLIPath
-}
-
 var servingLine = regexp.MustCompile(`console on (http://127\.0\.0\.1:\d+/)|console on http://(\[::\]|0\.0\.0\.0):(\d+)/`)
 
 // consoleServe starts `acemq console args...` and returns the page's URL
@@ -60,7 +31,7 @@ var servingLine = regexp.MustCompile(`console on (http://127\.0\.0\.1:\d+/)|cons
 // when stop is called.
 func consoleServe(t *testing.T, args ...string) (base string, stop func()) {
 	t.Helper()
-	cmd := exec.Command(consoleCLI(t), append([]string{"console"}, args...)...)
+	cmd := exec.Command(acemqCLI(t), append([]string{"console"}, args...)...)
 	cmd.Env = append(os.Environ(), "AMQP_URL="+testenv.URL(), "ACEMQ_CONSOLE_TOKEN=")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -143,7 +114,7 @@ func TestConsoleCommand(t *testing.T) {
 
 	// Refused before the broker is dialled: a broker URL that answers
 	// nothing changes nothing.
-	cmd := exec.Command(consoleCLI(t), "console", "--listen", "0.0.0.0:8089", q)
+	cmd := exec.Command(acemqCLI(t), "console", "--listen", "0.0.0.0:8089", q)
 	cmd.Env = append(os.Environ(), "AMQP_URL=amqp://guest:guest@"+testenv.ClosedAddr(t)+"/", "ACEMQ_CONSOLE_TOKEN=")
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError

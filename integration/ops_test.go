@@ -14,9 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -365,37 +363,10 @@ func TestOpsCount(t *testing.T) {
 	}
 }
 
-var (
-	opsCLIOnce sync.Once
-	opsCLIPath string
-	opsCLIErr  error
-)
-
-// opsCLI builds cmd/acemq once per test binary.
-func opsCLI(t testing.TB) string {
-	t.Helper()
-	opsCLIOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "acemq-cli")
-		if err != nil {
-			opsCLIErr = err
-			return
-		}
-		opsCLIPath = filepath.Join(dir, "acemq")
-		out, err := exec.Command("go", "build", "-o", opsCLIPath, "github.com/acemq/acemq-go/cmd/acemq").CombinedOutput()
-		if err != nil {
-			opsCLIErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if opsCLIErr != nil {
-		t.Fatalf("build acemq: %v", opsCLIErr)
-	}
-	return opsCLIPath
-}
-
 // opsRun runs acemq with args against the test broker.
 func opsRun(t testing.TB, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	cmd := exec.Command(opsCLI(t), args...)
+	cmd := exec.Command(acemqCLI(t), args...)
 	cmd.Env = append(os.Environ(), "AMQP_URL="+testenv.URL())
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -469,7 +440,7 @@ func TestOpsCLIInterrupted(t *testing.T) {
 	q, dlq, _ := opsSetup(t, b)
 	testenv.Publish(t, b, dlq, opsDeadLetters(q, total)...)
 
-	cmd := exec.Command(opsCLI(t), "replay", dlq)
+	cmd := exec.Command(acemqCLI(t), "replay", dlq)
 	cmd.Env = append(os.Environ(), "AMQP_URL="+testenv.URL())
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
