@@ -3,9 +3,15 @@
 package integration
 
 // Healthy throughput of the standard stack while 10% of the messages wait
-// in-process for their second attempt, against the same stack with no
-// failures, in the same run on the same queue. Issue 10's goal: at least
-// 0.9x — a failing message never holds up a healthy one.
+// in-process for their second attempt, against the same stack with none
+// waiting, in the same run on the same queue. Both rounds carry the same
+// 5000 messages, every tenth one marked; in the waiting round a marked
+// message fails its first attempt and waits 100 ms, in the other it
+// succeeds at once. Healthy throughput is the unmarked messages per second,
+// from the first handler call to the last unmarked message handled, so the
+// broker does the same work per round (one delivery and one ack per
+// message) and the ratio is what the waits alone cost. Issue 10's goal: at
+// least 0.9x — a failing message never holds up a healthy one.
 //
 //	go test -tags integration -run '^$' -bench BenchmarkLadderWaiting -benchtime 6x ./integration/
 
@@ -54,8 +60,8 @@ func benchLadderWaiting(b *testing.B, opts ...mq.ConsumerOption) {
 		msgs := consBenchMessages(round)
 		healthy := 0
 		for i := range msgs {
-			if failing && i%failEvery == 0 {
-				msgs[i].Headers = amqp.Table{"bench-fail": true}
+			if i%failEvery == 0 {
+				msgs[i].Headers = amqp.Table{"bench-fail": failing}
 				continue
 			}
 			healthy++
@@ -82,8 +88,8 @@ func benchLadderWaiting(b *testing.B, opts ...mq.ConsumerOption) {
 			if calls.Add(1) == 1 {
 				start, cpu0, bcpu0 = time.Now(), testenv.CPU(), brokerCPU()
 			}
-			if d.Headers["bench-fail"] == true {
-				if d.Attempt() == 1 {
+			if fail, marked := d.Headers["bench-fail"].(bool); marked {
+				if fail && d.Attempt() == 1 {
 					return errors.New("fails once")
 				}
 				return nil
@@ -105,6 +111,9 @@ func benchLadderWaiting(b *testing.B, opts ...mq.ConsumerOption) {
 		}
 		// Let the failing ones finish their second attempt before the stop.
 		testenv.Poll(5*time.Second, func() bool { return calls.Load() == int64(round+round/failEvery) || !failing })
+		if !failing {
+			testenv.Poll(5*time.Second, func() bool { return calls.Load() == int64(round) })
+		}
 		if err := c.Stop(testenv.Context(b, 10*time.Second)); err != nil {
 			b.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package mq
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -200,13 +201,21 @@ func (a *acker) flushLocked(above bool) error {
 	}
 	a.prefix = 0
 	if above && a.waiting > 0 {
+		// Lowest first: the broker finds each tag by walking the
+		// channel's unacknowledged deliveries from the oldest, so in this
+		// order each walk stops just past the holes below it.
+		tags := make([]uint64, 0, a.waiting)
 		for tag, st := range a.above {
 			if st == tagPending {
-				if e := a.ack(tag, false); e != nil && err == nil {
-					err = e
-				}
-				a.above[tag] = tagSent
+				tags = append(tags, tag)
 			}
+		}
+		slices.Sort(tags)
+		for _, tag := range tags {
+			if e := a.ack(tag, false); e != nil && err == nil {
+				err = e
+			}
+			a.above[tag] = tagSent
 		}
 		a.waiting = 0
 	}

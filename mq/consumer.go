@@ -277,18 +277,18 @@ func (c *Consumer) isStopping() bool {
 	}
 }
 
-// subscription is one channel's worth of consuming.
+// subscription is one connection's worth of consuming: the lanes
+// (channels) it consumes on, one after the other (see lanes.go), and the
+// workers that handle what comes on them.
 type subscription struct {
-	ch         *amqp.Channel
-	st         *conn
-	deliveries <-chan amqp.Delivery
-	closes     chan *amqp.Error
-	cancels    chan string
-	ctx        context.Context // the handlers' context
-	cancel     context.CancelFunc
-	draining   chan struct{}
-	drainOnce  sync.Once
-	closeOnce  sync.Once
+	st        *conn
+	lost      chan *amqp.Error // a lane's channel closed
+	cancels   chan string      // the broker cancelled a lane's consumer
+	ctx       context.Context  // the handlers' context
+	cancel    context.CancelFunc
+	draining  chan struct{}
+	drainOnce sync.Once
+	closeOnce sync.Once
 
 	// slots holds one token per delivery being handled: at most the
 	// consumer's concurrency. A delivery waiting in-process gives its token
@@ -298,25 +298,49 @@ type subscription struct {
 	workers atomic.Int32
 	wg      sync.WaitGroup
 
-	acks *acker // settles on ch, and only on ch
+	head      atomic.Pointer[stream] // the stream the workers read
+	active    atomic.Pointer[lane]   // the lane whose consumer is live
+	move      chan struct{}          // a wait asks the mover to move on
+	moverDone chan struct{}
+
+	mu      sync.Mutex
+	lanes   []*lane   // every channel it holds
+	streams []*stream // not ended, oldest first; the last is active's
 }
 
 func (s *subscription) drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
-// close gives the channel up, after sending the acknowledgements still
-// due on it (on a channel already dead that send fails, and the broker has
-// requeued those deliveries anyway).
+// close gives the channels up, after sending the acknowledgements still
+// due on them (on a channel already dead that send fails, and the broker
+// has requeued those deliveries anyway).
 func (s *subscription) close() {
 	s.closeOnce.Do(func() {
-		_ = s.acks.Close()
-		_ = s.ch.Close()
+		for _, l := range s.allLanes() {
+			_ = l.acks.Close()
+			_ = l.ch.Close()
+		}
 	})
+}
+
+// dropAcks forgets the acknowledgements not sent: a channel died.
+func (s *subscription) dropAcks() {
+	for _, l := range s.allLanes() {
+		l.acks.Drop()
+	}
+}
+
+func (s *subscription) allLanes() []*lane {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*lane(nil), s.lanes...)
 }
 
 // prefetch is what the consumer asks of basic.qos: the window for the
 // deliveries being handled plus room for those waiting in-process, which the
 // broker counts as unacknowledged too.
-func (cfg *consumerConfig) qos() int { return min(cfg.prefetch+cfg.maxWaiting, math.MaxUint16) }
+func (cfg *consumerConfig) qos() int {
+	return min(cfg.prefetch+min(cfg.maxWaiting, laneWaiters), math.MaxUint16)
+}
 
 func (c *Consumer) subscribe(ctx context.Context, resub bool) (*subscription, error) {
 	info := &Subscription{Queue: c.queue, Broker: c.b, Logger: c.log, Resubscribe: resub, handlers: c.built}
@@ -327,31 +351,23 @@ func (c *Consumer) subscribe(ctx context.Context, resub bool) (*subscription, er
 			}
 		}
 	}
-	ch, st, err := c.b.channel(ctx)
+	l, cn, err := c.newLane(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("mq: consumer of %q: %w", c.queue, err)
 	}
-	// Both calls wait for the broker's answer; ctx bounds that wait on a
-	// network gone quiet (the channel is closed if the answer comes late).
-	closeCh := func() { _ = ch.Close() }
-	if err := c.b.bounded(ctx, func() error { return ch.Qos(c.cfg.qos(), 0, false) }, closeCh); err != nil {
-		c.b.closeLater(ch)
-		return nil, brokerError(fmt.Sprintf("set prefetch for queue %q", c.queue), err)
-	}
-	s := &subscription{ch: ch, st: st, draining: make(chan struct{}), slots: make(chan struct{}, c.cfg.concurrency),
-		acks:    newAcker(ch.Ack, func(tag uint64, requeue bool) error { return ch.Nack(tag, false, requeue) }, c.cfg.ackEach, c.cfg.prefetch),
-		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
-		cancels: ch.NotifyCancel(make(chan string, 1))}
-	var deliveries <-chan amqp.Delivery
-	err = c.b.bounded(ctx, func() (err error) {
-		deliveries, err = ch.Consume(c.queue, c.cfg.tag, false, false, false, false, nil)
-		return err
-	}, closeCh)
+	st, err := c.consume(ctx, l)
 	if err != nil {
-		c.b.closeLater(ch)
-		return nil, brokerError(fmt.Sprintf("consume queue %q", c.queue), err)
+		c.b.closeLater(l.ch)
+		return nil, err
 	}
-	s.deliveries = deliveries
+	s := &subscription{st: cn, draining: make(chan struct{}), slots: make(chan struct{}, c.cfg.concurrency),
+		lost: make(chan *amqp.Error, 1), cancels: make(chan string, 1),
+		move: make(chan struct{}, 1), moverDone: make(chan struct{}),
+		lanes: []*lane{l}, streams: []*stream{st}}
+	l.cur = st
+	s.head.Store(st)
+	s.active.Store(l)
+	s.watch(l)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -421,6 +437,15 @@ func (c *Consumer) serve(sub *subscription) string {
 	for range c.cfg.concurrency {
 		sub.spawn(c)
 	}
+	if c.cfg.maxLanes() > 1 {
+		go c.mover(sub)
+	} else {
+		close(sub.moverDone)
+	}
+	defer func() {
+		sub.drain() // the mover's cue, whatever ended the subscription
+		<-sub.moverDone
+	}()
 	workersDone := make(chan struct{})
 	go func() {
 		sub.wg.Wait()
@@ -429,7 +454,12 @@ func (c *Consumer) serve(sub *subscription) string {
 	select {
 	case <-c.stopping:
 		sub.drain()
-		_ = sub.ch.Cancel(c.cfg.tag, false) // no new deliveries; in-flight ones still settle here
+		// No new deliveries; in-flight ones still settle on their
+		// channels. The mover, having seen the drain, moves no more.
+		sub.mu.Lock()
+		live := sub.active.Load()
+		sub.mu.Unlock()
+		_ = live.ch.Cancel(c.cfg.tag, false)
 		select {
 		case <-workersDone:
 		case <-c.abort:
@@ -438,10 +468,11 @@ func (c *Consumer) serve(sub *subscription) string {
 			<-workersDone
 		}
 		return "stopped"
-	case e := <-sub.closes:
-		// The channel (or its connection) is gone, and with it every
-		// unsettled delivery: the broker has requeued them. Stop the work.
-		sub.acks.Drop()
+	case e := <-sub.lost:
+		// A channel (or the connection) is gone, and with it its
+		// unsettled deliveries: the broker has requeued them. Stop the
+		// work; the other channels are closed with the subscription.
+		sub.dropAcks()
 		sub.drain()
 		sub.cancel()
 		<-workersDone
@@ -476,15 +507,20 @@ func (s *subscription) spawn(c *Consumer) {
 // after its delivery.
 func (c *Consumer) work(sub *subscription) {
 	for {
+		st := sub.reading()
 		select {
 		case <-sub.draining:
 			sub.workers.Add(-1)
 			return
-		case raw, ok := <-sub.deliveries:
+		case raw, ok := <-st.deliveries:
 			if !ok {
+				if sub.streamEnded(st) {
+					continue // left by a move: read the next
+				}
 				sub.workers.Add(-1)
 				return
 			}
+			st.lane.held.Add(1)
 			select {
 			case sub.slots <- struct{}{}:
 			case <-sub.draining:
@@ -498,7 +534,7 @@ func (c *Consumer) work(sub *subscription) {
 				return
 			default:
 			}
-			c.handle(sub, raw)
+			c.handle(sub, st.lane, raw)
 		}
 		if n := sub.workers.Load(); n > int32(c.cfg.concurrency) && sub.workers.CompareAndSwap(n, n-1) {
 			return
@@ -506,10 +542,10 @@ func (c *Consumer) work(sub *subscription) {
 	}
 }
 
-func (c *Consumer) handle(sub *subscription, raw amqp.Delivery) {
+func (c *Consumer) handle(sub *subscription, l *lane, raw amqp.Delivery) {
 	raw.Acknowledger = nil // settlement belongs to the runtime
 	restoreOrigin(&raw)
-	d := &Delivery{envelope: envelope(raw), queue: c.queue, attempt: c.memo.attempt(raw), sub: sub, c: c, slot: true}
+	d := &Delivery{envelope: envelope(raw), queue: c.queue, attempt: c.memo.attempt(raw), sub: sub, lane: l, c: c, slot: true}
 	ctx := sub.ctx
 	hooks := c.b.hooks.delivery
 	for _, h := range hooks {
@@ -517,6 +553,7 @@ func (c *Consumer) handle(sub *subscription, raw amqp.Delivery) {
 	}
 	err := c.invoke(ctx, d)
 	c.settle(sub, d, err)
+	sub.settled(l)
 	if d.slot {
 		<-sub.slots
 	}
@@ -552,6 +589,10 @@ func (c *Consumer) wait(ctx context.Context, d *Delivery, w time.Duration) error
 		if sub.workers.Add(-1) < int32(c.cfg.concurrency) {
 			sub.spawn(c)
 		}
+	}
+	if free && c.cfg.maxLanes() > 1 {
+		sub.waitStarts(d.lane)
+		defer sub.waitEnds(d.lane)
 	}
 	err := waitFor(ctx, sub.draining, w)
 	if free {
@@ -616,13 +657,13 @@ func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
 		c.requeued(d, "cut short", err)
-		serr = sub.acks.Nack(d.DeliveryTag, true)
+		serr = d.lane.acks.Nack(d.DeliveryTag, true)
 	case err == nil:
 		if d.outcome == "" {
 			d.outcome = OutcomeAck
 		}
 		c.memo.forget(d)
-		serr = sub.acks.Ack(d.DeliveryTag)
+		serr = d.lane.acks.Ack(d.DeliveryTag)
 	case errors.Is(err, ErrRequeue):
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
@@ -639,12 +680,12 @@ func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
 			}
 			t.Stop()
 		}
-		serr = sub.acks.Nack(d.DeliveryTag, true)
+		serr = d.lane.acks.Nack(d.DeliveryTag, true)
 	default:
 		d.outcome, d.cause = OutcomeReject, err
 		c.memo.forget(d)
 		c.log.Warn("acemq.message.rejected", "message_id", d.MessageId, "attempt", d.attempt, "error", err)
-		serr = sub.acks.Nack(d.DeliveryTag, false)
+		serr = d.lane.acks.Nack(d.DeliveryTag, false)
 	}
 	if serr != nil {
 		c.log.Debug("acemq.settle.skipped", "message_id", d.MessageId, "outcome", string(d.outcome), "error", serr)

@@ -123,6 +123,7 @@ type Delivery struct {
 	outcome Outcome
 	cause   error
 	sub     *subscription
+	lane    *lane // the channel it came on, where it is settled
 	c       *Consumer
 	slot    bool // holds one of its subscription's slots
 	used    int  // the last attempt that ran to its end (see finished)

@@ -1,0 +1,293 @@
+package mq
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Why a subscription has more than one channel.
+//
+// A delivery waiting in-process (Delivery.Wait) stays unacknowledged on
+// the channel it came on, and must be settled there. RabbitMQ keeps a
+// channel's unacknowledged deliveries in a queue, oldest first, and every
+// single ack walks that queue from the front to its tag; a multiple ack
+// cannot skip an unsettled one. Waiting deliveries are the oldest, so with
+// w of them on the consuming channel every healthy ack costs the broker w
+// steps more (measured on 3.10: about +6 µs of broker CPU per message at
+// 32 waiting, +60 µs at 300, on a base of about 28 µs), and they count
+// against that consumer's prefetch.
+//
+// So once laneWaiters deliveries wait on the channel the subscription
+// consumes on, the consumer subscribes again on another channel of the same
+// connection and cancels the first consumer: the waiting deliveries stay
+// where they are and are settled there, the rest of the queue comes on a
+// channel with nothing in front of it. A channel left that way is used
+// again once everything on it is settled (consume and cancel cost the
+// broker about 155 µs, a new channel about 540 µs more), so a subscription
+// holds at most 1 + maxWaiting/laneWaiters channels. With no channel free
+// and none to open, waiting deliveries pile up on the consuming channel as
+// before and take their room from its window.
+
+// laneWaiters is how many deliveries may wait on the consuming channel
+// before the subscription moves: the per-ack cost of the ones waiting there
+// against the cost of a move, per waiting delivery (about 155 µs/16).
+const laneWaiters = 16
+
+// lane is one channel of a subscription, with its own acknowledgements.
+// Delivery tags are the channel's, so a lane's acker lives as long as the
+// channel, across the consumers it carries one after the other.
+type lane struct {
+	ch     *amqp.Channel
+	acks   *acker
+	closes chan *amqp.Error
+	cancel chan string
+
+	held    atomic.Int32 // deliveries received and not yet settled
+	waiting atomic.Int32 // of those, waiting in-process
+
+	// Under subscription.mu.
+	cur *stream // what it consumes or consumed last; nil before the first consume
+}
+
+// stream is one consumer on a lane: its deliveries, in the order the
+// broker sent them. It ends after a cancel, once what was sent before the
+// cancel has been read.
+type stream struct {
+	lane       *lane
+	deliveries <-chan amqp.Delivery
+
+	// Under subscription.mu.
+	retired bool // cancelled by the subscription moving on
+	ended   bool // its deliveries channel was found closed
+}
+
+// newLane opens a channel on the subscription's connection with the
+// consumer's prefetch.
+func (c *Consumer) newLane(ctx context.Context) (*lane, *conn, error) {
+	ch, st, err := c.b.channel(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	closeCh := func() { _ = ch.Close() }
+	if err := c.b.bounded(ctx, func() error { return ch.Qos(c.cfg.qos(), 0, false) }, closeCh); err != nil {
+		c.b.closeLater(ch)
+		return nil, nil, brokerError(fmt.Sprintf("set prefetch for queue %q", c.queue), err)
+	}
+	l := &lane{ch: ch,
+		acks:   newAcker(ch.Ack, func(tag uint64, requeue bool) error { return ch.Nack(tag, false, requeue) }, c.cfg.ackEach, c.cfg.prefetch),
+		closes: ch.NotifyClose(make(chan *amqp.Error, 1)),
+		cancel: ch.NotifyCancel(make(chan string, 1))}
+	return l, st, nil
+}
+
+// consume subscribes the lane to the consumer's queue.
+func (c *Consumer) consume(ctx context.Context, l *lane) (*stream, error) {
+	var deliveries <-chan amqp.Delivery
+	err := c.b.bounded(ctx, func() (err error) {
+		deliveries, err = l.ch.Consume(c.queue, c.cfg.tag, false, false, false, false, nil)
+		return err
+	}, func() { _ = l.ch.Close() })
+	if err != nil {
+		return nil, brokerError(fmt.Sprintf("consume queue %q", c.queue), err)
+	}
+	return &stream{lane: l, deliveries: deliveries}, nil
+}
+
+// watch reports the first close or broker cancel of l's channel to the
+// subscription (lost, cancels): either ends it.
+func (s *subscription) watch(l *lane) {
+	go func() {
+		select {
+		case e, ok := <-l.closes:
+			if !ok {
+				e = nil
+			}
+			select {
+			case s.lost <- e:
+			default:
+			}
+		case tag := <-l.cancel:
+			select {
+			case s.cancels <- tag:
+			default:
+			}
+		}
+	}()
+}
+
+// maxLanes is how many channels a subscription may hold.
+func (cfg *consumerConfig) maxLanes() int {
+	if cfg.maxWaiting == 0 {
+		return 1
+	}
+	return 1 + (cfg.maxWaiting+laneWaiters-1)/laneWaiters
+}
+
+// reading is the stream the workers read: the oldest not ended, so a moved
+// subscription's deliveries are handled in the order they came.
+func (s *subscription) reading() *stream { return s.head.Load() }
+
+// streamEnded is called by a worker that found st's deliveries channel
+// closed. It reports whether the subscription goes on (st was left by a
+// move, and the next stream is read now) or has ended (the consumer it
+// reads was closed under it: the broker cancelled it, or the channel died).
+func (s *subscription) streamEnded(st *stream) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !st.retired {
+		return false
+	}
+	if !st.ended {
+		st.ended = true
+		s.streams = s.streams[1:] // st is the head: only the head is read
+		s.head.Store(s.streams[0])
+		s.idleLocked(st.lane)
+	}
+	return true
+}
+
+// settled is called once a delivery of l has been settled.
+func (s *subscription) settled(l *lane) {
+	if l.held.Add(-1) == 0 {
+		s.mu.Lock()
+		s.idleLocked(l)
+		s.mu.Unlock()
+	}
+}
+
+// idleLocked sends what is due on l once nothing is left on it.
+func (s *subscription) idleLocked(l *lane) {
+	if l.cur != nil && l.cur.retired && l.cur.ended && l.held.Load() == 0 {
+		_ = l.acks.Flush() // everything on it is settled: one multiple ack
+	}
+}
+
+// pickLocked chooses the lane to move to: of the lanes left by earlier
+// moves whose streams have ended, the one holding fewest deliveries, if
+// it holds few (reusing a channel is cheaper than a new one, and what
+// still waits on it is little to walk); nil if a new lane should be opened
+// (canOpen) or if none holds fewer than old has waiting.
+func (s *subscription) pickLocked(old *lane, canOpen bool) *lane {
+	var best *lane
+	for _, l := range s.lanes {
+		if l == old || l.cur == nil || !l.cur.retired || !l.cur.ended {
+			continue
+		}
+		if best == nil || l.held.Load() < best.held.Load() {
+			best = l
+		}
+	}
+	switch {
+	case best == nil:
+		return nil
+	case best.held.Load() < laneWaiters/2:
+		return best
+	case canOpen:
+		return nil
+	case best.held.Load() < old.waiting.Load():
+		return best
+	}
+	return nil
+}
+
+// waitStarts notes a delivery of l waiting in-process, and asks for a move
+// if too many wait on the lane consumed on now.
+func (s *subscription) waitStarts(l *lane) {
+	if l.waiting.Add(1) >= laneWaiters && s.active.Load() == l {
+		select {
+		case s.move <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitEnds notes the end of a wait of l's.
+func (s *subscription) waitEnds(l *lane) { l.waiting.Add(-1) }
+
+// mover moves the subscription whenever a wait asks for it (waitStarts),
+// until the subscription drains.
+func (c *Consumer) mover(s *subscription) {
+	defer close(s.moverDone)
+	var notBefore time.Time
+	for {
+		select {
+		case <-s.draining:
+			return
+		case <-s.move:
+		}
+		if time.Now().Before(notBefore) {
+			continue
+		}
+		if err := c.moveOn(s); err != nil {
+			// Keep consuming where it is; a dead channel is noticed by
+			// the subscription. Try again a little later.
+			c.log.Debug("acemq.consumer.move.failed", "error", err)
+			notBefore = time.Now().Add(time.Second)
+		}
+	}
+}
+
+// moveOn subscribes on an idle lane (or a new one) and cancels the
+// consumer of the lane consumed on now. What the broker sent the old one
+// is still read first, handled and settled on its own channel.
+func (c *Consumer) moveOn(s *subscription) error {
+	old := s.active.Load()
+	if old.waiting.Load() < laneWaiters {
+		return nil // waits ended meanwhile
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	s.mu.Lock()
+	next := s.pickLocked(old, len(s.lanes) < c.cfg.maxLanes())
+	s.mu.Unlock()
+	if next == nil {
+		if len(s.allLanes()) >= c.cfg.maxLanes() {
+			return nil // every lane holds more waiting deliveries: they take room from the window
+		}
+		l, _, err := c.newLane(ctx)
+		if err != nil {
+			return err
+		}
+		next = l
+		s.mu.Lock()
+		if s.isDraining() { // the subscription's close may have listed its lanes already
+			s.mu.Unlock()
+			_ = l.ch.Close()
+			return nil
+		}
+		s.lanes = append(s.lanes, next)
+		s.mu.Unlock()
+		s.watch(next)
+	}
+	st, err := c.consume(ctx, next)
+	if err != nil {
+		return err // its channel is closed (consume closes it on a late answer): watch ends the subscription
+	}
+	s.mu.Lock()
+	if s.isDraining() {
+		s.mu.Unlock()
+		_ = next.ch.Cancel(c.cfg.tag, false)
+		return nil
+	}
+	old.cur.retired = true
+	next.cur = st
+	s.streams = append(s.streams, st)
+	s.active.Store(next)
+	s.mu.Unlock()
+	// amqp091 closes the old deliveries channel once the broker has
+	// confirmed the cancel and what it sent before has been read.
+	return old.ch.Cancel(c.cfg.tag, false)
+}
+
+func (s *subscription) isDraining() bool {
+	select {
+	case <-s.draining:
+		return true
+	default:
+		return false
+	}
+}
