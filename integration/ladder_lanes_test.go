@@ -94,9 +94,18 @@ func channelsOf(t *testing.T, q string) (brokerChannels, bool) {
 // redelivered).
 func TestLadderWaitingDeliveriesLeaveTheConsumingChannel(t *testing.T) {
 	t.Parallel()
+	for name, kind := range map[string]topology.QueueOption{"classic": topology.Classic(), "quorum": topology.Quorum()} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			waitingLeaveConsumingChannel(t, kind)
+		})
+	}
+}
+
+func waitingLeaveConsumingChannel(t *testing.T, kind topology.QueueOption) {
 	b, _ := consBroker(t)
 	p := retry.Exponential(2, 4*time.Second)
-	q := testenv.Queue(t, b, p, topology.Classic())
+	q := testenv.Queue(t, b, p, kind)
 	const failing, healthy = 60, 200
 	var mu sync.Mutex
 	calls := map[string][]int{}

@@ -90,18 +90,22 @@ func WithRequeuePause(d time.Duration) ConsumerOption {
 }
 
 // WithMaxWaiting sets how many deliveries may wait in-process for their
-// next attempt (Delivery.Wait) on top of the prefetch window. Default
-// DefaultMaxWaiting (256). A waiting delivery frees its worker but stays unacknowledged,
-// and the broker counts it against the consumer's basic.qos, which RabbitMQ
-// applies only to consumers that subscribe after it is set; so the consumer
-// asks for the prefetch plus n from the start, and up to n deliveries wait
-// without taking room from the healthy ones. Past n, the waiting ones take
-// their room from the prefetch window: the broker sends less until a wait
-// ends, and when every delivery in the window waits, the consumer idles
-// until the first wait is over. With nothing waiting, up to n more
-// deliveries than the prefetch sit in the client's buffer (a consumer
-// among competitors takes that many more). 0 asks for exactly the
-// prefetch.
+// next attempt (Delivery.Wait) without taking room from the prefetch
+// window. Default DefaultMaxWaiting (256). A waiting delivery frees its
+// worker but stays unacknowledged on the channel it came on, and RabbitMQ
+// makes every ack on that channel walk past it and counts it against the
+// consumer's basic.qos (which it applies only to consumers that subscribe
+// after it is set). So once 16 deliveries wait on the channel the consumer
+// consumes on, it subscribes again on another channel of the same
+// connection and cancels the first consumer: the waiting deliveries are
+// settled where they came, the rest of the queue comes on a channel with
+// nothing waiting in front of it, and a channel whose deliveries are all
+// settled is used again. The consumer holds at most 1 + n/16 channels and
+// asks each for the prefetch plus 16. Past that, waiting deliveries pile up
+// on the channel consumed on and take their room from its window: the
+// broker sends less until a wait ends, and when every delivery in the
+// window waits, the consumer idles until the first wait is over. 0 keeps
+// one channel and asks for exactly the prefetch.
 func WithMaxWaiting(n int) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) {
 		if n < 0 {
