@@ -230,3 +230,34 @@ func TestAckerTimerAndAckEach(t *testing.T) {
 		t.Errorf("AckEach: %d frames, %d outstanding", g.frames, len(g.outstanding))
 	}
 }
+
+// Acks sent one by one above a waiting delivery go lowest tag first: the
+// broker finds each by walking the channel's unacknowledged deliveries
+// from the oldest, so any other order makes each walk longer.
+func TestAckerAcksAboveAHoleLowestFirst(t *testing.T) {
+	f := newFakeBroker(41)
+	var order []uint64
+	ack := func(tag uint64, multiple bool) error {
+		if !multiple {
+			order = append(order, tag)
+		}
+		return f.ack(tag, multiple)
+	}
+	a := newAcker(ack, f.nack, false, 1000)
+	for tag := uint64(2); tag <= 41; tag++ { // tag 1 is waiting
+		if err := a.Ack(tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 40 {
+		t.Fatalf("%d single acks, want 40", len(order))
+	}
+	for i := 1; i < len(order); i++ {
+		if order[i] < order[i-1] {
+			t.Fatalf("single acks in the order %v, want lowest first", order)
+		}
+	}
+}
