@@ -262,3 +262,57 @@ func TestLadderMovingSubscriptionReusesChannels(t *testing.T) {
 		}
 	}
 }
+
+// Stop while 40 deliveries wait across several channels: each wait is cut,
+// its message carried back to the queue with its next attempt, and the
+// original acknowledged on the channel it came on; nothing stays
+// unacknowledged and nothing is lost or doubled.
+func TestLadderStopCarriesWaitsFromEveryChannel(t *testing.T) {
+	t.Parallel()
+	b, _ := consBroker(t)
+	p := retry.Exponential(3, 5*time.Second)
+	q := testenv.Queue(t, b, p, topology.Classic())
+	const n = 40
+	var mu sync.Mutex
+	first := 0
+	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+		mu.Lock()
+		if d.Attempt() == 1 {
+			first++
+		}
+		mu.Unlock()
+		return errors.New("fails")
+	})
+	c, err := b.Consume(testenv.Context(t, 20*time.Second), q, h, middleware.Standard(p), mq.WithConcurrency(2), mq.WithPrefetch(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Publish(t, b, q, consMessages("w", n)...)
+	testenv.Eventually(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return first == n }, "every message in its first wait")
+	var bc brokerChannels
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		var ok bool
+		bc, ok = channelsOf(t, q)
+		return ok && bc.total == n
+	}, "the broker shows every waiting delivery")
+	if bc.channels < 3 {
+		t.Fatalf("%d waiting deliveries on %d channels: the subscription did not move", n, bc.channels)
+	}
+	if err := c.Stop(testenv.Context(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got := testenv.GetAll(t, b, q)
+	if len(got) != n {
+		t.Fatalf("%d messages back in the queue after Stop, want %d", len(got), n)
+	}
+	ids := map[string]bool{}
+	for _, d := range got {
+		ids[d.MessageId] = true
+		if a := mq.AttemptOf(d.Headers); a != 2 {
+			t.Errorf("%s came back as attempt %d, want 2", d.MessageId, a)
+		}
+	}
+	if len(ids) != n {
+		t.Errorf("%d distinct messages of %d", len(ids), n)
+	}
+}
