@@ -270,8 +270,7 @@ func (c *Consumer) moveOn(s *subscription) error {
 	s.mu.Lock()
 	if s.isDraining() {
 		s.mu.Unlock()
-		_ = next.ch.Cancel(c.cfg.tag, false)
-		return nil
+		return c.b.bounded(ctx, func() error { return next.ch.Cancel(c.cfg.tag, false) }, nil)
 	}
 	old.cur.retired = true
 	next.cur = st
@@ -279,8 +278,17 @@ func (c *Consumer) moveOn(s *subscription) error {
 	s.active.Store(next)
 	s.mu.Unlock()
 	// amqp091 closes the old deliveries channel once the broker has
-	// confirmed the cancel and what it sent before has been read.
-	return old.ch.Cancel(c.cfg.tag, false)
+	// confirmed the cancel and what it sent before has been read. Until
+	// then the workers read nothing newer; a cancel that goes unanswered
+	// ends the subscription, which starts again on fresh channels.
+	if err := c.b.bounded(ctx, func() error { return old.ch.Cancel(c.cfg.tag, false) }, nil); err != nil {
+		select {
+		case s.lost <- amqp.ErrClosed:
+		default:
+		}
+		return err
+	}
+	return nil
 }
 
 func (s *subscription) isDraining() bool {
