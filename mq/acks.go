@@ -13,6 +13,11 @@ import (
 const (
 	ackDelay   = 5 * time.Millisecond
 	aboveDelay = 50 * time.Millisecond
+	// leftDelay is aboveDelay on a channel the subscription has moved
+	// from: nothing new comes there, so acks held above its waiting
+	// deliveries take no room from any window, and once those are settled
+	// one multiple ack covers them all.
+	leftDelay = time.Second
 )
 
 // AckEach makes the consumer acknowledge every delivery on its own, one
@@ -24,9 +29,12 @@ const (
 // A multiple ack never covers a delivery that is still being handled,
 // waiting in-process or was returned; deliveries settled above such a one
 // wait up to 50 ms for it, then are acknowledged one by one (at once when
-// half the window waits for them). What coalescing costs:
-// a connection lost in those few milliseconds redelivers the messages whose
-// acknowledgement had not been sent (at least once, as always).
+// half the window waits for them). On a channel the consumer has moved
+// from (see WithMaxWaiting) nothing new arrives, so they wait up to 1 s
+// there and usually go out in one multiple ack once the waits below them
+// end. What coalescing costs: a connection lost in that time redelivers
+// the messages whose acknowledgement had not been sent (at least once, as
+// always).
 func AckEach() ConsumerOption {
 	return consumerOption(func(c *consumerConfig) { c.ackEach = true })
 }
@@ -53,6 +61,10 @@ type acker struct {
 	since   time.Time        // when waiting last went from 0 to 1
 	timer   *time.Timer
 	closed  bool
+	left    bool // on a channel the subscription moved from (leftDelay)
+	// stuck, if set, is asked (with mu held) to move the subscription on
+	// when acks pile up above a hole; true if it will.
+	stuck func() bool
 }
 
 const (
@@ -81,9 +93,14 @@ func (a *acker) Ack(tag uint64) error {
 	a.above[tag] = tagPending
 	a.waiting++
 	a.advanceLocked()
+	if a.stuck != nil && !a.left && a.waiting >= a.flushAt/4 && a.stuck() {
+		// The subscription moves on: from now on the acks here wait for
+		// the holes below them instead of going one by one.
+		a.left = true
+	}
 	switch {
 	case a.prefix+a.waiting >= a.flushAt:
-		return a.flushLocked(a.waiting >= a.flushAt/2)
+		return a.flushLocked(a.waiting >= a.flushAt/2 && !a.left)
 	case a.timer == nil:
 		a.timer = time.AfterFunc(ackDelay, a.flushTimer)
 	}
@@ -110,6 +127,14 @@ func (a *acker) Nack(tag uint64, requeue bool) error {
 		err = ferr
 	}
 	return err
+}
+
+// Leave marks the channel as one the subscription moved from (true) or
+// consumes on again (false).
+func (a *acker) Leave(left bool) {
+	a.mu.Lock()
+	a.left = left
+	a.mu.Unlock()
 }
 
 // Flush sends every positive ack that is due now.
@@ -159,7 +184,11 @@ func (a *acker) flushTimer() {
 	if a.closed {
 		return
 	}
-	_ = a.flushLocked(time.Since(a.since) >= aboveDelay) // a failed send means a dead channel: the broker requeues
+	delay := aboveDelay
+	if a.left {
+		delay = leftDelay
+	}
+	_ = a.flushLocked(time.Since(a.since) >= delay) // a failed send means a dead channel: the broker requeues
 	if a.waiting > 0 && a.timer == nil {
 		a.timer = time.AfterFunc(ackDelay, a.flushTimer)
 	}

@@ -82,6 +82,13 @@ func TestAckerNeverCoversAnUnsettledDelivery(t *testing.T) {
 				return !positive[tag]
 			}
 			a := newAcker(f.ack, f.nack, false, 100)
+			// Half the seeds also move on now and then: the acker holds acks
+			// on a "left" channel and promises moves at random.
+			moves := seed%2 == 1
+			if moves {
+				mrng := rand.New(rand.NewPCG(seed, 11)) // only used under a.mu
+				a.stuck = func() bool { return mrng.IntN(3) == 0 }
+			}
 			type job struct {
 				tag     uint64
 				nack    bool
@@ -118,6 +125,9 @@ func TestAckerNeverCoversAnUnsettledDelivery(t *testing.T) {
 					j.delay = time.Duration(rng.IntN(200)) * time.Microsecond
 				}
 				jobs <- j
+				if moves && tag%300 == 0 {
+					a.Leave(tag%600 == 0) // left, then consumed on again
+				}
 			}
 			close(jobs)
 			wg.Wait()
@@ -259,5 +269,58 @@ func TestAckerAcksAboveAHoleLowestFirst(t *testing.T) {
 		if order[i] < order[i-1] {
 			t.Fatalf("single acks in the order %v, want lowest first", order)
 		}
+	}
+}
+
+// On a channel the subscription moved from, acks above a waiting delivery
+// wait for it (up to leftDelay) and then go out as one multiple ack.
+func TestAckerOnALeftChannelWaitsForTheHole(t *testing.T) {
+	f := newFakeBroker(81)
+	a := newAcker(f.ack, f.nack, false, 100)
+	a.Leave(true)
+	for tag := uint64(2); tag <= 81; tag++ { // tag 1 waits
+		if err := a.Ack(tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.frames != 0 {
+		t.Fatalf("%d frames sent above the waiting tag 1 on a left channel, want none yet", f.frames)
+	}
+	if err := a.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if f.frames != 1 || len(f.outstanding) != 0 || len(f.errs) > 0 {
+		t.Errorf("%d frames, %d outstanding, errors %v: want one multiple ack for all 81", f.frames, len(f.outstanding), f.errs)
+	}
+}
+
+// When acks pile up above a hole on the channel consumed on, the acker
+// asks to move on (stuck); once the move is promised it holds them as on a
+// left channel. Refused, it sends them one by one as before.
+func TestAckerStuckAsksToMoveOn(t *testing.T) {
+	for _, promise := range []bool{true, false} {
+		t.Run(fmt.Sprint(promise), func(t *testing.T) {
+			f := newFakeBroker(101)
+			a := newAcker(f.ack, f.nack, false, 100)
+			asked := 0
+			a.stuck = func() bool { asked++; return promise }
+			for tag := uint64(2); tag <= 101; tag++ { // tag 1 waits
+				if err := a.Ack(tag); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if asked == 0 {
+				t.Fatal("100 acks above a hole and the acker never asked to move")
+			}
+			if promise && f.frames != 0 {
+				t.Errorf("move promised, yet %d frames sent above the hole", f.frames)
+			}
+			if !promise && f.frames < 50 {
+				t.Errorf("move refused, yet only %d single acks sent above the hole", f.frames)
+			}
+		})
 	}
 }

@@ -305,6 +305,7 @@ type subscription struct {
 	head      atomic.Pointer[stream] // the stream the workers read
 	active    atomic.Pointer[lane]   // the lane whose consumer is live
 	move      chan struct{}          // a wait asks the mover to move on
+	free      atomic.Bool            // a lane to move to is at hand (refreshFreeLocked)
 	moverDone chan struct{}
 
 	mu      sync.Mutex
@@ -371,7 +372,7 @@ func (c *Consumer) subscribe(ctx context.Context, resub bool) (*subscription, er
 	l.cur = st
 	s.head.Store(st)
 	s.active.Store(l)
-	s.watch(l)
+	s.join(l, c.cfg)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }

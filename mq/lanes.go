@@ -84,6 +84,21 @@ func (c *Consumer) newLane(ctx context.Context) (*lane, *conn, error) {
 	return l, st, nil
 }
 
+// stuckAcks is the acker's stuck for l: acks pile up above a delivery
+// waiting on the lane consumed on, and would go one frame each. A move
+// costs about what a dozen single acks do, so it is asked for only with a
+// window wide enough (stuckMinPrefetch) and while a lane is free to move
+// to; the acks on l then wait for the holes (leftDelay).
+func (s *subscription) stuckAcks(l *lane) func() bool {
+	return func() bool {
+		if s.active.Load() != l || l.waiting.Load() == 0 || !s.free.Load() {
+			return false
+		}
+		s.askMove()
+		return true
+	}
+}
+
 // consume subscribes the lane to the consumer's queue.
 func (c *Consumer) consume(ctx context.Context, l *lane) (*stream, error) {
 	var deliveries <-chan amqp.Delivery
@@ -95,6 +110,19 @@ func (c *Consumer) consume(ctx context.Context, l *lane) (*stream, error) {
 		return nil, brokerError(fmt.Sprintf("consume queue %q", c.queue), err)
 	}
 	return &stream{lane: l, deliveries: deliveries}, nil
+}
+
+// stuckMinPrefetch is the smallest prefetch for which acks stuck above a
+// waiting delivery move the subscription (see stuckAcks).
+const stuckMinPrefetch = 64
+
+// join makes l one of the subscription's lanes: watched, and asking for a
+// move when its acks get stuck.
+func (s *subscription) join(l *lane, cfg consumerConfig) {
+	if cfg.maxLanes() > 1 && cfg.prefetch >= stuckMinPrefetch && !cfg.ackEach {
+		l.acks.stuck = s.stuckAcks(l)
+	}
+	s.watch(l)
 }
 
 // watch reports the first close or broker cancel of l's channel to the
@@ -146,15 +174,17 @@ func (s *subscription) streamEnded(st *stream) bool {
 		s.streams = s.streams[1:] // st is the head: only the head is read
 		s.head.Store(s.streams[0])
 		s.idleLocked(st.lane)
+		s.refreshFreeLocked()
 	}
 	return true
 }
 
 // settled is called once a delivery of l has been settled.
 func (s *subscription) settled(l *lane) {
-	if l.held.Add(-1) == 0 {
+	if n := l.held.Add(-1); n == 0 || n == laneWaiters/2-1 {
 		s.mu.Lock()
 		s.idleLocked(l)
+		s.refreshFreeLocked()
 		s.mu.Unlock()
 	}
 }
@@ -174,7 +204,13 @@ func (s *subscription) idleLocked(l *lane) {
 func (s *subscription) pickLocked(old *lane, canOpen bool) *lane {
 	var best *lane
 	for _, l := range s.lanes {
-		if l == old || l.cur == nil || !l.cur.retired || !l.cur.ended {
+		if l == old {
+			continue
+		}
+		if l.cur == nil {
+			return l // a spare, opened ahead
+		}
+		if !l.cur.retired || !l.cur.ended {
 			continue
 		}
 		if best == nil || l.held.Load() < best.held.Load() {
@@ -198,10 +234,14 @@ func (s *subscription) pickLocked(old *lane, canOpen bool) *lane {
 // if too many wait on the lane consumed on now.
 func (s *subscription) waitStarts(l *lane) {
 	if l.waiting.Add(1) >= laneWaiters && s.active.Load() == l {
-		select {
-		case s.move <- struct{}{}:
-		default:
-		}
+		s.askMove()
+	}
+}
+
+func (s *subscription) askMove() {
+	select {
+	case s.move <- struct{}{}:
+	default:
 	}
 }
 
@@ -222,7 +262,16 @@ func (c *Consumer) mover(s *subscription) {
 		if time.Now().Before(notBefore) {
 			continue
 		}
-		if err := c.moveOn(s); err != nil {
+		moved, err := c.moveOn(s)
+		if err == nil && moved {
+			err = c.spareLane(s)
+		}
+		if !moved {
+			// The lane consumed on keeps its acks: one by one again
+			// above a hole.
+			s.active.Load().acks.Leave(false)
+		}
+		if err != nil {
 			// Keep consuming where it is; a dead channel is noticed by
 			// the subscription. Try again a little later.
 			c.log.Debug("acemq.consumer.move.failed", "error", err)
@@ -231,13 +280,14 @@ func (c *Consumer) mover(s *subscription) {
 	}
 }
 
-// moveOn subscribes on an idle lane (or a new one) and cancels the
-// consumer of the lane consumed on now. What the broker sent the old one
-// is still read first, handled and settled on its own channel.
-func (c *Consumer) moveOn(s *subscription) error {
+// moveOn subscribes on a free lane (a spare, one whose deliveries are
+// settled, or a new one) and cancels the consumer of the lane consumed on
+// now; moved says whether it did. What the broker sent the old consumer is
+// still read first, handled and settled on its own channel.
+func (c *Consumer) moveOn(s *subscription) (moved bool, err error) {
 	old := s.active.Load()
-	if old.waiting.Load() < laneWaiters {
-		return nil // waits ended meanwhile
+	if old.waiting.Load() == 0 {
+		return false, nil // waits ended meanwhile
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	defer cancel()
@@ -245,37 +295,26 @@ func (c *Consumer) moveOn(s *subscription) error {
 	next := s.pickLocked(old, len(s.lanes) < c.cfg.maxLanes())
 	s.mu.Unlock()
 	if next == nil {
-		if len(s.allLanes()) >= c.cfg.maxLanes() {
-			return nil // every lane holds more waiting deliveries: they take room from the window
+		if next, err = c.addLane(ctx, s); next == nil {
+			return false, err // none free and no room for one: waiting deliveries take room from the window
 		}
-		l, _, err := c.newLane(ctx)
-		if err != nil {
-			return err
-		}
-		next = l
-		s.mu.Lock()
-		if s.isDraining() { // the subscription's close may have listed its lanes already
-			s.mu.Unlock()
-			_ = l.ch.Close()
-			return nil
-		}
-		s.lanes = append(s.lanes, next)
-		s.mu.Unlock()
-		s.watch(next)
 	}
 	st, err := c.consume(ctx, next)
 	if err != nil {
-		return err // its channel is closed (consume closes it on a late answer): watch ends the subscription
+		return false, err // its channel is closed (consume closes it on a late answer): watch ends the subscription
 	}
 	s.mu.Lock()
 	if s.isDraining() {
 		s.mu.Unlock()
-		return c.b.bounded(ctx, func() error { return next.ch.Cancel(c.cfg.tag, false) }, nil)
+		return false, c.b.bounded(ctx, func() error { return next.ch.Cancel(c.cfg.tag, false) }, nil)
 	}
 	old.cur.retired = true
+	old.acks.Leave(true)
+	next.acks.Leave(false)
 	next.cur = st
 	s.streams = append(s.streams, st)
 	s.active.Store(next)
+	s.refreshFreeLocked()
 	s.mu.Unlock()
 	// amqp091 closes the old deliveries channel once the broker has
 	// confirmed the cancel and what it sent before has been read. Until
@@ -286,9 +325,53 @@ func (c *Consumer) moveOn(s *subscription) error {
 		case s.lost <- amqp.ErrClosed:
 		default:
 		}
-		return err
+		return true, err
 	}
-	return nil
+	return true, nil
+}
+
+// addLane opens a lane for the subscription if it may hold one more; nil
+// if not, or if the subscription is draining.
+func (c *Consumer) addLane(ctx context.Context, s *subscription) (*lane, error) {
+	if len(s.allLanes()) >= c.cfg.maxLanes() {
+		return nil, nil
+	}
+	l, _, err := c.newLane(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.isDraining() { // the subscription's close may have listed its lanes already
+		s.mu.Unlock()
+		_ = l.ch.Close()
+		return nil, nil
+	}
+	s.lanes = append(s.lanes, l)
+	s.mu.Unlock()
+	s.join(l, c.cfg)
+	return l, nil
+}
+
+// spareLane opens a lane ahead of the next move, unless one is free
+// already: with one at hand a move costs two round trips, not four.
+func (c *Consumer) spareLane(s *subscription) error {
+	if s.free.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	l, err := c.addLane(ctx, s)
+	if l != nil {
+		s.mu.Lock()
+		s.refreshFreeLocked()
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// refreshFreeLocked notes whether a lane is free for the next move.
+func (s *subscription) refreshFreeLocked() {
+	s.free.Store(s.pickLocked(s.active.Load(), false) != nil)
 }
 
 func (s *subscription) isDraining() bool {
