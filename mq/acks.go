@@ -17,7 +17,7 @@ const (
 	// from: nothing new comes there, so acks held above its waiting
 	// deliveries take no room from any window, and once those are settled
 	// one multiple ack covers them all.
-	leftDelay = time.Second
+	leftDelay = 250 * time.Millisecond
 )
 
 // AckEach makes the consumer acknowledge every delivery on its own, one
@@ -30,9 +30,9 @@ const (
 // waiting in-process or was returned; deliveries settled above such a one
 // wait up to 50 ms for it, then are acknowledged one by one (at once when
 // half the window waits for them). On a channel the consumer has moved
-// from (see WithMaxWaiting) nothing new arrives, so they wait up to 1 s
-// there and usually go out in one multiple ack once the waits below them
-// end. What coalescing costs: a connection lost in that time redelivers
+// from (see WithMaxWaiting) nothing new arrives, so they wait up to 250 ms
+// there, and go out in one multiple ack if the waits below them end by
+// then. What coalescing costs: a connection lost in that time redelivers
 // the messages whose acknowledgement had not been sent (at least once, as
 // always).
 func AckEach() ConsumerOption {
