@@ -239,7 +239,7 @@ const (
 // Its caller parks once, on done, which is signalled (once) when the
 // publish is settled (confirmed, nacked, or its channel ended: dc is done,
 // or about to be when the channel ended) or its write failed (err). A
-// caller that received from done returns the pubReq to reqs for the next
+// caller that received from done returns the pubReq to reqPool for the next
 // publish; one that left (its ctx ended) leaves it to the collector.
 type pubReq struct {
 	pc    *pubChannel
@@ -252,20 +252,21 @@ type pubReq struct {
 	done  chan struct{}              // buffered: the one signal never blocks
 }
 
-// reqs recycles the pubReqs (and their done channels) of settled publishes.
-var reqs = sync.Pool{New: func() any { return &pubReq{done: make(chan struct{}, 1)} }}
+// reqPool recycles the pubReqs (and their done channels) of settled
+// publishes.
+var reqPool = sync.Pool{New: func() any { return &pubReq{done: make(chan struct{}, 1)} }}
 
 func newReq(pc *pubChannel, key string, pub *amqp.Publishing) *pubReq {
-	r := reqs.Get().(*pubReq)
+	r := reqPool.Get().(*pubReq)
 	r.pc, r.key, r.pub = pc, key, *pub
 	return r
 }
 
-// recycle returns r to reqs; only its caller, after receiving from done.
+// recycle returns r to reqPool; only its caller, after receiving from done.
 func (r *pubReq) recycle() {
 	r.pc, r.key, r.pub, r.seq, r.dc, r.err = nil, "", amqp.Publishing{}, 0, nil, nil
 	r.state.Store(reqQueued)
-	reqs.Put(r)
+	reqPool.Put(r)
 }
 
 // signal wakes r's caller; once per pubReq.
@@ -439,6 +440,9 @@ func (p *Publisher) leave(ctx context.Context, key string, r *pubReq) error {
 	pc := r.pc
 	switch {
 	case r.state.CompareAndSwap(reqQueued, reqGaveUp):
+		// The writer skips it now, never reading it: let go of the body
+		// rather than hold it in the queue (behind a stalled socket, say).
+		r.pub = amqp.Publishing{}
 		if p.mandatory {
 			pc.done(r.seq) // never sent
 		}
