@@ -944,7 +944,7 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 		}
 		pc = &pubChannel{ch: ch, st: st, exchange: p.exchange, over: make(chan struct{}),
 			wkick: make(chan struct{}, 1), wdone: make(chan struct{}), skick: make(chan struct{}, 1), sdone: make(chan struct{}),
-			live: map[fingerprint]*amqp.DeferredConfirmation{}}
+			live: map[fingerprint]uint64{}}
 		// Two unbuffered return listeners: amqp091-go hands a return to
 		// each in turn, so it cannot go on to the ack that follows before
 		// the watcher took the second, which it does only once the first
@@ -1161,11 +1161,12 @@ type fingerprint struct{ key, id string }
 // returnable is a mandatory publish in flight: a basic.return may still
 // come for it.
 type returnable struct {
-	fp        fingerprint
-	dc        *amqp.DeferredConfirmation // set once sent
-	returned  bool
-	settled   bool // its publisher read the outcome (or it was never sent)
-	abandoned bool // its publisher stopped waiting: drop it once its confirm came
+	fp         fingerprint
+	dc         *amqp.DeferredConfirmation // set once sent
+	returned   bool
+	settled    bool // its publisher read the outcome (or it was never sent)
+	abandoned  bool // its publisher stopped waiting: drop it once its confirm came
+	superseded bool // confirmed, and a later publish with fp holds live[fp] now
 }
 
 // pubChannel is one channel of a publisher: its writer and settler
@@ -1186,12 +1187,12 @@ type pubChannel struct {
 	sq  []*pubReq // written, their callers not yet woken, in the order written
 
 	mu       sync.Mutex
-	wq       []*pubReq                                  // queued for the writer, in the order numbered
-	wclosed  bool                                       // the writer ended: nothing more is queued
-	wrote    chan struct{}                              // closed after the writer's current run (see wroteLocked)
-	live     map[fingerprint]*amqp.DeferredConfirmation // the mandatory publish in flight for each fingerprint (nil: being sent)
-	q        []returnable                               // mandatory publishes in flight, in the order sent; q[0] is number base
-	arr      []returnable                               // q's array, from its start: reused, so a steady flow allocates nothing
+	wq       []*pubReq              // queued for the writer, in the order numbered
+	wclosed  bool                   // the writer ended: nothing more is queued
+	wrote    chan struct{}          // closed after the writer's current run (see wroteLocked)
+	live     map[fingerprint]uint64 // the number of the mandatory publish in flight for each fingerprint (in q)
+	q        []returnable           // mandatory publishes in flight, in the order sent; q[0] is number base
+	arr      []returnable           // q's array, from its start: reused, so a steady flow allocates nothing
 	base     uint64
 	closeErr *amqp.Error
 
@@ -1250,14 +1251,20 @@ func (pc *pubChannel) tryAdd(fp fingerprint) (seq uint64, busy *amqp.DeferredCon
 }
 
 // tryAddLocked is tryAdd with pc.mu held.
+// The map holds numbers, not confirmations, so that a publish costs it
+// three look-ups (here, and the delete when the queue forgets it) whatever
+// happens in between.
 func (pc *pubChannel) tryAddLocked(fp fingerprint) (seq uint64, busy *amqp.DeferredConfirmation, ok bool) {
-	if dc, found := pc.live[fp]; found && (dc == nil || !isDone(dc)) {
-		return 0, dc, false
+	if old, found := pc.live[fp]; found && old >= pc.base {
+		e := &pc.q[old-pc.base]
+		if e.dc == nil || !isDone(e.dc) { // being sent, or in flight
+			return 0, e.dc, false
+		}
+		e.superseded = true // confirmed; its caller has yet to read it
 	}
 	if pc.live == nil {
-		pc.live = map[fingerprint]*amqp.DeferredConfirmation{}
+		pc.live = map[fingerprint]uint64{}
 	}
-	pc.live[fp] = nil
 	if len(pc.q) == cap(pc.q) { // no room after the tail
 		if cap(pc.arr) > 0 && len(pc.q) <= cap(pc.arr)/2 {
 			n := copy(pc.arr, pc.q) // move to the front
@@ -1270,7 +1277,9 @@ func (pc *pubChannel) tryAddLocked(fp fingerprint) (seq uint64, busy *amqp.Defer
 		}
 	}
 	pc.q = append(pc.q, returnable{fp: fp})
-	return pc.base + uint64(len(pc.q)) - 1, nil, true
+	seq = pc.base + uint64(len(pc.q)) - 1
+	pc.live[fp] = seq
+	return seq, nil, true
 }
 
 // sent records publish seq's deferred confirmation (nil: it was not sent).
@@ -1278,10 +1287,8 @@ func (pc *pubChannel) sent(seq uint64, dc *amqp.DeferredConfirmation) {
 	pc.mu.Lock()
 	r := &pc.q[seq-pc.base]
 	r.dc = dc
-	if dc != nil {
-		pc.live[r.fp] = dc
-	} else {
-		delete(pc.live, r.fp)
+	if dc == nil {
+		delete(pc.live, r.fp) // never sent: never superseded either
 	}
 	pc.mu.Unlock()
 }
@@ -1293,9 +1300,11 @@ func (pc *pubChannel) done(seq uint64) bool {
 	defer pc.mu.Unlock()
 	r := &pc.q[seq-pc.base]
 	r.settled = true
-	if r.dc == nil && pc.live[r.fp] == nil {
-		delete(pc.live, r.fp) // never sent
-		pc.wakeWroteLocked()  // a publish with its fingerprint may wait for it
+	if r.dc == nil { // never sent: free its fingerprint, unless sent already freed it for another
+		if cur, ok := pc.live[r.fp]; ok && cur == seq {
+			delete(pc.live, r.fp)
+		}
+		pc.wakeWroteLocked() // a publish with its fingerprint may wait for it
 	}
 	returned := r.returned
 	pc.trimLocked()
@@ -1326,7 +1335,7 @@ func (pc *pubChannel) trimLocked() {
 		return
 	}
 	for i := range n {
-		if r := &pc.q[i]; r.dc != nil && pc.live[r.fp] == r.dc {
+		if r := &pc.q[i]; r.dc != nil && !r.superseded {
 			delete(pc.live, r.fp)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 func queueOnly() (*Publisher, *pubChannel) {
 	p := &Publisher{mandatory: true}
 	pc := &pubChannel{over: make(chan struct{}), wkick: make(chan struct{}, 1),
-		live: map[fingerprint]*amqp.DeferredConfirmation{}}
+		live: map[fingerprint]uint64{}}
 	return p, pc
 }
 
