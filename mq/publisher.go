@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -612,13 +613,24 @@ func (pc *pubChannel) writer(mandatory bool) {
 			}
 			return
 		}
+		yielded := false
 		for {
 			pc.mu.Lock()
 			run, pc.wq = pc.wq, run[:0]
 			pc.mu.Unlock()
 			if len(run) == 0 {
-				break
+				if yielded {
+					break
+				}
+				// Let the publishers that are runnable (woken by their
+				// confirms, say) queue their next publish first: one
+				// yield is cheaper than parking and being woken for a
+				// run of one or two.
+				yielded = true
+				runtime.Gosched()
+				continue
 			}
+			yielded = false
 			sent = pc.writeRun(run, sent[:0], mandatory)
 			clear(run)
 			pc.settleLater(sent)
