@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -76,7 +77,7 @@ type Publisher struct {
 	mandatory bool
 	hop       HopKind
 
-	sem     chan struct{}              // one writer at a time: sequence numbers and sends stay in step
+	sem     chan struct{}              // one caller at a time opens a channel (see open)
 	solos   chan struct{}              // publishes resent alone after a refusal beside them (see solo)
 	live    atomic.Pointer[pubChannel] // cur while open, read without the lock on every publish
 	mu      sync.Mutex
@@ -120,13 +121,19 @@ func (p *Publisher) Publish(ctx context.Context, routingKey string, m Message) e
 }
 
 func (p *Publisher) publish(ctx context.Context, key string, m Message, hop HopKind) error {
-	if len(p.b.hooks.publish) == 0 {
-		cp, err := p.check(key, m.publishing(), hop)
-		if err != nil {
-			return err
-		}
-		return p.send(ctx, key, cp)
+	if len(p.b.hooks.publish) > 0 {
+		return p.publishHooked(ctx, key, m, hop)
 	}
+	cp, err := p.check(key, m.publishing(), hop)
+	if err != nil {
+		return err
+	}
+	return p.send(ctx, key, &cp)
+}
+
+// publishHooked is publish with hooks to call. Apart, so that the message
+// of a publish without hooks stays on the caller's stack.
+func (p *Publisher) publishHooked(ctx context.Context, key string, m Message, hop HopKind) error {
 	m.Headers = cloneHeaders(m.Headers)
 	if m.Headers == nil {
 		m.Headers = amqp.Table{}
@@ -140,7 +147,7 @@ func (p *Publisher) publish(ctx context.Context, key string, m Message, hop HopK
 	pub.Headers = m.Headers
 	cp, err := p.check(key, pub, hop)
 	if err == nil {
-		err = p.send(ctx, key, cp)
+		err = p.send(ctx, key, &cp)
 	}
 	for i := len(p.b.hooks.publish) - 1; i >= 0; i-- {
 		p.b.hooks.publish[i].OnPublishDone(hctx, info, err)
@@ -176,20 +183,20 @@ func (p *Publisher) server() string {
 // send writes a validated publish and waits for its confirm, resending
 // after a lost connection until ctx ends, and alone after a refusal that
 // may have been another publish's.
-func (p *Publisher) send(ctx context.Context, key string, cp checkedPublish) error {
+func (p *Publisher) send(ctx context.Context, key string, cp *checkedPublish) error {
 	for {
-		f, err := p.write(ctx, key, cp)
+		r, err := p.write(ctx, key, cp)
 		if err != nil {
 			return err
 		}
-		err = f.await(ctx)
+		err = p.outcome(ctx, key, r)
 		if err == errResend {
 			continue
 		}
 		if shared, ok := err.(*sharedRefusal); ok {
-			return p.wrap(key, p.solo(ctx, key, cp, shared))
+			return p.wrap(key, p.solo(ctx, key, *cp, shared))
 		}
-		return p.wrap(key, err)
+		return err
 	}
 }
 
@@ -219,89 +226,142 @@ type flight struct {
 	mandatory bool
 }
 
-// write sends one publish on the current channel (opening one if needed).
-// The publish was validated before, so a failed send means the channel or
-// its connection broke: the publish goes out again on the next one. A ctx
-// that has ended sends nothing.
-func (p *Publisher) write(ctx context.Context, key string, cp checkedPublish) (flight, error) {
+// States of a pubReq. Its caller and pc's writer each move it on with a
+// compare-and-swap, so exactly one of them decides whether it is sent.
+const (
+	reqQueued  int32 = iota // waiting in pc.wq
+	reqTaken                // the writer is writing it
+	reqWritten              // written: dc or err is set
+	reqGaveUp               // its caller left before the writer took it: never sent
+	reqLeft                 // its caller left while the writer wrote it: the writer settles it
+)
+
+// pubReq is one publish queued on a channel for its writer goroutine.
+// Its caller parks once, on done, which is signalled (once) when the
+// publish is settled (confirmed, nacked, or its channel ended: dc is done,
+// or about to be when the channel ended) or its write failed (err). A
+// caller that received from done returns the pubReq to reqPool for the next
+// publish; one that left (its ctx ended) leaves it to the collector.
+type pubReq struct {
+	pc    *pubChannel
+	key   string
+	pub   amqp.Publishing
+	seq   uint64 // mandatory: its place in pc's queue of returnable publishes
+	state atomic.Int32
+	dc    *amqp.DeferredConfirmation // set by the writer before reqWritten
+	err   error                      // likewise
+	done  chan struct{}              // buffered: the one signal never blocks
+}
+
+// reqPool recycles the pubReqs (and their done channels) of settled
+// publishes.
+var reqPool = sync.Pool{New: func() any { return &pubReq{done: make(chan struct{}, 1)} }}
+
+func newReq(pc *pubChannel, key string, pub *amqp.Publishing) *pubReq {
+	r := reqPool.Get().(*pubReq)
+	r.pc, r.key, r.pub = pc, key, *pub
+	return r
+}
+
+// recycle returns r to reqPool; only its caller, after receiving from done.
+func (r *pubReq) recycle() {
+	r.pc, r.key, r.pub, r.seq, r.dc, r.err = nil, "", amqp.Publishing{}, 0, nil, nil
+	r.state.Store(reqQueued)
+	reqPool.Put(r)
+}
+
+// signal wakes r's caller; once per pubReq.
+func (r *pubReq) signal() { r.done <- struct{}{} }
+
+// write queues one validated publish on the current channel (opening one
+// if needed, waiting out a blocked connection). A ctx that has ended
+// queues nothing.
+func (p *Publisher) write(ctx context.Context, key string, cp *checkedPublish) (*pubReq, error) {
 	for {
-		select {
-		case p.sem <- struct{}{}:
-		case <-ctx.Done():
-			// Another publish holds the channel, most likely waiting out a
-			// resource alarm or a socket that stopped draining: say so
-			// rather than only "deadline exceeded".
-			return flight{}, p.b.stateNow().blockedErr(fmt.Errorf("mq: publish to %s: %w", p.dest(key), ctx.Err()))
-		}
-		if err := ctx.Err(); err != nil { // the select may pick the semaphore when both are ready
-			<-p.sem
-			return flight{}, fmt.Errorf("mq: publish to %s: %w (nothing was sent)", p.dest(key), err)
-		}
-		if pc := p.live.Load(); pc == nil || pc.ended() || pc.nacked.Load() {
-			st := p.b.stateNow()
-			// About to open a channel: a blocked connection would not answer
-			// channel.open, so wait out the alarm here, with its reason.
-			if st != nil {
-				if err := st.waitUnblocked(ctx); err != nil {
-					<-p.sem
-					return flight{}, err
-				}
-			}
-		}
-		pc, err := p.channel(ctx)
-		if err == nil {
-			err = pc.st.waitUnblocked(ctx)
-		}
+		pc, err := p.ready(ctx, key)
 		if err != nil {
-			<-p.sem
-			return flight{}, err
+			return nil, err
 		}
 		if err := cp.fitsFrame(pc.st.frameMax()); err != nil {
-			<-p.sem
-			return flight{}, fmt.Errorf("mq: publish to %s: %w", p.dest(key), err)
+			return nil, fmt.Errorf("mq: publish to %s: %w", p.dest(key), err)
 		}
-		var seq uint64
-		if p.mandatory {
-			var busy *amqp.DeferredConfirmation
-			var ok bool
-			seq, busy, ok = pc.tryAdd(fingerprint{key, cp.pub.MessageId})
-			if !ok {
-				// A publish with the same routing key and message id is in
-				// flight: a return could not be told apart. Wait for its
-				// confirm, then go again.
-				<-p.sem
-				if err := waitConfirm(ctx, busy, pc); err != nil {
-					return flight{}, fmt.Errorf("mq: publish to %s: %w (nothing was sent: waiting for a publish with the same message id)", p.dest(key), err)
-				}
-				continue
+		r := newReq(pc, key, &cp.pub)
+		busy, wrote, ok := pc.enqueue(r, p.mandatory)
+		if ok {
+			return r, nil
+		}
+		switch {
+		case busy != nil || wrote != nil:
+			// A publish with the same routing key and message id is in
+			// flight (or queued): a return could not be told apart. Wait
+			// for its confirm (or its write), then go again.
+			var err error
+			if busy != nil {
+				err = waitConfirm(ctx, busy, pc)
+			} else {
+				err = waitClosed(ctx, wrote, pc)
 			}
-		}
-		pub := cp.pub
-		one := [1]pubItem{{pub: &pub, seq: seq}}
-		if p.put(ctx, pc, key, one[:]) {
-			return flight{}, errAbandoned(p.dest(key), ctx.Err())
-		}
-		dc, err := one[0].dc, one[0].err
-		if err == nil && dc != nil {
-			return flight{pc: pc, dc: dc, seq: seq, mandatory: p.mandatory}, nil
-		}
-		if p.mandatory {
-			pc.done(seq) // never sent
-		}
-		if err == nil { // cannot happen: the channel is in confirm mode
-			return flight{}, fmt.Errorf("mq: publish to %s: the channel is not in confirm mode", p.dest(key))
-		}
-		if !pc.ended() && !pc.st.isLost() && isCallerError(err) {
-			// amqp091-go refused to write it; the connection is intact.
-			return flight{}, fmt.Errorf("mq: publish to %s: %w: %w", p.dest(key), ErrInvalid, err)
-		}
-		// The channel died under us, or its connection did (a write error
-		// comes before the reader notices the loss). Wait for the channel's
-		// end, then try on a fresh one: the connection may be coming back.
-		if !pc.waitDone(ctx) {
-			return flight{}, fmt.Errorf("mq: publish to %s: %w (after %v)", p.dest(key), ctx.Err(), err)
+			if err != nil {
+				return nil, fmt.Errorf("mq: publish to %s: %w (nothing was sent: waiting for a publish with the same message id)", p.dest(key), err)
+			}
+		case !pc.waitDone(ctx): // the channel's writer ended: go again once the channel has
+			return nil, fmt.Errorf("mq: publish to %s: %w (nothing was sent)", p.dest(key), ctx.Err())
 		}
 	}
+}
+
+// ready returns the channel to queue publishes on: the live one, read
+// without a lock, or one opened now. It waits out a blocked connection,
+// bounded by ctx, and fails at once on an ended ctx.
+func (p *Publisher) ready(ctx context.Context, key string) (*pubChannel, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("mq: publish to %s: %w (nothing was sent)", p.dest(key), err)
+		}
+		pc := p.live.Load()
+		if pc == nil || pc.ended() || pc.nacked.Load() {
+			var err error
+			if pc, err = p.open(ctx, key); err != nil {
+				return nil, err
+			}
+		}
+		if !pc.st.blocked.Load() {
+			return pc, nil
+		}
+		if err := pc.st.waitUnblocked(ctx); err != nil {
+			return nil, err
+		}
+		if pc.st.isLost() && !pc.waitDone(ctx) { // unblocked by the connection's end: wait for a fresh channel
+			return nil, fmt.Errorf("mq: publish to %s: %w (nothing was sent)", p.dest(key), ctx.Err())
+		}
+	}
+}
+
+// open opens a channel when there is no usable one, one caller at a time
+// (p.sem): the others wait for it rather than open their own.
+func (p *Publisher) open(ctx context.Context, key string) (*pubChannel, error) {
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		// Another publish is opening the channel, most likely waiting out
+		// a resource alarm or a connection that is not there: say so
+		// rather than only "deadline exceeded".
+		return nil, p.b.stateNow().blockedErr(fmt.Errorf("mq: publish to %s: %w", p.dest(key), ctx.Err()))
+	}
+	defer func() { <-p.sem }()
+	if err := ctx.Err(); err != nil { // the select may pick the semaphore when both are ready
+		return nil, fmt.Errorf("mq: publish to %s: %w (nothing was sent)", p.dest(key), err)
+	}
+	if pc := p.live.Load(); pc == nil || pc.ended() || pc.nacked.Load() {
+		// About to open a channel: a blocked connection would not answer
+		// channel.open, so wait out the alarm here, with its reason.
+		if st := p.b.stateNow(); st != nil {
+			if err := st.waitUnblocked(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return p.channel(ctx)
 }
 
 // waitConfirm waits for dc (nil: none to wait for), the end of pc, or ctx.
@@ -309,8 +369,13 @@ func waitConfirm(ctx context.Context, dc *amqp.DeferredConfirmation, pc *pubChan
 	if dc == nil {
 		return ctx.Err()
 	}
+	return waitClosed(ctx, dc.Done(), pc)
+}
+
+// waitClosed waits for c to close, the end of pc, or ctx.
+func waitClosed(ctx context.Context, c <-chan struct{}, pc *pubChannel) error {
 	select {
-	case <-dc.Done():
+	case <-c:
 	case <-pc.over:
 	case <-ctx.Done():
 		return ctx.Err()
@@ -318,79 +383,118 @@ func waitConfirm(ctx context.Context, dc *amqp.DeferredConfirmation, pc *pubChan
 	return nil
 }
 
-// writeMany writes the publishes at idx of cps (a batch's, all to key) in
-// one go on the current channel, as far as it can without two equal
-// fingerprints in flight, and fills flights and errs for those it handled
-// (errResend: write it again on its own). It returns how many of idx it
-// handled: 0 with err nil means the first must go through write (it waits
-// for a publish with its fingerprint); err is the whole write's failure.
-func (p *Publisher) writeMany(ctx context.Context, key string, cps []checkedPublish, idx []int, flights []flight, errs []error) (int, error) {
+// outcome waits for a queued publish to be settled and says what became
+// of it: nil, a final error (wrapped), errResend when it must be written
+// again, or a *sharedRefusal.
+func (p *Publisher) outcome(ctx context.Context, key string, r *pubReq) error {
+	pc := r.pc
+	got := true
 	select {
-	case p.sem <- struct{}{}:
+	case <-r.done:
 	case <-ctx.Done():
-		return 0, p.b.stateNow().blockedErr(fmt.Errorf("mq: publish to %s: %w", p.dest(key), ctx.Err()))
+		select {
+		case <-r.done: // settled already: that wins over an ended ctx
+		default:
+			if err := p.leave(ctx, key, r); err != nil {
+				return err
+			}
+			got = false // written: its outcome is read below, an ended ctx included
+		}
 	}
-	if err := ctx.Err(); err != nil {
-		<-p.sem
-		return 0, fmt.Errorf("mq: publish to %s: %w (nothing was sent)", p.dest(key), err)
+	dc, werr, seq := r.dc, r.err, r.seq
+	if got {
+		r.recycle()
 	}
-	if st := p.b.stateNow(); st != nil {
-		if err := st.waitUnblocked(ctx); err != nil {
-			<-p.sem
+	if werr != nil || dc == nil {
+		if p.mandatory {
+			pc.done(seq) // never sent
+		}
+		if werr == nil { // cannot happen: the channel is in confirm mode
+			return fmt.Errorf("mq: publish to %s: the channel is not in confirm mode", p.dest(key))
+		}
+		if !pc.ended() && !pc.st.isLost() && isCallerError(werr) {
+			// amqp091-go refused to write it; the connection is intact.
+			return fmt.Errorf("mq: publish to %s: %w: %w", p.dest(key), ErrInvalid, werr)
+		}
+		// The channel died under us, or its connection did (a write error
+		// comes before the reader notices the loss). Wait for the channel's
+		// end, then try on a fresh one: the connection may be coming back.
+		if !pc.waitDone(ctx) {
+			return fmt.Errorf("mq: publish to %s: %w (after %v)", p.dest(key), ctx.Err(), werr)
+		}
+		return errResend
+	}
+	err := flight{pc: pc, dc: dc, seq: seq, mandatory: p.mandatory}.await(ctx)
+	if err == errResend {
+		return err
+	}
+	if _, ok := err.(*sharedRefusal); ok {
+		return err
+	}
+	return p.wrap(key, err)
+}
+
+// leave gives up waiting for r as ctx ended, and returns the error that
+// says how far it got; nil when the writer had written it already (r.dc
+// or r.err is set: the caller reads the outcome, an ended ctx included).
+func (p *Publisher) leave(ctx context.Context, key string, r *pubReq) error {
+	pc := r.pc
+	switch {
+	case r.state.CompareAndSwap(reqQueued, reqGaveUp):
+		// The writer skips it now, never reading it: let go of the body
+		// rather than hold it in the queue (behind a stalled socket, say).
+		r.pub = amqp.Publishing{}
+		if p.mandatory {
+			pc.done(r.seq) // never sent
+		}
+		return pc.st.blockedErr(fmt.Errorf("mq: publish to %s: %w (nothing was sent)", p.dest(key), ctx.Err()))
+	case r.state.CompareAndSwap(reqTaken, reqLeft):
+		return pc.st.blockedErr(errAbandoned(p.dest(key), ctx.Err()))
+	}
+	return nil
+}
+
+// writeMany queues the publishes at idx of cps (a batch's, all to key) in
+// one go on the current channel, as far as it can without two equal
+// fingerprints in flight, and fills reqs for those it queued and errs for
+// those that cannot be sent. It returns how many of idx it handled: 0
+// means the first must go through write (it waits for a publish with its
+// fingerprint); err is the whole write's failure.
+func (p *Publisher) writeMany(ctx context.Context, key string, cps []checkedPublish, idx []int, reqs []*pubReq, errs []error) (int, error) {
+	for {
+		pc, err := p.ready(ctx, key)
+		if err != nil {
 			return 0, err
 		}
-	}
-	pc, err := p.channel(ctx)
-	if err == nil {
-		err = pc.st.waitUnblocked(ctx)
-	}
-	if err != nil {
-		<-p.sem
-		return 0, err
-	}
-	frameMax := pc.st.frameMax()
-	items := make([]pubItem, 0, len(idx))
-	sent := make([]int, 0, len(idx))
-	n := 0
-	for _, i := range idx {
-		if err := cps[i].fitsFrame(frameMax); err != nil {
-			errs[i] = fmt.Errorf("mq: publish to %s: %w", p.dest(key), err)
-			n++
-			continue
-		}
-		var seq uint64
-		if p.mandatory {
-			var ok bool
-			if seq, _, ok = pc.tryAdd(fingerprint{key, cps[i].pub.MessageId}); !ok {
-				break
+		frameMax := pc.st.frameMax()
+		rs := make([]*pubReq, 0, len(idx))
+		at := make([]int, 0, len(idx)) // where in idx each of rs is
+		for k, i := range idx {
+			if err := cps[i].fitsFrame(frameMax); err != nil {
+				errs[i] = fmt.Errorf("mq: publish to %s: %w", p.dest(key), err)
+				continue
 			}
+			rs = append(rs, newReq(pc, key, &cps[i].pub))
+			at = append(at, k)
 		}
-		items = append(items, pubItem{pub: &cps[i].pub, seq: seq})
-		sent = append(sent, i)
-		n++
-	}
-	if len(items) == 0 {
-		<-p.sem
-		return n, nil
-	}
-	if p.put(ctx, pc, key, items) {
-		for _, i := range sent {
-			errs[i] = errAbandoned(p.dest(key), ctx.Err())
+		if len(rs) == 0 {
+			return len(idx), nil
 		}
-		return n, nil
-	}
-	for k, it := range items {
-		i := sent[k]
-		if it.err == nil && it.dc != nil {
-			flights[i] = flight{pc: pc, dc: it.dc, seq: it.seq, mandatory: p.mandatory}
+		n := pc.enqueueRun(rs, p.mandatory)
+		if n < 0 { // the channel's writer ended: go again once the channel has
+			if !pc.waitDone(ctx) {
+				return 0, fmt.Errorf("mq: publish to %s: %w (nothing was sent)", p.dest(key), ctx.Err())
+			}
 			continue
 		}
-		if p.mandatory {
-			pc.done(it.seq) // never sent
+		for k, r := range rs[:n] {
+			reqs[idx[at[k]]] = r
 		}
-		errs[i] = errResend
+		if n == len(rs) {
+			return len(idx), nil
+		}
+		return at[n], nil
 	}
-	return n, nil
 }
 
 func errAbandoned(dest string, err error) error {
@@ -403,108 +507,250 @@ func isCallerError(err error) bool {
 	return errors.Is(err, amqp.ErrFieldType)
 }
 
-// pubItem is one publish of a write: what to send and, once written, its
-// confirmation or the write's error.
-type pubItem struct {
-	pub *amqp.Publishing
-	seq uint64
-	dc  *amqp.DeferredConfirmation
-	err error
-}
-
-// pubReq is a write handed to a channel's writer goroutine: one publish,
-// or a batch's run of them.
-type pubReq struct {
-	key     string
-	items   []pubItem
-	claimed atomic.Bool // by the writer to deliver, or by the caller to give up
-	done    chan struct{}
-}
-
-// put writes items (in order) on pc and releases p.sem once the write is
-// over. With a ctx that can end, the write happens on pc's writer
-// goroutine, so that a socket that stopped draining cannot hold the caller
-// past ctx's end: abandoned then reports that the caller gave up mid-write
-// (the write finishes or fails later; its outcome is nobody's). Otherwise
-// each item holds its confirmation or its write error.
-func (p *Publisher) put(ctx context.Context, pc *pubChannel, key string, items []pubItem) (abandoned bool) {
-	if ctx.Done() == nil {
-		pc.publishAll(key, p.mandatory, items)
-		<-p.sem
-		return false
+// enqueue queues r for pc's writer, numbering it among the returnable
+// publishes when mandatory, in the order it will be sent. Not queued: busy
+// is the confirmation of a publish in flight with r's fingerprint, or
+// wrote closes once the writer wrote its run (one with r's fingerprint is
+// queued, not sent yet); both nil means the writer ended.
+func (pc *pubChannel) enqueue(r *pubReq, mandatory bool) (busy *amqp.DeferredConfirmation, wrote chan struct{}, ok bool) {
+	pc.mu.Lock()
+	if pc.wclosed {
+		pc.mu.Unlock()
+		return nil, nil, false
 	}
-	r := &pubReq{key: key, items: items, done: make(chan struct{})}
-	select {
-	case pc.reqs <- r:
-	case <-pc.over:
-		<-p.sem
-		for k := range items {
-			items[k].err = amqp.ErrClosed
-		}
-		return false
-	case <-ctx.Done():
-		<-p.sem
-		if p.mandatory {
-			for _, it := range items {
-				pc.done(it.seq)
+	if mandatory {
+		seq, busy, ok := pc.tryAddLocked(fingerprint{r.key, r.pub.MessageId})
+		if !ok {
+			if busy == nil {
+				wrote = pc.wroteLocked()
 			}
+			pc.mu.Unlock()
+			return busy, wrote, false
 		}
-		return true
+		r.seq = seq
 	}
-	select {
-	case <-r.done:
-		return false
-	case <-ctx.Done():
-		if r.claimed.CompareAndSwap(false, true) {
-			return true
-		}
-		<-r.done // the writer finished as ctx ended: its result stands
-		return false
-	}
+	pc.wq = append(pc.wq, r)
+	pc.mu.Unlock()
+	kick(pc.wkick)
+	return nil, nil, true
 }
 
-// publishAll writes items on the channel and records each.
-func (pc *pubChannel) publishAll(key string, mandatory bool, items []pubItem) {
-	for k := range items {
-		it := &items[k]
-		it.dc, it.err = pc.ch.PublishWithDeferredConfirm(pc.exchange, key, mandatory, false, *it.pub)
+// enqueueRun queues a batch's run of publishes (rs, in order) as far as it
+// can without two equal fingerprints in flight, and returns how many it
+// queued; -1 when the writer ended.
+func (pc *pubChannel) enqueueRun(rs []*pubReq, mandatory bool) int {
+	pc.mu.Lock()
+	if pc.wclosed {
+		pc.mu.Unlock()
+		return -1
+	}
+	n := 0
+	for _, r := range rs {
 		if mandatory {
-			pc.sent(it.seq, it.dc) // before the next publish: see onReturn
+			seq, _, ok := pc.tryAddLocked(fingerprint{r.key, r.pub.MessageId})
+			if !ok {
+				break
+			}
+			r.seq = seq
 		}
-		if it.err == nil && it.dc != nil {
-			pc.inflight.Add(1)
-		}
+		pc.wq = append(pc.wq, r)
+		n++
+	}
+	pc.mu.Unlock()
+	if n > 0 {
+		kick(pc.wkick)
+	}
+	return n
+}
+
+// wroteLocked returns a channel closed once the writer wrote its current
+// run, or a never-sent publish left the queue; pc.mu is held.
+func (pc *pubChannel) wroteLocked() chan struct{} {
+	if pc.wrote == nil {
+		pc.wrote = make(chan struct{})
+	}
+	return pc.wrote
+}
+
+// wakeWroteLocked wakes the publishes waiting for a fingerprint to be
+// sent or dropped; pc.mu is held.
+func (pc *pubChannel) wakeWroteLocked() {
+	if pc.wrote != nil {
+		close(pc.wrote)
+		pc.wrote = nil
 	}
 }
 
-// writer runs the writes of publishes whose context can end (see put),
-// until the channel ends.
-func (pc *pubChannel) writer(p *Publisher) {
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// writer writes the queued publishes, everything queued at once, until
+// the channel ends; then it fails what is still queued, and queues no
+// more. Writing on a goroutine of the channel's own keeps every caller
+// bounded by its ctx even when the socket stopped draining: the write then
+// finishes or fails later, and its outcome is nobody's.
+func (pc *pubChannel) writer(mandatory bool) {
 	defer close(pc.wdone)
+	var run []*pubReq
+	var sent []*pubReq
 	for {
 		select {
-		case r := <-pc.reqs:
-			pc.publishAll(r.key, p.mandatory, r.items)
-			<-p.sem
-			if r.claimed.CompareAndSwap(false, true) {
-				close(r.done)
-				continue
-			}
-			// The caller gave up mid-write: settle the bookkeeping alone.
-			for _, it := range r.items {
-				switch {
-				case it.err == nil && it.dc != nil:
-					if p.mandatory {
-						pc.abandon(it.seq)
-					}
-					pc.landed()
-				case p.mandatory:
-					pc.done(it.seq)
+		case <-pc.wkick:
+		case <-pc.over:
+			pc.mu.Lock()
+			pc.wclosed = true
+			run, pc.wq = pc.wq, nil
+			pc.wakeWroteLocked()
+			pc.mu.Unlock()
+			for _, r := range run {
+				if r.state.CompareAndSwap(reqQueued, reqTaken) {
+					pc.wrote1(r, nil, amqp.ErrClosed, mandatory)
 				}
 			}
-		case <-pc.over:
 			return
 		}
+		yielded := false
+		for {
+			pc.mu.Lock()
+			run, pc.wq = pc.wq, run[:0]
+			pc.mu.Unlock()
+			if len(run) == 0 {
+				if yielded {
+					break
+				}
+				// Let the publishers that are runnable (woken by their
+				// confirms, say) queue their next publish first: one
+				// yield is cheaper than parking and being woken for a
+				// run of one or two.
+				yielded = true
+				runtime.Gosched()
+				continue
+			}
+			yielded = false
+			sent = pc.writeRun(run, sent[:0], mandatory)
+			clear(run)
+			pc.settleLater(sent)
+			clear(sent)
+			pc.mu.Lock()
+			pc.wakeWroteLocked()
+			pc.mu.Unlock()
+		}
+	}
+}
+
+// writeRun writes run in one go (one write to the socket for the whole
+// run, see socket.cork) and returns, appended to sent, the publishes it
+// wrote, for the settler.
+func (pc *pubChannel) writeRun(run, sent []*pubReq, mandatory bool) []*pubReq {
+	pc.st.netc.cork()
+	for _, r := range run {
+		if !r.state.CompareAndSwap(reqQueued, reqTaken) {
+			continue // its caller gave up first: never sent
+		}
+		dc, err := pc.ch.PublishWithDeferredConfirm(pc.exchange, r.key, mandatory, false, r.pub)
+		if mandatory {
+			pc.sent(r.seq, dc) // before the next publish: see onReturn
+		}
+		if pc.wrote1(r, dc, err, mandatory) {
+			sent = append(sent, r)
+		}
+	}
+	pc.st.netc.uncork()
+	return sent
+}
+
+// wrote1 records the write of r and reports whether it went out (the
+// settler then signals r.done at its confirm); otherwise r.done is signalled
+// now. A publish whose caller left mid-write is settled here.
+func (pc *pubChannel) wrote1(r *pubReq, dc *amqp.DeferredConfirmation, err error, mandatory bool) bool {
+	ok := err == nil && dc != nil
+	if ok {
+		pc.inflight.Add(1)
+	}
+	r.dc, r.err = dc, err
+	if !r.state.CompareAndSwap(reqTaken, reqWritten) { // its caller left mid-write
+		switch {
+		case ok:
+			if mandatory {
+				pc.abandon(r.seq)
+			}
+			pc.landed()
+		case mandatory:
+			pc.done(r.seq)
+		}
+	}
+	if !ok {
+		r.signal()
+	}
+	return ok
+}
+
+// settleLater hands written publishes to the settler.
+func (pc *pubChannel) settleLater(rs []*pubReq) {
+	if len(rs) == 0 {
+		return
+	}
+	pc.smu.Lock()
+	pc.sq = append(pc.sq, rs...)
+	pc.smu.Unlock()
+	kick(pc.skick)
+}
+
+// settler wakes each publish's caller once its confirmation is done, in
+// the order they were written: it waits on the oldest and then wakes every
+// one settled by then (a multiple ack settles many at once), so a caller
+// parks once per publish and the settler once per run of confirms. When
+// the channel ends it wakes every caller at once (their confirmations are
+// settled as the channel's end reaches amqp091-go's bookkeeping; each
+// caller waits for its own then). It ends after the writer, with nothing
+// left to settle.
+func (pc *pubChannel) settler() {
+	defer close(pc.sdone)
+	var wake []*pubReq
+	over := false
+	for {
+		pc.smu.Lock()
+		if len(pc.sq) == 0 {
+			pc.smu.Unlock()
+			select {
+			case <-pc.skick:
+			case <-pc.wdone:
+				pc.smu.Lock()
+				n := len(pc.sq)
+				pc.smu.Unlock()
+				if n == 0 {
+					return
+				}
+			}
+			continue
+		}
+		head := pc.sq[0].dc
+		pc.smu.Unlock()
+		if !over {
+			select {
+			case <-head.Done():
+			case <-pc.over:
+				over = true
+			}
+		}
+		pc.smu.Lock()
+		n := 0
+		for n < len(pc.sq) && (over || isDone(pc.sq[n].dc)) {
+			n++
+		}
+		wake = append(wake[:0], pc.sq[:n]...)
+		m := copy(pc.sq, pc.sq[n:])
+		clear(pc.sq[m:])
+		pc.sq = pc.sq[:m]
+		pc.smu.Unlock()
+		for _, r := range wake {
+			r.signal()
+		}
+		clear(wake)
 	}
 }
 
@@ -709,7 +955,8 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 			return nil, brokerError("put channel in confirm mode", err)
 		}
 		pc = &pubChannel{ch: ch, st: st, exchange: p.exchange, over: make(chan struct{}),
-			reqs: make(chan *pubReq), wdone: make(chan struct{}), live: map[fingerprint]*amqp.DeferredConfirmation{}}
+			wkick: make(chan struct{}, 1), wdone: make(chan struct{}), skick: make(chan struct{}, 1), sdone: make(chan struct{}),
+			live: map[fingerprint]uint64{}}
 		// Two unbuffered return listeners: amqp091-go hands a return to
 		// each in turn, so it cannot go on to the ack that follows before
 		// the watcher took the second, which it does only once the first
@@ -718,13 +965,15 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 		r2 := ch.NotifyReturn(make(chan amqp.Return))
 		closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 		go pc.watch(closes, r1, r2)
-		go pc.writer(p)
+		go pc.writer(p.mandatory)
+		go pc.settler()
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			_ = ch.Close()
 			<-pc.over
 			<-pc.wdone
+			<-pc.sdone
 			return nil, ErrClosed
 		}
 		p.cur = pc
@@ -758,6 +1007,7 @@ func (p *Publisher) close(ctx context.Context) {
 			_ = c.ch.Close()
 			<-c.over
 			<-c.wdone
+			<-c.sdone
 			return nil
 		}, nil)
 	}
@@ -815,16 +1065,13 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 		hctx context.Context
 	}
 	hooks := p.b.hooks.publish
-	flights := make([]flight, len(msgs))
 	checked := make([]checkedPublish, len(msgs)) // what a resend sends again: the same id, timestamp and headers
 	errs := make([]error, len(msgs))
 	var hk []hooked
 	if len(hooks) > 0 {
 		hk = make([]hooked, len(msgs))
 	}
-	// First round: every message is prepared (hooks, validator), then
-	// written in one go (one hand-over to the channel's writer for the
-	// whole run, rather than one per message).
+	// Every message is prepared first (hooks, validator).
 	pending := make([]int, 0, len(msgs))
 	for i := range msgs {
 		m := msgs[i]
@@ -852,82 +1099,59 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 		checked[i] = cp
 		pending = append(pending, i)
 	}
+	// Each round writes every pending message in one go (one hand-over to
+	// the channel's writer for the whole run, rather than one per message),
+	// then collects their confirms; those whose channel ended before the
+	// confirm go round again, all together; those refused beside others
+	// are sent again alone.
 	var failed error
-	for len(pending) > 0 {
-		n, err := p.writeMany(ctx, routingKey, checked, pending, flights, errs)
-		if err != nil {
-			failed = err
-			break
-		}
-		if n == 0 { // its fingerprint is in flight: write it alone, which waits
-			i := pending[0]
-			flights[i], err = p.write(ctx, routingKey, checked[i])
-			switch {
-			case errors.Is(err, ErrInvalid):
-				errs[i] = err
-			case err != nil:
+	reqs := make([]*pubReq, len(msgs))
+	for len(pending) > 0 && failed == nil {
+	queue:
+		for rest := pending; len(rest) > 0; {
+			n, err := p.writeMany(ctx, routingKey, checked, rest, reqs, errs)
+			if err != nil {
 				failed = err
-			}
-			if failed != nil {
 				break
 			}
-			n = 1
+			if n == 0 { // its fingerprint is in flight: write it alone, which waits
+				i := rest[0]
+				reqs[i], err = p.write(ctx, routingKey, &checked[i])
+				switch {
+				case errors.Is(err, ErrInvalid):
+					errs[i] = err
+				case err != nil:
+					failed = err
+					break queue
+				}
+				n = 1
+			}
+			rest = rest[n:]
 		}
-		pending = pending[n:]
+		var again []int
+		for _, i := range pending {
+			r := reqs[i]
+			if r == nil { // not queued: invalid, or the write failed
+				if errs[i] == nil {
+					errs[i] = failed
+				}
+				continue
+			}
+			reqs[i] = nil
+			err := p.outcome(ctx, routingKey, r)
+			if err == errResend {
+				again = append(again, i)
+				continue
+			}
+			if shared, ok := err.(*sharedRefusal); ok {
+				err = p.wrap(routingKey, p.solo(ctx, routingKey, checked[i], shared))
+			}
+			errs[i] = err
+		}
+		pending = again
 	}
 	for _, i := range pending {
 		errs[i] = failed
-	}
-	for i := range errs { // written when its channel was dying: again, on its own
-		if errs[i] == errResend {
-			errs[i] = nil
-			if failed == nil {
-				flights[i], failed = p.write(ctx, routingKey, checked[i])
-			}
-			errs[i] = failed
-		}
-	}
-	// Collect the confirms; those whose channel ended before the confirm go
-	// round again, all together; those refused beside others, alone.
-	var todo []int // nil: every message of the first round
-	for first := true; first || len(todo) > 0; first = false {
-		var again []int
-		settle := func(i int) {
-			if errs[i] != nil {
-				return
-			}
-			err := flights[i].await(ctx)
-			if err == errResend {
-				again = append(again, i)
-				return
-			}
-			if shared, ok := err.(*sharedRefusal); ok {
-				err = p.solo(ctx, routingKey, checked[i], shared)
-			}
-			errs[i] = p.wrap(routingKey, err)
-		}
-		if first {
-			for i := range msgs {
-				settle(i)
-			}
-		} else {
-			for _, i := range todo {
-				settle(i)
-			}
-		}
-		for _, i := range again {
-			if failed == nil {
-				flights[i], failed = p.write(ctx, routingKey, checked[i])
-				if errors.Is(failed, ErrInvalid) {
-					errs[i], failed = failed, nil
-					continue
-				}
-			}
-			if failed != nil {
-				errs[i] = failed
-			}
-		}
-		todo = again
 	}
 	for i := range hk {
 		for j := len(hooks) - 1; j >= 0; j-- {
@@ -949,28 +1173,38 @@ type fingerprint struct{ key, id string }
 // returnable is a mandatory publish in flight: a basic.return may still
 // come for it.
 type returnable struct {
-	fp        fingerprint
-	dc        *amqp.DeferredConfirmation // set once sent
-	returned  bool
-	settled   bool // its publisher read the outcome (or it was never sent)
-	abandoned bool // its publisher stopped waiting: drop it once its confirm came
+	fp         fingerprint
+	dc         *amqp.DeferredConfirmation // set once sent
+	returned   bool
+	settled    bool // its publisher read the outcome (or it was never sent)
+	abandoned  bool // its publisher stopped waiting: drop it once its confirm came
+	superseded bool // confirmed, and a later publish with fp holds live[fp] now
 }
 
-// pubChannel is one channel of a publisher and its return bookkeeping.
-// Confirms need none: each publish waits on its own deferred confirmation.
+// pubChannel is one channel of a publisher: its writer and settler
+// goroutines and its return bookkeeping. Confirms need none: each publish
+// is settled by its own deferred confirmation.
 type pubChannel struct {
 	ch       *amqp.Channel
 	st       *conn
 	exchange string
 	over     chan struct{} // closed when the watcher saw the channel end
 
-	reqs  chan *pubReq  // to the writer goroutine (see put)
+	wkick chan struct{} // something was queued (see writer)
 	wdone chan struct{} // closed when the writer ended
+	skick chan struct{} // something was written (see settler)
+	sdone chan struct{} // closed when the settler ended
+
+	smu sync.Mutex
+	sq  []*pubReq // written, their callers not yet woken, in the order written
 
 	mu       sync.Mutex
-	live     map[fingerprint]*amqp.DeferredConfirmation // the mandatory publish in flight for each fingerprint (nil: being sent)
-	q        []returnable                               // mandatory publishes in flight, in the order sent; q[0] is number base
-	arr      []returnable                               // q's array, from its start: reused, so a steady flow allocates nothing
+	wq       []*pubReq              // queued for the writer, in the order numbered
+	wclosed  bool                   // the writer ended: nothing more is queued
+	wrote    chan struct{}          // closed after the writer's current run (see wroteLocked)
+	live     map[fingerprint]uint64 // the number of the mandatory publish in flight for each fingerprint (in q)
+	q        []returnable           // mandatory publishes in flight, in the order sent; q[0] is number base
+	arr      []returnable           // q's array, from its start: reused, so a steady flow allocates nothing
 	base     uint64
 	closeErr *amqp.Error
 
@@ -1025,13 +1259,24 @@ func (pc *pubChannel) add(fp fingerprint) (uint64, *amqp.DeferredConfirmation) {
 func (pc *pubChannel) tryAdd(fp fingerprint) (seq uint64, busy *amqp.DeferredConfirmation, ok bool) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	if dc, found := pc.live[fp]; found && (dc == nil || !isDone(dc)) {
-		return 0, dc, false
+	return pc.tryAddLocked(fp)
+}
+
+// tryAddLocked is tryAdd with pc.mu held.
+// The map holds numbers, not confirmations, so that a publish costs it
+// three look-ups (here, and the delete when the queue forgets it) whatever
+// happens in between.
+func (pc *pubChannel) tryAddLocked(fp fingerprint) (seq uint64, busy *amqp.DeferredConfirmation, ok bool) {
+	if old, found := pc.live[fp]; found && old >= pc.base {
+		e := &pc.q[old-pc.base]
+		if e.dc == nil || !isDone(e.dc) { // being sent, or in flight
+			return 0, e.dc, false
+		}
+		e.superseded = true // confirmed; its caller has yet to read it
 	}
 	if pc.live == nil {
-		pc.live = map[fingerprint]*amqp.DeferredConfirmation{}
+		pc.live = map[fingerprint]uint64{}
 	}
-	pc.live[fp] = nil
 	if len(pc.q) == cap(pc.q) { // no room after the tail
 		if cap(pc.arr) > 0 && len(pc.q) <= cap(pc.arr)/2 {
 			n := copy(pc.arr, pc.q) // move to the front
@@ -1044,7 +1289,9 @@ func (pc *pubChannel) tryAdd(fp fingerprint) (seq uint64, busy *amqp.DeferredCon
 		}
 	}
 	pc.q = append(pc.q, returnable{fp: fp})
-	return pc.base + uint64(len(pc.q)) - 1, nil, true
+	seq = pc.base + uint64(len(pc.q)) - 1
+	pc.live[fp] = seq
+	return seq, nil, true
 }
 
 // sent records publish seq's deferred confirmation (nil: it was not sent).
@@ -1052,10 +1299,8 @@ func (pc *pubChannel) sent(seq uint64, dc *amqp.DeferredConfirmation) {
 	pc.mu.Lock()
 	r := &pc.q[seq-pc.base]
 	r.dc = dc
-	if dc != nil {
-		pc.live[r.fp] = dc
-	} else {
-		delete(pc.live, r.fp)
+	if dc == nil {
+		delete(pc.live, r.fp) // never sent: never superseded either
 	}
 	pc.mu.Unlock()
 }
@@ -1067,8 +1312,11 @@ func (pc *pubChannel) done(seq uint64) bool {
 	defer pc.mu.Unlock()
 	r := &pc.q[seq-pc.base]
 	r.settled = true
-	if r.dc == nil && pc.live[r.fp] == nil {
-		delete(pc.live, r.fp) // never sent
+	if r.dc == nil { // never sent: free its fingerprint, unless sent already freed it for another
+		if cur, ok := pc.live[r.fp]; ok && cur == seq {
+			delete(pc.live, r.fp)
+		}
+		pc.wakeWroteLocked() // a publish with its fingerprint may wait for it
 	}
 	returned := r.returned
 	pc.trimLocked()
@@ -1099,7 +1347,7 @@ func (pc *pubChannel) trimLocked() {
 		return
 	}
 	for i := range n {
-		if r := &pc.q[i]; r.dc != nil && pc.live[r.fp] == r.dc {
+		if r := &pc.q[i]; r.dc != nil && !r.superseded {
 			delete(pc.live, r.fp)
 		}
 	}

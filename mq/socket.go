@@ -31,6 +31,10 @@ type socket struct {
 	deadline time.Time // the write deadline this socket set; zero when none is set
 	closed   atomic.Bool
 
+	wmu   sync.Mutex // one write to the TCP connection at a time; guards corks and held
+	corks int        // writers that asked to hold writes back (see cork)
+	held  []byte     // bytes written while corked, not sent yet
+
 	gate *gate // the open gate above it (above TLS on amqps://), released with it
 }
 
@@ -141,8 +145,70 @@ func (f *frameScan) scan(b []byte) (int, bool) {
 	return n, false
 }
 
-// Write writes b, re-arming the write deadline as bytes move.
+// corkMax bounds the bytes a corked socket holds back: past it, a write
+// goes out at once, so a corked run of large messages does not pile up in
+// memory.
+const corkMax = 64 << 10
+
+// cork holds back the writes that follow, from any goroutine, until the
+// matching uncork, which sends them in one write: a run of publishes
+// written back to back then costs one system call rather than one each
+// (amqp091-go flushes its buffer after every message). Callers uncork
+// promptly: only the time it takes to hand amqp091-go the run of
+// messages. Nil-safe.
+func (s *socket) cork() {
+	if s == nil {
+		return
+	}
+	s.wmu.Lock()
+	s.corks++
+	s.wmu.Unlock()
+}
+
+// uncork ends one cork and sends what is held. A failed send closes the
+// socket: amqp091-go took those bytes as written, so the connection
+// cannot go on, and closing it ends it (every publish on it then ends
+// unconfirmed and is sent again on the next one). Nil-safe.
+func (s *socket) uncork() {
+	if s == nil {
+		return
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.corks--
+	s.flushLocked()
+}
+
+// flushLocked sends the held bytes; s.wmu is held.
+func (s *socket) flushLocked() error {
+	if len(s.held) == 0 {
+		return nil
+	}
+	_, err := s.write(s.held)
+	s.held = s.held[:0]
+	if err != nil {
+		_ = s.Close()
+	}
+	return err
+}
+
+// Write writes b, re-arming the write deadline as bytes move; while
+// corked, it holds b back (see cork).
 func (s *socket) Write(b []byte) (int, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.corks > 0 && len(s.held)+len(b) <= corkMax && !s.closed.Load() {
+		s.held = append(s.held, b...)
+		return len(b), nil
+	}
+	if err := s.flushLocked(); err != nil {
+		return 0, err
+	}
+	return s.write(b)
+}
+
+// write sends b on the TCP connection; s.wmu is held.
+func (s *socket) write(b []byte) (int, error) {
 	total := 0
 	for {
 		s.arm()

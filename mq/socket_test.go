@@ -182,3 +182,72 @@ func TestSocketGateEndsWithClose(t *testing.T) {
 		t.Fatal("a read held at the gate outlived the socket")
 	}
 }
+
+// countingConn records each Write it is given.
+type countingConn struct {
+	net.Conn
+	writes [][]byte
+	fail   error
+	closed bool
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	if c.fail != nil {
+		return 0, c.fail
+	}
+	c.writes = append(c.writes, append([]byte(nil), b...))
+	return len(b), nil
+}
+
+func (c *countingConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *countingConn) Close() error                     { c.closed = true; return nil }
+
+// While corked, writes are held and go out in one write at uncork, in
+// order; more than corkMax goes out at once; a failed send closes the
+// socket (amqp091-go took the held bytes as written).
+func TestSocketCork(t *testing.T) {
+	c := &countingConn{}
+	s := newSocket(c, time.Second)
+	s.cork()
+	for _, w := range []string{"a", "bb", "ccc"} {
+		if n, err := s.Write([]byte(w)); n != len(w) || err != nil {
+			t.Fatalf("corked write: %d, %v", n, err)
+		}
+	}
+	if len(c.writes) != 0 {
+		t.Fatalf("%d writes went out while corked", len(c.writes))
+	}
+	s.uncork()
+	if len(c.writes) != 1 || string(c.writes[0]) != "abbccc" {
+		t.Fatalf("uncork wrote %q; want one write of \"abbccc\"", c.writes)
+	}
+	if _, err := s.Write([]byte("d")); err != nil || len(c.writes) != 2 || string(c.writes[1]) != "d" {
+		t.Fatalf("uncorked write: %v, %q", err, c.writes)
+	}
+
+	c.writes = nil
+	s.cork()
+	_, _ = s.Write([]byte("head"))
+	big := make([]byte, corkMax)
+	if _, err := s.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.writes) != 2 || string(c.writes[0]) != "head" || len(c.writes[1]) != corkMax {
+		t.Fatalf("a write past corkMax: %d writes; want what was held, then it", len(c.writes))
+	}
+	s.uncork()
+	if len(c.writes) != 2 {
+		t.Fatalf("uncork with nothing held wrote again")
+	}
+
+	c.fail = errors.New("connection reset")
+	s.cork()
+	_, _ = s.Write([]byte("lost"))
+	s.uncork()
+	if !c.closed {
+		t.Fatal("a failed send of held bytes left the socket open")
+	}
+	var nilSocket *socket
+	nilSocket.cork() // a connection without a socket of ours: nothing to hold
+	nilSocket.uncork()
+}

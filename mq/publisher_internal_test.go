@@ -1,0 +1,86 @@
+package mq
+
+// White-box tests of the publisher's write queue: no broker needed (no
+// writer runs; the test plays its part).
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func queueOnly() (*Publisher, *pubChannel) {
+	p := &Publisher{mandatory: true}
+	pc := &pubChannel{over: make(chan struct{}), wkick: make(chan struct{}, 1),
+		live: map[fingerprint]uint64{}}
+	return p, pc
+}
+
+// A publish queued behind another with the same routing key and message id
+// waits for it to be sent; when the first one's caller gives up before the
+// writer took it, it is never sent, and the second goes ahead at once
+// rather than wait for a write that is not coming.
+func TestQueuedPublishGivingUpFreesItsFingerprint(t *testing.T) {
+	p, pc := queueOnly()
+	pub := &amqp.Publishing{MessageId: "same"}
+	first := newReq(pc, "q", pub)
+	if _, _, ok := pc.enqueue(first, true); !ok {
+		t.Fatal("first publish not queued")
+	}
+	second := newReq(pc, "q", pub)
+	busy, wrote, ok := pc.enqueue(second, true)
+	if ok || busy != nil || wrote == nil {
+		t.Fatalf("second publish with the same fingerprint: queued %v, busy %v, wrote %v; want to wait for the first's write", ok, busy, wrote)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := p.leave(ctx, "q", first)
+	if !errors.Is(err, context.Canceled) || first.state.Load() != reqGaveUp {
+		t.Fatalf("leaving a queued publish: %v (state %d); want context.Canceled, never sent", err, first.state.Load())
+	}
+	select {
+	case <-wrote:
+	case <-time.After(time.Second):
+		t.Fatal("the waiting publish was not woken when the first left the queue unsent")
+	}
+	if _, _, ok := pc.enqueue(second, true); !ok {
+		t.Fatal("the second publish is still refused after the first left unsent")
+	}
+	// The writer skips the one that left; its body is let go already.
+	if first.pub.Body != nil || len(pc.wq) != 2 {
+		t.Fatalf("queue holds %d (want 2: the writer drops the one that left); its body kept: %v", len(pc.wq), first.pub.Body != nil)
+	}
+}
+
+// A caller that leaves while the writer is writing its publish says the
+// message may or may not arrive; the writer then settles it alone: counted
+// landed, and kept in the return queue until its confirm.
+func TestLeavingMidWrite(t *testing.T) {
+	p, pc := queueOnly()
+	r := newReq(pc, "q", &amqp.Publishing{MessageId: "m"})
+	if _, _, ok := pc.enqueue(r, true); !ok {
+		t.Fatal("not queued")
+	}
+	if !r.state.CompareAndSwap(reqQueued, reqTaken) { // the writer takes it
+		t.Fatal("the writer could not take it")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.leave(ctx, "q", r); !errors.Is(err, context.Canceled) || r.state.Load() != reqLeft {
+		t.Fatalf("leaving mid-write: %v (state %d)", err, r.state.Load())
+	}
+	dc := &amqp.DeferredConfirmation{}
+	pc.sent(r.seq, dc)
+	if !pc.wrote1(r, dc, nil, true) {
+		t.Fatal("a written publish was not handed to the settler")
+	}
+	if pc.inflight.Load() != 0 {
+		t.Errorf("in flight %d after the writer settled the one that left; want 0", pc.inflight.Load())
+	}
+	if len(pc.q) != 1 || !pc.q[0].abandoned {
+		t.Errorf("the return queue forgot a publish whose confirm may still come: %+v", pc.q)
+	}
+}
