@@ -57,8 +57,8 @@ func newQueueStatic(k queueKey, linksOnly bool) *queueStatic {
 	)
 	if host := serverHost(k.server); host != "" {
 		// server.port is on the publish spans and the metrics: a process
-		// span kept under nine attributes costs the SDK no map to
-		// de-duplicate them when it ends.
+		// span kept under nine attributes keeps the map the SDK
+		// de-duplicates them with, when it ends, on the stack.
 		attrs = append(attrs, semconv.ServerAddress(host))
 	}
 	start := []trace.SpanStartOption{consumerKind, trace.WithAttributes(attrs...)}
