@@ -3,6 +3,7 @@ package otelmq
 import (
 	"context"
 	"errors"
+	"flag"
 	"strconv"
 	"testing"
 
@@ -34,6 +35,28 @@ func cpuPerOp(b *testing.B, run func()) {
 		n++
 	}
 	b.ReportMetric(float64((testenv.CPU()-c0).Nanoseconds())/float64(n), "cpu-ns/op")
+}
+
+// benchSyncSpans makes the benchmarks end spans with a synchronous
+// processor instead of the batch processor. The batch processor's
+// goroutine runs when the scheduler lets it, and drops spans when its
+// queue is full, so under valgrind (one thread at a time) how much of
+// its work lands in a run varies from run to run; with the simple
+// processor an instruction count is the same run after run:
+//
+//	go test -c -o /tmp/otelmq.test ./otelmq
+//	valgrind --tool=callgrind /tmp/otelmq.test -test.run '^$' \
+//	    -test.bench 'BenchmarkAttempts/tracing' -test.benchtime 20000x -otelmq.sync-spans
+var benchSyncSpans = flag.Bool("otelmq.sync-spans", false, "end the benchmarks' spans with a simple (synchronous) span processor, not the batch processor")
+
+// spanProcessor is the benchmarks' span processor: a batch processor (what
+// services use) with a discarding exporter, or with -otelmq.sync-spans a
+// simple one.
+func spanProcessor() sdktrace.TracerProviderOption {
+	if *benchSyncSpans {
+		return sdktrace.WithSpanProcessor(sdktrace.NewSimpleSpanProcessor(discard{}))
+	}
+	return sdktrace.WithBatcher(discard{})
 }
 
 type discard struct{}
@@ -95,7 +118,7 @@ func BenchmarkAttempts(b *testing.B) {
 				if mode == "unsampled" {
 					sampler = sdktrace.NeverSample()
 				}
-				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}), sdktrace.WithSampler(sampler))
+				tp := sdktrace.NewTracerProvider(spanProcessor(), sdktrace.WithSampler(sampler))
 				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 				defer tp.Shutdown(context.Background())
 				defer mp.Shutdown(context.Background())
@@ -143,7 +166,7 @@ func BenchmarkAttempts(b *testing.B) {
 		// What any instrumentation pays the SDK at the least: a span with
 		// a parent from a traceparent header and no attribute, started and
 		// ended with the batch processor. "tracing" less this is ours.
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+		tp := sdktrace.NewTracerProvider(spanProcessor())
 		defer tp.Shutdown(context.Background())
 		tr := tp.Tracer(ScopeName)
 		prop := propagation.TraceContext{}
@@ -166,7 +189,7 @@ func BenchmarkAttempts(b *testing.B) {
 		// and nothing else of the library's: no context of its own, no
 		// metric, no hook. "tracing" less this is what the library adds;
 		// this less sdk-floor is what the attributes cost in the SDK.
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+		tp := sdktrace.NewTracerProvider(spanProcessor())
 		defer tp.Shutdown(context.Background())
 		tr := tp.Tracer(ScopeName)
 		prop := propagation.TraceContext{}
@@ -200,7 +223,7 @@ func BenchmarkPublish(b *testing.B) {
 			if mode == "unsampled" {
 				sampler = sdktrace.NeverSample()
 			}
-			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}), sdktrace.WithSampler(sampler))
+			tp := sdktrace.NewTracerProvider(spanProcessor(), sdktrace.WithSampler(sampler))
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 			defer tp.Shutdown(context.Background())
 			defer mp.Shutdown(context.Background())
