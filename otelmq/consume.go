@@ -3,6 +3,7 @@ package otelmq
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -56,8 +57,8 @@ func newQueueStatic(k queueKey, linksOnly bool) *queueStatic {
 	)
 	if host := serverHost(k.server); host != "" {
 		// server.port is on the publish spans and the metrics: a process
-		// span kept under nine attributes costs the SDK no map to
-		// de-duplicate them when it ends.
+		// span kept under nine attributes keeps the map the SDK
+		// de-duplicates them with, when it ends, on the stack.
 		attrs = append(attrs, semconv.ServerAddress(host))
 	}
 	start := []trace.SpanStartOption{consumerKind, trace.WithAttributes(attrs...)}
@@ -99,24 +100,35 @@ func (ins *Instrumentation) queueStatic(k queueKey) *queueStatic {
 
 // deliveryCtx is the context OnDelivery hands the chain: the consumer's,
 // with the process span, and the delivery's state.
+//
+// It is the one allocation of ours per delivery, so it holds no more than
+// the hooks need: the attributes OnDeliveryDone sets are built in a pooled
+// buffer instead (endAttrPool).
 type deliveryCtx struct {
 	context.Context
-	span     trace.Span
-	start    time.Time
-	qs       *queueStatic
-	attempt  int  // the attempt the delivery started at
-	parented bool // the span's parent is the message's creation context
-	// attrs holds the attributes OnDeliveryDone sets: part of this value,
-	// so they cost no allocation of their own.
-	attrs [endAttrs]attribute.KeyValue
+	span      trace.Span
+	start     time.Time // zero when messaging.process.duration is not recorded
+	qs        *queueStatic
+	attempt   int  // the attempt the delivery started at
+	parented  bool // the span's parent is the message's creation context
+	recording bool // span.IsRecording() at start, asked once: it takes the span's lock
 }
 
 // endAttrs is how many attributes OnDeliveryDone sets at most: routing
 // key, delivery tag, message and conversation id, attempt, outcome,
 // error.type. The common delivery (a first attempt, acknowledged, in the
 // trace of its publish) sets three: with the five it starts with, a span
-// of eight, which the SDK ends without building a map.
+// of eight, whose de-duplication map the SDK keeps on the stack when the
+// span ends (past eight it allocates one).
 const endAttrs = 7
+
+// endAttrPool holds the buffers OnDeliveryDone builds its attributes in.
+// Span.SetAttributes copies what it is given (the SDK appends each value
+// to the span's own slice), so a buffer goes back to the pool as soon as
+// the call returns; a buffer in the deliveryCtx would add 448 bytes of
+// pointers to every delivery's allocation, which the garbage collector
+// pays for again while the span waits in the batch processor.
+var endAttrPool = sync.Pool{New: func() any { return new([endAttrs]attribute.KeyValue) }}
 
 type deliveryCtxKey struct{}
 
@@ -163,7 +175,8 @@ func (ins *Instrumentation) OnDelivery(ctx context.Context, d *mq.Delivery) cont
 		parented = trace.SpanContextFromContext(ctx).IsValid()
 	}
 	ctx, span := ins.tracer.Start(ctx, qs.name, qs.start...)
-	if span.IsRecording() {
+	recording := span.IsRecording()
+	if recording {
 		if created.IsValid() {
 			span.AddLink(trace.Link{SpanContext: created, Attributes: linkCreation})
 		}
@@ -172,7 +185,11 @@ func (ins *Instrumentation) OnDelivery(ctx context.Context, d *mq.Delivery) cont
 		}
 	}
 	ins.m.consumed.Add(ctx, 1, qs.consumed.add...)
-	return &deliveryCtx{Context: ctx, span: span, start: time.Now(), qs: qs, attempt: d.Attempt(), parented: parented}
+	var start time.Time
+	if ins.m.processing.Enabled(ctx) {
+		start = time.Now()
+	}
+	return &deliveryCtx{Context: ctx, span: span, start: start, qs: qs, attempt: d.Attempt(), parented: parented, recording: recording}
 }
 
 // OnDeliveryDone ends the process span with the message's attributes and
@@ -192,8 +209,9 @@ func (ins *Instrumentation) OnDeliveryDone(ctx context.Context, d *mq.Delivery, 
 		err = d.Cause()
 	}
 	m := st.qs.consumed
-	if st.span.IsRecording() {
-		attrs := st.attrs[:0]
+	if st.recording {
+		buf := endAttrPool.Get().(*[endAttrs]attribute.KeyValue)
+		attrs := buf[:0]
 		if d.RoutingKey != "" {
 			attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey))
 		}
@@ -217,11 +235,15 @@ func (ins *Instrumentation) OnDeliveryDone(ctx context.Context, d *mq.Delivery, 
 			m = st.qs.failed.get(et)
 		}
 		st.span.SetAttributes(attrs...)
+		clear(attrs) // hold no message's strings while pooled
+		endAttrPool.Put(buf)
 	} else if err != nil {
 		m = st.qs.failed.get(ErrorType(err))
 	}
 	st.span.End()
-	ins.m.processing.Record(ctx, time.Since(st.start).Seconds(), m.rec...)
+	if !st.start.IsZero() {
+		ins.m.processing.Record(ctx, time.Since(st.start).Seconds(), m.rec...)
+	}
 	om := st.qs.acked
 	if outcome != mq.OutcomeAck {
 		om = st.qs.outcomes.get(string(outcome))
@@ -248,13 +270,11 @@ func (ins *Instrumentation) OnAttempt(ctx context.Context, _ *mq.Delivery) conte
 // where the events cost nothing on the common path.
 func (ins *Instrumentation) OnAttemptDone(ctx context.Context, d *mq.Delivery, err error) {
 	st := deliveryOf(ctx)
-	if st == nil || !st.span.IsRecording() {
+	if st == nil || !st.recording || (err == nil && d.Attempt() == st.attempt) {
 		return
 	}
 	if err == nil {
-		if d.Attempt() != st.attempt {
-			st.span.AddEvent(eventAttempt, attemptOK(d.Attempt())...)
-		}
+		st.span.AddEvent(eventAttempt, attemptOK(d.Attempt())...)
 		return
 	}
 	st.span.AddEvent(eventAttempt, trace.WithAttributes(

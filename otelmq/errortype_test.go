@@ -33,12 +33,34 @@ func TestErrorType(t *testing.T) {
 		{wrap(&amqp.Error{Code: 320, Reason: "CONNECTION_FORCED"}), "connection-forced"},
 		{&amqp.Error{Code: 541}, "internal-error"},
 		{&amqp.Error{Code: 999}, "_OTHER"},
+		{&mq.BrokerError{Op: "consume", Err: &amqp.Error{Code: 404}}, "not-found"},
 		{mq.Requeue(nil), "requeue"},
 		{mq.Requeue(mq.ErrUnroutable), "unroutable"},
 		{errors.New("anything"), "_OTHER"},
 	} {
 		if got := otelmq.ErrorType(c.err); got != c.want {
 			t.Errorf("ErrorType(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+}
+
+// ErrorType runs on every failed attempt and every failed delivery: it
+// finds the error's kind without allocating, whatever the kind is.
+func TestErrorTypeAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	for _, err := range []error{
+		errors.New("anything"),
+		fmt.Errorf("handler: %w", &mq.BrokerError{Code: 406}),
+		&amqp.Error{Code: 320},
+		mq.NewPanicError("oops"),
+		context.DeadlineExceeded,
+		// Not mq.Requeue's: its Unwrap builds a slice every time it is
+		// asked, so each errors.Is through it allocates.
+	} {
+		if n := testing.AllocsPerRun(100, func() { _ = otelmq.ErrorType(err) }); n != 0 {
+			t.Errorf("ErrorType(%v): %v allocations, want 0", err, n)
 		}
 	}
 }

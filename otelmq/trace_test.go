@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -598,5 +600,66 @@ func TestCommonDeliveryHasEightAttributes(t *testing.T) {
 	// The rig's deliveries have no server; a real one adds server.address.
 	if n := len(p.Attributes()); n > 7 {
 		t.Errorf("%d attributes, want at most 7 here (8 with server.address): %v", n, p.Attributes())
+	}
+}
+
+// OnDeliveryDone builds the attributes it sets in a buffer shared through
+// a pool: deliveries ended at once, on many goroutines, each failing or
+// not, must each end with their own routing key, delivery tag, outcome
+// and error.type, and with nothing left from another delivery's buffer.
+func TestConcurrentDeliveriesKeepTheirOwnAttributes(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	defer tp.Shutdown(context.Background())
+	ins := otelmq.New(otelmq.WithTracerProvider(tp), otelmq.WithMeterProvider(metricnoop.NewMeterProvider()))
+	const workers, each = 8, 200
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				tag := uint64(w*each + i + 1)
+				raw := amqp.Delivery{DeliveryTag: tag, RoutingKey: "rk-" + strconv.FormatUint(tag, 10)}
+				if tag%3 == 0 {
+					raw.MessageId = "m-" + strconv.FormatUint(tag, 10) // not parented: the id goes on the span
+				}
+				d := mqtest.NewDelivery("orders", raw)
+				ctx := ins.OnDelivery(context.Background(), d)
+				var err error
+				if tag%2 == 0 {
+					err = errBoom
+					d.SetOutcome(mq.OutcomeReject, err)
+				} else {
+					d.SetOutcome(mq.OutcomeAck, nil)
+				}
+				ins.OnDeliveryDone(ctx, d, err)
+			}
+		}()
+	}
+	wg.Wait()
+	spans := sr.Ended()
+	if len(spans) != workers*each {
+		t.Fatalf("%d spans, want %d", len(spans), workers*each)
+	}
+	for _, s := range spans {
+		a := attrs(s.Attributes())
+		tag := uint64(a["messaging.rabbitmq.message.delivery_tag"].AsInt64())
+		if got, want := a["messaging.rabbitmq.destination.routing_key"].AsString(), "rk-"+strconv.FormatUint(tag, 10); got != want {
+			t.Fatalf("tag %d: routing key %q, want %q", tag, got, want)
+		}
+		id, hasID := a["messaging.message.id"]
+		if wantID := tag%3 == 0; hasID != wantID || (wantID && id.AsString() != "m-"+strconv.FormatUint(tag, 10)) {
+			t.Fatalf("tag %d: message id %q (present %v)", tag, id.AsString(), hasID)
+		}
+		et, failed := a["error.type"]
+		outcome := a[otelmq.OutcomeKey].AsString()
+		if tag%2 == 0 {
+			if !failed || et.AsString() == "" || outcome != "reject" {
+				t.Fatalf("tag %d: outcome %q error.type %q (present %v), want reject and an error type", tag, outcome, et.AsString(), failed)
+			}
+		} else if failed || outcome != "ack" {
+			t.Fatalf("tag %d: outcome %q error.type %q (present %v), want ack and none", tag, outcome, et.AsString(), failed)
+		}
 	}
 }

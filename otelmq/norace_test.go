@@ -1,0 +1,5 @@
+//go:build !race
+
+package otelmq_test
+
+const raceEnabled = false
