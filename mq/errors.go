@@ -135,7 +135,12 @@ func channelLevel(err error) bool {
 	return false
 }
 
-type requeueError struct{ err error }
+// requeueError keeps what it unwraps to, so matching it (errors.Is on
+// every failed hop, ErrorType on every span and metric) allocates nothing.
+type requeueError struct {
+	err  error
+	both [2]error // ErrRequeue, err
+}
 
 func (e *requeueError) Error() string {
 	if e.err == nil {
@@ -143,10 +148,15 @@ func (e *requeueError) Error() string {
 	}
 	return "mq: requeue: " + e.err.Error()
 }
-func (e *requeueError) Unwrap() []error { return []error{ErrRequeue, e.err} }
+func (e *requeueError) Unwrap() []error {
+	if e.err == nil {
+		return e.both[:1]
+	}
+	return e.both[:]
+}
 
 // Requeue marks err so the consumer runtime returns the message to its
 // queue (nack with requeue) after a pause instead of rejecting it. The
 // built-in middleware uses it when a hop cannot be made, so nothing is
 // dropped.
-func Requeue(err error) error { return &requeueError{err} }
+func Requeue(err error) error { return &requeueError{err: err, both: [2]error{ErrRequeue, err}} }

@@ -86,3 +86,21 @@ func TestBatchError(t *testing.T) {
 		t.Errorf("batch error reads %q", msg)
 	}
 }
+
+// Matching a requeue error costs nothing: errors.Is and errors.As walk
+// its Unwrap on every delivery that fails a hop, and on every metric and
+// span that names the error's kind.
+func TestRequeueUnwrapsWithoutAllocating(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts")
+	}
+	err := mq.Requeue(errors.New("hop failed"))
+	var pe *mq.PanicError
+	if n := testing.AllocsPerRun(100, func() {
+		if !errors.Is(err, mq.ErrRequeue) || errors.As(err, &pe) {
+			t.Fatal("wrong match")
+		}
+	}); n != 0 {
+		t.Errorf("%.0f allocations to match a requeue error, want 0", n)
+	}
+}
