@@ -18,8 +18,10 @@
 //   - Consumer: the runtime that subscribes, runs a handler wrapped in
 //     middleware, settles each delivery on the channel it came on, survives
 //     reconnects and drains on Stop. It owns what a delivery needs while it
-//     waits in-process (Delivery.Wait frees the worker; the prefetch has
-//     room for the waiting), how acknowledgements are coalesced into
+//     waits in-process (Delivery.Wait frees the worker; once a few wait on
+//     the channel consumed on, the subscription moves to another channel of
+//     the same connection, so the waiting ones hold up no healthy ack and no
+//     room in the window: lanes.go), how acknowledgements are coalesced into
 //     multiple acks that never cover a delivery still in hand (AckEach
 //     turns that off), the attempt a delivery is (its header, the broker's
 //     delivery count past two returns, and what the consumer remembers of
