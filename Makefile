@@ -64,7 +64,7 @@ fuzz:
 bench: broker
 	$(GO) run ./internal/cmd/benchreport $(BENCHFLAGS)
 	$(GO) test -run '^$$' -bench . -benchmem ./middleware
-	$(GO) test -run '^$$' -bench 'BenchmarkAttempts/(tracing|sdk-floor|none)' -benchmem ./otelmq
+	$(GO) test -run '^$$' -bench 'BenchmarkAttempts/(tracing|sdk-required|sdk-floor|none)' -benchmem ./otelmq
 
 ## lint: go vet, gofmt and staticcheck (fetched through the Go module proxy)
 lint: vet
