@@ -255,6 +255,18 @@ func (s *subscription) waitEnds(l *lane) { l.waiting.Add(-1) }
 // acks (stuckAcks) asks for it, until the subscription drains.
 func (c *Consumer) mover(s *subscription) {
 	defer close(s.moverDone)
+	// A move in progress ends with the subscription: a drain (Stop, a lost
+	// channel) must not wait on a channel being opened on a connection
+	// that is down.
+	life, end := context.WithCancel(s.ctx)
+	defer end()
+	go func() {
+		select {
+		case <-s.draining:
+			end()
+		case <-life.Done():
+		}
+	}()
 	var notBefore time.Time
 	for {
 		select {
@@ -265,8 +277,8 @@ func (c *Consumer) mover(s *subscription) {
 		var moved bool
 		var err error
 		if !time.Now().Before(notBefore) {
-			if moved, err = c.moveOn(s); err == nil && moved {
-				err = c.spareLane(s)
+			if moved, err = c.moveOn(life, s); err == nil && moved {
+				err = c.spareLane(life, s)
 			}
 		}
 		if !moved {
@@ -287,12 +299,12 @@ func (c *Consumer) mover(s *subscription) {
 // settled, or a new one) and cancels the consumer of the lane consumed on
 // now; moved says whether it did. What the broker sent the old consumer is
 // still read first, handled and settled on its own channel.
-func (c *Consumer) moveOn(s *subscription) (moved bool, err error) {
+func (c *Consumer) moveOn(life context.Context, s *subscription) (moved bool, err error) {
 	old := s.active.Load()
 	if old.waiting.Load() == 0 {
 		return false, nil // waits ended meanwhile
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(life, 10*time.Second)
 	defer cancel()
 	s.mu.Lock()
 	next := s.pickLocked(old, len(s.lanes) < c.cfg.maxLanes())
@@ -357,11 +369,11 @@ func (c *Consumer) addLane(ctx context.Context, s *subscription) (*lane, error) 
 
 // spareLane opens a lane ahead of the next move, unless one is free
 // already: with one at hand a move costs two round trips, not four.
-func (c *Consumer) spareLane(s *subscription) error {
+func (c *Consumer) spareLane(life context.Context, s *subscription) error {
 	if s.free.Load() {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(life, 10*time.Second)
 	defer cancel()
 	l, err := c.addLane(ctx, s)
 	if l != nil {
