@@ -57,8 +57,8 @@ type acker struct {
 	sent    uint64           // every tag up to here is covered by what was sent
 	above   map[uint64]uint8 // tags >= next settled already: tagPending, tagSent or tagReturned
 	prefix  int              // positive acks below next not sent yet
-	waiting int              // tagPending entries in above
-	since   time.Time        // when waiting last went from 0 to 1
+	pending int              // tagPending entries in above (acked above a hole, not sent)
+	since   time.Time        // when pending last went from 0 to 1
 	timer   *time.Timer
 	closed  bool
 	left    bool // on a channel the subscription moved from (leftDelay)
@@ -94,21 +94,21 @@ func (a *acker) Ack(tag uint64) error {
 		a.prefix++
 		a.next++
 	} else {
-		if a.waiting == 0 {
+		if a.pending == 0 {
 			a.since = time.Now()
 		}
 		a.above[tag] = tagPending
-		a.waiting++
+		a.pending++
 	}
 	a.advanceLocked()
-	if a.stuck != nil && !a.left && a.waiting >= a.flushAt/4 && a.stuck() {
+	if a.stuck != nil && !a.left && a.pending >= a.flushAt/4 && a.stuck() {
 		// The subscription moves on: from now on the acks here wait for
 		// the holes below them instead of going one by one.
 		a.left = true
 	}
 	switch {
-	case a.prefix+a.waiting >= a.flushAt:
-		return a.flushLocked(a.waiting >= a.flushAt/2 && !a.left)
+	case a.prefix+a.pending >= a.flushAt:
+		return a.flushLocked(a.pending >= a.flushAt/2 && !a.left)
 	case a.timer == nil:
 		a.timer = time.AfterFunc(ackDelay, a.flushTimer)
 	}
@@ -126,15 +126,12 @@ func (a *acker) Nack(tag uint64, requeue bool) error {
 		return ErrClosed
 	}
 	ferr := a.flushLocked(false)
-	err := a.nack(tag, requeue)
-	if err == nil {
-		a.above[tag] = tagReturned
-		a.advanceLocked()
+	if err := a.nack(tag, requeue); err != nil {
+		return err
 	}
-	if err == nil {
-		err = ferr
-	}
-	return err
+	a.above[tag] = tagReturned
+	a.advanceLocked()
+	return ferr
 }
 
 // Leave marks the channel as one the subscription moved from (true) or
@@ -197,7 +194,7 @@ func (a *acker) flushTimer() {
 		delay = leftDelay
 	}
 	_ = a.flushLocked(time.Since(a.since) >= delay) // a failed send means a dead channel: the broker requeues
-	if a.waiting > 0 && a.timer == nil {
+	if a.pending > 0 && a.timer == nil {
 		a.timer = time.AfterFunc(ackDelay, a.flushTimer)
 	}
 }
@@ -213,7 +210,7 @@ func (a *acker) advanceLocked() {
 		delete(a.above, a.next)
 		if st == tagPending {
 			a.top = a.next
-			a.waiting--
+			a.pending--
 			a.prefix++
 		}
 		a.next++
@@ -237,11 +234,11 @@ func (a *acker) flushLocked(above bool) error {
 		}
 	}
 	a.prefix = 0
-	if above && a.waiting > 0 {
+	if above && a.pending > 0 {
 		// Lowest first: the broker finds each tag by walking the
 		// channel's unacknowledged deliveries from the oldest, so in this
 		// order each walk stops just past the holes below it.
-		tags := make([]uint64, 0, a.waiting)
+		tags := make([]uint64, 0, a.pending)
 		for tag, st := range a.above {
 			if st == tagPending {
 				tags = append(tags, tag)
@@ -254,7 +251,7 @@ func (a *acker) flushLocked(above bool) error {
 			}
 			a.above[tag] = tagSent
 		}
-		a.waiting = 0
+		a.pending = 0
 	}
 	return err
 }

@@ -340,9 +340,10 @@ func (s *subscription) allLanes() []*lane {
 	return append([]*lane(nil), s.lanes...)
 }
 
-// prefetch is what the consumer asks of basic.qos: the window for the
-// deliveries being handled plus room for those waiting in-process, which the
-// broker counts as unacknowledged too.
+// qos is what each of the consumer's channels asks of basic.qos: the
+// window for the deliveries being handled plus room for the few that may
+// wait in-process on it before the subscription moves (lanes.go), which
+// the broker counts as unacknowledged too.
 func (cfg *consumerConfig) qos() int {
 	return min(cfg.prefetch+min(cfg.maxWaiting, laneWaiters), math.MaxUint16)
 }

@@ -176,7 +176,7 @@ func (s *subscription) streamEnded(st *stream) bool {
 		st.ended = true
 		s.streams = s.streams[1:] // st is the head: only the head is read
 		s.head.Store(s.streams[0])
-		s.idleLocked(st.lane)
+		s.flushSettledLocked(st.lane)
 		s.refreshFreeLocked()
 	}
 	return true
@@ -186,14 +186,15 @@ func (s *subscription) streamEnded(st *stream) bool {
 func (s *subscription) settled(l *lane) {
 	if n := l.held.Add(-1); n == 0 || n == laneWaiters/2-1 {
 		s.mu.Lock()
-		s.idleLocked(l)
+		s.flushSettledLocked(l)
 		s.refreshFreeLocked()
 		s.mu.Unlock()
 	}
 }
 
-// idleLocked sends what is due on l once nothing is left on it.
-func (s *subscription) idleLocked(l *lane) {
+// flushSettledLocked sends the acks held on a lane the subscription has
+// left once nothing on it is unsettled: one multiple ack covers them.
+func (s *subscription) flushSettledLocked(l *lane) {
 	if l.cur != nil && l.cur.retired && l.cur.ended && l.held.Load() == 0 {
 		_ = l.acks.Flush() // everything on it is settled: one multiple ack
 	}
