@@ -40,7 +40,9 @@ import (
 // Parking. An mq.Requeue error passes through too. A panic inside the
 // ladder (a classifier's, say) is a failed attempt like any other.
 func RetryLadder(p retry.Policy) mq.Middleware {
-	return func(next mq.Handler) mq.Handler { return &ladder{next: next, p: p} }
+	// A panic below the ladder is recovered (and logged) as Recover does,
+	// and then it is an attempt's error like any other.
+	return func(next mq.Handler) mq.Handler { return &ladder{next: &recoverer{next}, p: p} }
 }
 
 type ladder struct {
@@ -62,7 +64,7 @@ func (l *ladder) Subscribe(_ context.Context, s *mq.Subscription) error {
 
 func (l *ladder) Handle(ctx context.Context, d *mq.Delivery) error {
 	for {
-		err := l.attempt(ctx, d)
+		err := l.next.Handle(ctx, d)
 		if err == nil || IsPark(err) || IsReject(err) || errors.Is(err, mq.ErrRequeue) {
 			return err
 		}
@@ -86,19 +88,6 @@ func (l *ladder) Handle(ctx context.Context, d *mq.Delivery) error {
 			return setAside(ctx, d, mq.ReasonExhausted, err)
 		}
 	}
-}
-
-// attempt calls the handler once; a panic below the ladder is an error.
-func (l *ladder) attempt(ctx context.Context, d *mq.Delivery) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			pe := mq.NewPanicError(r)
-			d.Logger().ErrorContext(ctx, "acemq.handler.panic", "message_id", d.MessageId, "attempt", d.Attempt(),
-				"panic", fmt.Sprint(r), "stack", string(pe.Stack))
-			err = pe
-		}
-	}()
-	return l.next.Handle(ctx, d)
 }
 
 // cut keeps the attempts of a delivery whose in-process wait was cut short.
