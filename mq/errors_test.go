@@ -3,6 +3,7 @@ package mq_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -102,5 +103,37 @@ func TestRequeueUnwrapsWithoutAllocating(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Errorf("%.0f allocations to match a requeue error, want 0", n)
+	}
+}
+
+// ReplyCode finds the code in every shape an AMQP reply code comes in, and
+// allocates nothing doing it (otelmq names every failed attempt's error
+// with it).
+func TestReplyCodeShapesWithoutAllocating(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{io.EOF, 0},
+		{&mq.BrokerError{Op: "declare queue", Code: 406}, 406},
+		{fmt.Errorf("consume: %w", &mq.BrokerError{Code: 404}), 404},
+		{&mq.BrokerError{Op: "consume", Err: &amqp.Error{Code: 404, Server: true}}, 404},
+		{&mq.BrokerError{Op: "publish", Err: io.EOF}, 0},
+		{&amqp.Error{Code: 320}, 320},
+		{fmt.Errorf("a: %w", fmt.Errorf("b: %w", &amqp.Error{Code: 541})), 541},
+		{errors.Join(io.EOF, &amqp.Error{Code: 504}), 504},
+		{mq.Requeue(&mq.BrokerError{Code: 312}), 312},
+		{mq.Requeue(nil), 0},
+	} {
+		if got := mq.ReplyCode(c.err); got != c.want {
+			t.Errorf("ReplyCode(%v) = %d, want %d", c.err, got, c.want)
+		}
+		if testing.Short() {
+			continue
+		}
+		if n := testing.AllocsPerRun(50, func() { _ = mq.ReplyCode(c.err) }); n != 0 {
+			t.Errorf("ReplyCode(%v): %.0f allocations, want 0", c.err, n)
+		}
 	}
 }

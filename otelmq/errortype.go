@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -55,7 +53,7 @@ func ErrorType(err error) string {
 	case errors.Is(err, mq.ErrClosed):
 		return "closed"
 	}
-	if name := replyCodeName(replyCode(err)); name != "" {
+	if name := replyCodeName(mq.ReplyCode(err)); name != "" {
 		return name
 	}
 	if errors.Is(err, mq.ErrRequeue) {
@@ -69,19 +67,6 @@ func ErrorType(err error) string {
 func isType[E error](err error) bool {
 	_, ok := errors.AsType[E](err)
 	return ok
-}
-
-// replyCode is mq.ReplyCode without its allocations (errors.AsType
-// instead of errors.As): ErrorType runs on every failed attempt.
-// TestReplyCodeIsMQs holds the two together.
-func replyCode(err error) int {
-	if be, ok := errors.AsType[*mq.BrokerError](err); ok && be.Code != 0 {
-		return be.Code
-	}
-	if ae, ok := errors.AsType[*amqp.Error](err); ok {
-		return ae.Code
-	}
-	return 0
 }
 
 // replyCodeName names an AMQP 0-9-1 reply code as the specification does,
