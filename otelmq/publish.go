@@ -245,7 +245,6 @@ func rungWait(rung string) (time.Duration, bool) {
 	return d, err == nil
 }
 
-// appendServer adds server.address and server.port from host:port.
 // serverHost is the host of a host:port, or the whole when it has no port.
 func serverHost(hostport string) string {
 	if host, _, err := net.SplitHostPort(hostport); err == nil {
@@ -254,6 +253,7 @@ func serverHost(hostport string) string {
 	return hostport
 }
 
+// appendServer adds server.address and server.port from host:port.
 func appendServer(attrs []attribute.KeyValue, hostport string) []attribute.KeyValue {
 	if hostport == "" {
 		return attrs
