@@ -143,20 +143,12 @@ func (a *acker) Leave(left bool) {
 }
 
 // Flush sends every positive ack that is due now.
-func (a *acker) Flush() error {
-	if a.each {
-		return nil
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return nil
-	}
-	return a.flushLocked(true)
-}
+func (a *acker) Flush() error { return a.flush(false) }
 
 // Close flushes and refuses anything later: the channel is being given up.
-func (a *acker) Close() error {
+func (a *acker) Close() error { return a.flush(true) }
+
+func (a *acker) flush(end bool) error {
 	if a.each {
 		return nil
 	}
@@ -165,9 +157,8 @@ func (a *acker) Close() error {
 	if a.closed {
 		return nil
 	}
-	err := a.flushLocked(true)
-	a.closed = true
-	return err
+	a.closed = end
+	return a.flushLocked(true)
 }
 
 // Drop forgets what was not sent: the channel died, and the broker has
