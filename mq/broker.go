@@ -540,13 +540,19 @@ func (c *conn) blockedErr(err error) error {
 	if c == nil || !c.blocked.Load() {
 		return err
 	}
-	c.blockMu.Lock()
-	reason, blocked := c.reason, c.unblocked != nil
-	c.blockMu.Unlock()
+	reason, blocked := c.blockState()
 	if !blocked {
 		return err
 	}
 	return fmt.Errorf("mq: the broker blocks publishing (%s): %w", reason, err)
+}
+
+// blockState reports whether the broker blocks publishing on c, and the
+// reason it gave.
+func (c *conn) blockState() (reason string, blocked bool) {
+	c.blockMu.Lock()
+	defer c.blockMu.Unlock()
+	return c.reason, c.unblocked != nil
 }
 
 func (c *conn) isLost() bool {
@@ -603,9 +609,8 @@ func (b *Broker) Blocked() bool {
 	if st == nil {
 		return false
 	}
-	st.blockMu.Lock()
-	defer st.blockMu.Unlock()
-	return st.unblocked != nil
+	_, blocked := st.blockState()
+	return blocked
 }
 
 // Channel hands out a new channel on the live connection (waiting for one,

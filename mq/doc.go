@@ -11,10 +11,24 @@
 //     the new channel). Channels are handed out, never shared: each
 //     publisher and consumer has its own, and every declaration or
 //     inspection runs on a throwaway channel, so a refusal kills only that.
+//     It owns the socket under each connection (socket.go): a write that
+//     moves no byte for two heartbeat intervals ends the connection, a
+//     publisher's run of writes goes out in one system call, and frames
+//     after the handshake wait until the connection's listeners are in
+//     place (so TLS is done by this package, above that socket, not by
+//     amqp091-go). A connection that keeps dying
+//     soon after it came up backs off as a failed attempt (flap.go), and
+//     Check says whether the service is ready (health.go).
 //   - Declare and inspection (QueueExists, MessageCount, DeleteQueue).
+//   - The validator (validate.go): every name, property and table the
+//     library sends is checked at the call against what the wire and
+//     amqp091-go's reader accept, so a bad value fails its own call with
+//     ErrInvalid and never the frame, the channel or the connection.
 //   - Publisher: confirmed, pipelined publishing with mandatory returns
 //     correlated to the publish that caused them, republished after a
-//     connection loss until its context ends (at-least-once).
+//     connection loss until its context ends (at-least-once). Each of its
+//     channels has a writer and a settler goroutine, which end with the
+//     channel; a publish refused beside others is sent again alone.
 //   - Consumer: the runtime that subscribes, runs a handler wrapped in
 //     middleware, settles each delivery on the channel it came on, survives
 //     reconnects and drains on Stop. It owns what a delivery needs while it

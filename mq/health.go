@@ -38,10 +38,7 @@ func (b *Broker) Check(ctx context.Context) error {
 	var errs []error
 	if st == nil || st.isLost() {
 		errs = append(errs, fmt.Errorf("%w: not connected to %s", ErrNotReady, b.urlList()))
-	} else if b.Blocked() {
-		st.blockMu.Lock()
-		reason := st.reason
-		st.blockMu.Unlock()
+	} else if reason, blocked := st.blockState(); blocked {
 		errs = append(errs, fmt.Errorf("%w: the broker blocks publishing (%s)", ErrNotReady, reason))
 	}
 	var waiting []string

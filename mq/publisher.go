@@ -1249,20 +1249,17 @@ const retireAfterNacks = 2
 // channel: then it returns that one's confirmation to wait for, and queues
 // nothing. The broker returns a message by routing key and properties
 // only, so two such publishes in flight at once could not be told apart.
+// Publishes are queued through enqueue and enqueueRun, which call
+// tryAddLocked under the lock they already hold; add is that on its own.
 func (pc *pubChannel) add(fp fingerprint) (uint64, *amqp.DeferredConfirmation) {
-	seq, busy, _ := pc.tryAdd(fp)
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	seq, busy, _ := pc.tryAddLocked(fp)
 	return seq, busy
 }
 
-// tryAdd is add that also reports a conflict with a publish queued in the
-// same write and not sent yet (ok false, busy nil).
-func (pc *pubChannel) tryAdd(fp fingerprint) (seq uint64, busy *amqp.DeferredConfirmation, ok bool) {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	return pc.tryAddLocked(fp)
-}
-
-// tryAddLocked is tryAdd with pc.mu held.
+// tryAddLocked is add with pc.mu held that also reports a conflict with a
+// publish queued and not sent yet (ok false, busy nil).
 // The map holds numbers, not confirmations, so that a publish costs it
 // three look-ups (here, and the delete when the queue forgets it) whatever
 // happens in between.
