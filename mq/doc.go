@@ -16,9 +16,9 @@
 //     publisher's run of writes goes out in one system call, and frames
 //     after the handshake wait until the connection's listeners are in
 //     place (so TLS is done by this package, above that socket, not by
-//     amqp091-go). A connection that keeps dying
-//     soon after it came up backs off as a failed attempt (flap.go), and
-//     Check says whether the service is ready (health.go).
+//     amqp091-go). A connection that keeps dying soon after it came up
+//     backs off as a failed attempt (flap.go), and Check says whether the
+//     service is ready (health.go).
 //   - Declare and inspection (QueueExists, MessageCount, DeleteQueue).
 //   - The validator (validate.go): every name, property and table the
 //     library sends is checked at the call against what the wire and
