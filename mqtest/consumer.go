@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -206,7 +207,7 @@ func (c *Consumer) deliver(m mq.Message, exchange, key string) (r Result) {
 	tag := c.tag
 	c.mu.Unlock()
 	raw := amqp.Delivery{
-		Headers: cloneTable(m.Headers), ContentType: m.ContentType, ContentEncoding: m.ContentEncoding,
+		Headers: maps.Clone(m.Headers), ContentType: m.ContentType, ContentEncoding: m.ContentEncoding,
 		DeliveryMode: m.DeliveryMode, Priority: m.Priority, CorrelationId: m.CorrelationId, ReplyTo: m.ReplyTo,
 		Expiration: m.Expiration, MessageId: m.MessageId, Timestamp: m.Timestamp, Type: m.Type, UserId: m.UserId,
 		AppId: m.AppId, Body: m.Body, DeliveryTag: tag, Exchange: exchange, RoutingKey: key,
@@ -279,17 +280,6 @@ func outcome(d *mq.Delivery, err error) mq.Outcome {
 		return mq.OutcomeRequeue
 	}
 	return mq.OutcomeReject
-}
-
-func cloneTable(t amqp.Table) amqp.Table {
-	if t == nil {
-		return nil
-	}
-	c := make(amqp.Table, len(t))
-	for k, v := range t {
-		c[k] = v
-	}
-	return c
 }
 
 // String is a one-line summary of r, for test failures.
