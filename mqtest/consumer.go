@@ -104,16 +104,13 @@ func New(tb testing.TB, queue string, h mq.Handler, opts ...mq.ConsumerOption) *
 	if h == nil {
 		c.fatalf("mqtest.New: the handler is nil")
 	}
-	outer, built, err := buildChain(h, []mq.AttemptHook{counterHook{}}, opts)
+	outer, ph, err := buildChain(h, []mq.AttemptHook{counterHook{}}, opts)
 	if err != nil {
 		c.fatalf("mqtest.New: consumer of %q: %v", queue, err)
 	}
-	for _, b := range built {
-		if ph, ok := b.(mq.PolicyHolder); ok {
-			if err := ph.RetryPolicy().Validate(); err != nil {
-				c.fatalf("mqtest.New: consumer of %q: %v", queue, err)
-			}
-			break
+	if ph != nil {
+		if err := ph.RetryPolicy().Validate(); err != nil {
+			c.fatalf("mqtest.New: consumer of %q: %v", queue, err)
 		}
 	}
 	c.handler = outer
