@@ -103,8 +103,9 @@ func newRunner(p runParams) (*runner, error) {
 }
 
 // buildChain builds a consumer's chain from its options as Broker.Consume
-// does (mq registers it): the module reads the retry policy it runs.
-var buildChain = seam.Get[func(mq.Handler, []mq.AttemptHook, []mq.ConsumerOption) (mq.Handler, []mq.Handler, error)]()
+// does (mq registers it), and returns the handler whose retry policy the
+// chain runs (nil: none).
+var buildChain = seam.Get[func(mq.Handler, []mq.AttemptHook, []mq.ConsumerOption) (mq.Handler, mq.PolicyHolder, error)]()
 
 // resolve returns c's consumer options with Standard (c.Standard, with the
 // topology's policy) in front, and checks that the policy c runs is the
@@ -116,17 +117,14 @@ func (r *runner) resolve(c Consumer) ([]mq.ConsumerOption, error) {
 			declared = &q.Retry
 		}
 	}
-	_, built, err := buildChain(c.Handler, nil, c.Options)
+	_, ph, err := buildChain(c.Handler, nil, c.Options)
 	if err != nil {
 		return nil, fmt.Errorf("fxmodule: consumer of %q: %w", c.Queue, err)
 	}
 	var own *retry.Policy
-	for _, h := range built {
-		if ph, ok := h.(mq.PolicyHolder); ok {
-			p := ph.RetryPolicy()
-			own = &p
-			break
-		}
+	if ph != nil {
+		p := ph.RetryPolicy()
+		own = &p
 	}
 	switch {
 	case c.Standard && own != nil:

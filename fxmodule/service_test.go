@@ -38,16 +38,14 @@ func runnerFor(t *testing.T, topo *topology.Topology, sets []middlewareSet, cs .
 // reads it.
 func policyOf(t *testing.T, c Consumer) (retry.Policy, bool) {
 	t.Helper()
-	_, built, err := buildChain(c.Handler, nil, c.Options)
+	_, ph, err := buildChain(c.Handler, nil, c.Options)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range built {
-		if ph, ok := h.(mq.PolicyHolder); ok {
-			return ph.RetryPolicy(), true
-		}
+	if ph == nil {
+		return retry.Policy{}, false
 	}
-	return retry.Policy{}, false
+	return ph.RetryPolicy(), true
 }
 
 func TestMiddlewareFromSeveralModulesInOrder(t *testing.T) {

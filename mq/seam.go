@@ -33,9 +33,10 @@ func seamAttempts(h Handler, hooks []AttemptHook) Handler {
 }
 
 // seamChain builds the chain Broker.Consume builds from opts around h (the
-// attempt counter with hooks innermost), and every handler a middleware
-// built, outermost first. An invalid option is an error, as Consume's.
-func seamChain(h Handler, hooks []AttemptHook, opts []ConsumerOption) (Handler, []Handler, error) {
+// attempt counter with hooks innermost), and returns the handler whose
+// retry policy the chain runs, as Subscription.RetryPolicy finds it (nil
+// when none runs one). An invalid option is an error, as Consume's.
+func seamChain(h Handler, hooks []AttemptHook, opts []ConsumerOption) (Handler, PolicyHolder, error) {
 	var cfg consumerConfig
 	for _, o := range opts {
 		if o != nil {
@@ -46,5 +47,10 @@ func seamChain(h Handler, hooks []AttemptHook, opts []ConsumerOption) (Handler, 
 		return nil, nil, err
 	}
 	outer, built := chain(&attemptHandler{next: h, hooks: hooks}, cfg.mws)
-	return outer, built, nil
+	for _, b := range built {
+		if ph, ok := b.(PolicyHolder); ok {
+			return outer, ph, nil
+		}
+	}
+	return outer, nil, nil
 }

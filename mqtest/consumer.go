@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -103,16 +104,13 @@ func New(tb testing.TB, queue string, h mq.Handler, opts ...mq.ConsumerOption) *
 	if h == nil {
 		c.fatalf("mqtest.New: the handler is nil")
 	}
-	outer, built, err := buildChain(h, []mq.AttemptHook{counterHook{}}, opts)
+	outer, ph, err := buildChain(h, []mq.AttemptHook{counterHook{}}, opts)
 	if err != nil {
 		c.fatalf("mqtest.New: consumer of %q: %v", queue, err)
 	}
-	for _, b := range built {
-		if ph, ok := b.(mq.PolicyHolder); ok {
-			if err := ph.RetryPolicy().Validate(); err != nil {
-				c.fatalf("mqtest.New: consumer of %q: %v", queue, err)
-			}
-			break
+	if ph != nil {
+		if err := ph.RetryPolicy().Validate(); err != nil {
+			c.fatalf("mqtest.New: consumer of %q: %v", queue, err)
 		}
 	}
 	c.handler = outer
@@ -206,7 +204,7 @@ func (c *Consumer) deliver(m mq.Message, exchange, key string) (r Result) {
 	tag := c.tag
 	c.mu.Unlock()
 	raw := amqp.Delivery{
-		Headers: cloneTable(m.Headers), ContentType: m.ContentType, ContentEncoding: m.ContentEncoding,
+		Headers: maps.Clone(m.Headers), ContentType: m.ContentType, ContentEncoding: m.ContentEncoding,
 		DeliveryMode: m.DeliveryMode, Priority: m.Priority, CorrelationId: m.CorrelationId, ReplyTo: m.ReplyTo,
 		Expiration: m.Expiration, MessageId: m.MessageId, Timestamp: m.Timestamp, Type: m.Type, UserId: m.UserId,
 		AppId: m.AppId, Body: m.Body, DeliveryTag: tag, Exchange: exchange, RoutingKey: key,
@@ -279,17 +277,6 @@ func outcome(d *mq.Delivery, err error) mq.Outcome {
 		return mq.OutcomeRequeue
 	}
 	return mq.OutcomeReject
-}
-
-func cloneTable(t amqp.Table) amqp.Table {
-	if t == nil {
-		return nil
-	}
-	c := make(amqp.Table, len(t))
-	for k, v := range t {
-		c[k] = v
-	}
-	return c
 }
 
 // String is a one-line summary of r, for test failures.

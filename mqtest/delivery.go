@@ -15,7 +15,7 @@ type seamDelivery = seam.Delivery[mq.Message, mq.Event, mq.HopKind]
 var (
 	newDelivery = seam.Get[func(string, amqp.Delivery, seamDelivery) *mq.Delivery]()
 	attempts    = seam.Get[func(mq.Handler, []mq.AttemptHook) mq.Handler]()
-	buildChain  = seam.Get[func(mq.Handler, []mq.AttemptHook, []mq.ConsumerOption) (mq.Handler, []mq.Handler, error)]()
+	buildChain  = seam.Get[func(mq.Handler, []mq.AttemptHook, []mq.ConsumerOption) (mq.Handler, mq.PolicyHolder, error)]()
 )
 
 // DeliveryOption adjusts a delivery made by NewDelivery.

@@ -14,7 +14,9 @@
 // What it must not touch: the network. Vectors that need a broker (stored
 // queue arguments, hop and replay headers) are driven by the integration
 // tests: they decode the expected values here (Decode, Canon) and hand the
-// headers they captured to CheckHeaders.
+// headers they captured to CheckHeaders. Package middleware's tests also
+// run hops.json without a broker, handing CheckHeaders the copy a hop
+// would publish.
 //
 // It is internal: only this module's tests use it.
 package conformance

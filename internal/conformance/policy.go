@@ -162,10 +162,10 @@ func CheckPolicies(v Policies) []string {
 		if got := p.Attempts(); got != c.Attempts {
 			fail(c.Name, "attempts %d, want %d", got, c.Attempts)
 		}
-		if got := msList(p.Schedule()); !slices.Equal(got, nonNil(c.ScheduleMs)) {
+		if got := msList(p.Schedule()); !slices.Equal(got, c.ScheduleMs) {
 			fail(c.Name, "schedule %v ms, want %v", got, c.ScheduleMs)
 		}
-		if got := msList(p.BrokerRungs()); !slices.Equal(got, nonNil(c.BrokerRungsMs)) {
+		if got := msList(p.BrokerRungs()); !slices.Equal(got, c.BrokerRungsMs) {
 			fail(c.Name, "broker rungs %v ms, want %v", got, c.BrokerRungsMs)
 		}
 		if got := p.InProcessLimit().Milliseconds(); got != c.InProcessLimitMs {
@@ -194,11 +194,4 @@ func CheckPolicies(v Policies) []string {
 		}
 	}
 	return out
-}
-
-func nonNil(s []int64) []int64 {
-	if s == nil {
-		return []int64{}
-	}
-	return s
 }

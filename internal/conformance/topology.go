@@ -33,8 +33,8 @@ type Call struct {
 	Arguments map[string]Typed `json:"arguments,omitempty"`
 }
 
-// Apply makes the call on tp. vars rename nothing here: names are taken as
-// written (see Rename for a broker run).
+// Apply makes the call on tp, names taken as written (a broker run renames
+// them first: integration's conformanceRenamed).
 func (c Call) Apply(tp *topology.Topology) error {
 	args, err := DecodeTable(c.Arguments, nil)
 	if err != nil {

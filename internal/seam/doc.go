@@ -4,7 +4,7 @@
 // consumer's middleware chain exactly as Broker.Consume does.
 //
 // What it owns: a registry of functions keyed by their type, which mq fills
-// in its init, and the context key for an in-process wait. It must not
-// import mq (mq imports it) and must hold no logic of its own: every
+// in its init, and the Delivery of test seams those functions take. It
+// must not import mq (mq imports it) and must hold no logic of its own: every
 // function in it is mq's.
 package seam
