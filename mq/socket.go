@@ -34,6 +34,9 @@ type socket struct {
 	wmu   sync.Mutex // one write to the TCP connection at a time; guards corks and held
 	corks int        // writers that asked to hold writes back (see cork)
 	held  []byte     // bytes written while corked, not sent yet
+	// broke is why a send of held bytes failed, which closed the socket:
+	// the reads and writes that fail after it report it (see said).
+	broke atomic.Pointer[error]
 
 	gate *gate // the open gate above it (above TLS on amqps://), released with it
 }
@@ -187,9 +190,28 @@ func (s *socket) flushLocked() error {
 	_, err := s.write(s.held)
 	s.held = s.held[:0]
 	if err != nil {
+		s.broke.CompareAndSwap(nil, &err)
 		_ = s.Close()
 	}
 	return err
+}
+
+// said is err, unless it only says the socket is closed and the socket was
+// closed because a send of held bytes failed: then that failure, the real
+// cause, which amqp091-go never saw (it took those bytes as written).
+func (s *socket) said(err error) error {
+	if err != nil && errors.Is(err, net.ErrClosed) {
+		if cause := s.broke.Load(); cause != nil {
+			return *cause
+		}
+	}
+	return err
+}
+
+// Read reads from the connection (see said for its error).
+func (s *socket) Read(b []byte) (int, error) {
+	n, err := s.Conn.Read(b)
+	return n, s.said(err)
 }
 
 // Write writes b, re-arming the write deadline as bytes move; while
@@ -204,7 +226,8 @@ func (s *socket) Write(b []byte) (int, error) {
 	if err := s.flushLocked(); err != nil {
 		return 0, err
 	}
-	return s.write(b)
+	n, err := s.write(b)
+	return n, s.said(err)
 }
 
 // write sends b on the TCP connection; s.wmu is held.

@@ -251,3 +251,42 @@ func TestSocketCork(t *testing.T) {
 	nilSocket.cork() // a connection without a socket of ours: nothing to hold
 	nilSocket.uncork()
 }
+
+// closedConn fails its first write with fail, and after Close every read
+// and write with net.ErrClosed, as a TCP connection does.
+type closedConn struct {
+	net.Conn
+	fail   error
+	closed bool
+}
+
+func (c *closedConn) Write([]byte) (int, error) {
+	if c.closed {
+		return 0, &net.OpError{Op: "write", Net: "tcp", Err: net.ErrClosed}
+	}
+	return 0, c.fail
+}
+
+func (c *closedConn) Read([]byte) (int, error) {
+	return 0, &net.OpError{Op: "read", Net: "tcp", Err: net.ErrClosed}
+}
+
+func (c *closedConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *closedConn) Close() error                     { c.closed = true; return nil }
+
+// A socket closed because its held bytes could not be sent tells amqp091-go
+// why on the next read or write: the send's own error, not "use of closed
+// network connection", which would name the socket's close as the cause.
+func TestSocketClosedByAFailedSendSaysWhy(t *testing.T) {
+	reset := errors.New("write tcp: connection reset by peer")
+	s := newSocket(&closedConn{fail: reset}, time.Second)
+	s.cork()
+	_, _ = s.Write([]byte("held"))
+	s.uncork()
+	if _, err := s.Write([]byte("next")); !errors.Is(err, reset) {
+		t.Errorf("write after the failed send: %v, want %v", err, reset)
+	}
+	if _, err := s.Read(make([]byte, 8)); !errors.Is(err, reset) {
+		t.Errorf("read after the failed send: %v, want %v", err, reset)
+	}
+}
