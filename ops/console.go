@@ -594,14 +594,7 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 		label = "group " + id
 	case "message":
 		key := r.PostForm.Get("key")
-		taken := false
-		opts.Filter = Filter{Where: func(p Peeked) bool {
-			if taken || messageKey(p) != key {
-				return false
-			}
-			taken = true
-			return true
-		}}
+		opts.Filter = Filter{Where: firstWithKey(key)}
 		label = "message " + key
 	default:
 		http.Error(w, "scope must be all, group or message", http.StatusBadRequest)
@@ -625,14 +618,7 @@ func (c *Console) delete(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.PostForm.Get("key")
 	defer c.forget(queue)
-	taken := false // one message: the first with the key
-	_, err := Delete(r.Context(), c.b, queue, Filter{Where: func(p Peeked) bool {
-		if taken || messageKey(p) != key {
-			return false
-		}
-		taken = true
-		return true
-	}})
+	_, err := Delete(r.Context(), c.b, queue, Filter{Where: firstWithKey(key)})
 	if err != nil && !errors.Is(err, ErrNoMessage) {
 		c.fail(w, r, http.StatusBadGateway, err)
 		return
@@ -669,6 +655,19 @@ func (c *Console) purge(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Warn("acemq.console.purged", "queue", queue, "messages", n)
 	http.Redirect(w, r, c.link("queues", source, r.PathValue("kind"))+"?done=purged&n="+strconv.Itoa(n), http.StatusSeeOther)
+}
+
+// firstWithKey matches one message: the first whose messageKey is key
+// (two messages with one key look alike; an action on it acts on one).
+func firstWithKey(key string) func(Peeked) bool {
+	taken := false
+	return func(p Peeked) bool {
+		if taken || messageKey(p) != key {
+			return false
+		}
+		taken = true
+		return true
+	}
 }
 
 // look reads queue for a page: from its snapshot when that is still good,
