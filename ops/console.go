@@ -200,7 +200,7 @@ func (c *Console) Close(ctx context.Context) error {
 // loopback (127.0.0.0/8, ::1, localhost) is refused with ErrInsecureListen
 // unless the console has an access token.
 func (c *Console) Listen(addr string) (net.Listener, error) {
-	if c.opts.Token == "" && !loopbackAddr(addr) {
+	if c.opts.Token == "" && !LoopbackAddr(addr) {
 		return nil, fmt.Errorf("%w: %q (give a token, or listen on 127.0.0.1)", ErrInsecureListen, addr)
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -210,7 +210,11 @@ func (c *Console) Listen(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-func loopbackAddr(addr string) bool {
+// LoopbackAddr reports whether addr (host:port) is a loopback address:
+// 127.0.0.0/8, ::1 or localhost. Console.Listen refuses any other address
+// unless the console has an access token; a command can check its flag
+// with it before it dials the broker.
+func LoopbackAddr(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
