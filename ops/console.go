@@ -352,9 +352,13 @@ func (c *Console) routes() *http.ServeMux {
 }
 
 // link is the console's path for the given segments, each escaped.
-func (c *Console) link(segs ...string) string {
+func (c *Console) link(segs ...string) string { return consolePath(c.opts.BasePath, segs...) }
+
+// consolePath is the path below base for the given segments, each escaped;
+// base alone ends in "/".
+func consolePath(base string, segs ...string) string {
 	var sb strings.Builder
-	sb.WriteString(c.opts.BasePath)
+	sb.WriteString(base)
 	for _, s := range segs {
 		sb.WriteByte('/')
 		sb.WriteString(url.PathEscape(s))
