@@ -200,7 +200,7 @@ func (c *Console) Close(ctx context.Context) error {
 // loopback (127.0.0.0/8, ::1, localhost) is refused with ErrInsecureListen
 // unless the console has an access token.
 func (c *Console) Listen(addr string) (net.Listener, error) {
-	if c.opts.Token == "" && !loopbackAddr(addr) {
+	if c.opts.Token == "" && !LoopbackAddr(addr) {
 		return nil, fmt.Errorf("%w: %q (give a token, or listen on 127.0.0.1)", ErrInsecureListen, addr)
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -210,7 +210,11 @@ func (c *Console) Listen(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-func loopbackAddr(addr string) bool {
+// LoopbackAddr reports whether addr (host:port) is a loopback address:
+// 127.0.0.0/8, ::1 or localhost. Console.Listen refuses any other address
+// unless the console has an access token; a command can check its flag
+// with it before it dials the broker.
+func LoopbackAddr(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
@@ -348,9 +352,13 @@ func (c *Console) routes() *http.ServeMux {
 }
 
 // link is the console's path for the given segments, each escaped.
-func (c *Console) link(segs ...string) string {
+func (c *Console) link(segs ...string) string { return consolePath(c.opts.BasePath, segs...) }
+
+// consolePath is the path below base for the given segments, each escaped;
+// base alone ends in "/".
+func consolePath(base string, segs ...string) string {
 	var sb strings.Builder
-	sb.WriteString(c.opts.BasePath)
+	sb.WriteString(base)
 	for _, s := range segs {
 		sb.WriteByte('/')
 		sb.WriteString(url.PathEscape(s))
@@ -594,14 +602,7 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 		label = "group " + id
 	case "message":
 		key := r.PostForm.Get("key")
-		taken := false
-		opts.Filter = Filter{Where: func(p Peeked) bool {
-			if taken || messageKey(p) != key {
-				return false
-			}
-			taken = true
-			return true
-		}}
+		opts.Filter = Filter{Where: firstWithKey(key)}
 		label = "message " + key
 	default:
 		http.Error(w, "scope must be all, group or message", http.StatusBadRequest)
@@ -625,14 +626,7 @@ func (c *Console) delete(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.PostForm.Get("key")
 	defer c.forget(queue)
-	taken := false // one message: the first with the key
-	_, err := Delete(r.Context(), c.b, queue, Filter{Where: func(p Peeked) bool {
-		if taken || messageKey(p) != key {
-			return false
-		}
-		taken = true
-		return true
-	}})
+	_, err := Delete(r.Context(), c.b, queue, Filter{Where: firstWithKey(key)})
 	if err != nil && !errors.Is(err, ErrNoMessage) {
 		c.fail(w, r, http.StatusBadGateway, err)
 		return
@@ -669,6 +663,19 @@ func (c *Console) purge(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Warn("acemq.console.purged", "queue", queue, "messages", n)
 	http.Redirect(w, r, c.link("queues", source, r.PathValue("kind"))+"?done=purged&n="+strconv.Itoa(n), http.StatusSeeOther)
+}
+
+// firstWithKey matches one message: the first whose messageKey is key
+// (two messages with one key look alike; an action on it acts on one).
+func firstWithKey(key string) func(Peeked) bool {
+	taken := false
+	return func(p Peeked) bool {
+		if taken || messageKey(p) != key {
+			return false
+		}
+		taken = true
+		return true
+	}
 }
 
 // look reads queue for a page: from its snapshot when that is still good,

@@ -118,7 +118,7 @@ func (c *Console) job(w http.ResponseWriter, r *http.Request) *consoleJob {
 	j := c.jobs[r.PathValue("id")]
 	c.mu.Unlock()
 	if j == nil {
-		c.fail(w, r, http.StatusNotFound, errors.New("no such replay (the console remembers the last 50)"))
+		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no such replay (the console remembers the last %d)", keptJobs))
 	}
 	return j
 }

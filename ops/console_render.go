@@ -20,12 +20,8 @@ import (
 
 // parsePages parses each page template with the layout around it.
 func parsePages(base string) (map[string]*template.Template, error) {
-	link := func(segs ...string) string {
-		c := Console{opts: ConsoleOptions{BasePath: base}}
-		return c.link(segs...)
-	}
 	funcs := template.FuncMap{
-		"link": link,
+		"link": func(segs ...string) string { return consolePath(base, segs...) },
 		"when": func(t time.Time) string {
 			if t.IsZero() {
 				return "—"

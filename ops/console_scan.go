@@ -135,15 +135,12 @@ func deathRoute(h amqp.Table, ex, key *string) bool {
 	return true
 }
 
-// messageID is the one place the console reads Peeked's message id.
-func messageID(p Peeked) string { return p.MessageId }
-
 // messageKey names a message by what it carries: id, timestamp, the
 // failure headers and the body. Two messages with the same key look alike
 // in every way the console shows; an action on a key acts on the first.
 func messageKey(p Peeked) string {
 	h := sha256.New()
-	for _, s := range []string{messageID(p), p.Timestamp.UTC().Format(time.RFC3339Nano), p.FailedAt.UTC().Format(time.RFC3339Nano), p.Reason, p.Error, p.SourceQueue} {
+	for _, s := range []string{p.MessageId, p.Timestamp.UTC().Format(time.RFC3339Nano), p.FailedAt.UTC().Format(time.RFC3339Nano), p.Reason, p.Error, p.SourceQueue} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}

@@ -190,6 +190,18 @@ func TestConsoleRefusesActions(t *testing.T) {
 	}
 }
 
+func TestLoopbackAddr(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8089": true, "127.1.2.3:1": true, "[::1]:8089": true, "localhost:8089": true,
+		"0.0.0.0:8089": false, ":8089": false, "[::]:8089": false, "192.0.2.1:8089": false,
+		"example.com:80": false, "127.0.0.1": false, "": false,
+	} {
+		if got := LoopbackAddr(addr); got != want {
+			t.Errorf("LoopbackAddr(%q) = %t, want %t", addr, got, want)
+		}
+	}
+}
+
 func TestConsoleListen(t *testing.T) {
 	c := testConsole(t, ConsoleOptions{})
 	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:8089", "example.com:80"} {

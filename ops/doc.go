@@ -1,19 +1,26 @@
 // Package ops is the operator's side of AceMQ as a library: count the
 // messages in queues, peek at the head of a queue without taking anything,
-// and replay dead letters and parked messages back to the queue they failed
-// on. The acemq command (cmd/acemq) is a thin shell around it; a service can
-// build the same calls into its own admin endpoints.
+// replay dead letters and parked messages back to the queue they failed
+// on, purge a queue or delete chosen messages, and the dead-letter web
+// console built on those calls. The acemq command (cmd/acemq) is a thin
+// shell around it; a service can build the same calls into its own admin
+// endpoints.
 //
 // What it owns: Count, Peek (PeekMatching with a Filter), Replay (with
-// ReplayOptions.Filter), Purge, Delete (messages a Filter matches), the Console and the reading
-// of the contract's
-// headers (x-acemq-attempt, -reason, -error, -failed-at, -source-queue, the
-// replay headers) from a message as an operator sees it.
+// ReplayOptions.Filter), Purge, Delete (messages a Filter matches), the
+// reading of the contract's headers (x-acemq-attempt, -reason, -error,
+// -failed-at, -source-queue, the replay headers) from a message as an
+// operator sees it, and the Console: its HTTP handler and server (Listen,
+// Serve), its access rules (token, loopback, CSRF), its reads of the
+// management API (queue names and types, GET only) and the replays it
+// runs on goroutines of its own, which Close stops and waits for.
 //
-// What it must not touch: the consumer runtime and the built-in middleware.
-// It works on raw channels handed out by mq.Broker.Channel (one per call,
-// never shared) and publishes through an mq.Publisher, so every move is
-// confirmed like the library's own hops.
+// What it must not touch: the consumer runtime and the built-in middleware,
+// and, through the console, the broker's settings or any source queue
+// beyond publishing replays to it (it reads, deletes from and purges
+// <q>.dlq and <q>.parked only). It works on raw channels handed out by
+// mq.Broker.Channel (one per call, never shared) and publishes through an
+// mq.Publisher, so every move is confirmed like the library's own hops.
 //
 // # Filters, purge and delete
 //

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/ops"
@@ -22,12 +21,8 @@ type consoleCmd struct {
 // Validate refuses, before the broker is dialled, what Listen would
 // refuse: a non-loopback address without a token, or no queue to watch.
 func (c *consoleCmd) Validate() error {
-	if c.Token == "" {
-		host, _, err := net.SplitHostPort(c.Listen)
-		ip := net.ParseIP(host)
-		if err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
-			return fmt.Errorf("--listen %s is not a loopback address: give --token (or $ACEMQ_CONSOLE_TOKEN) to serve it there", c.Listen)
-		}
+	if c.Token == "" && !ops.LoopbackAddr(c.Listen) {
+		return fmt.Errorf("--listen %s is not a loopback address: give --token (or $ACEMQ_CONSOLE_TOKEN) to serve it there", c.Listen)
 	}
 	if len(c.Queues) == 0 && c.Management == "" {
 		return fmt.Errorf("name the queues to watch, or give --management")

@@ -1,14 +1,19 @@
 // Command acemq is AceMQ's operator tool: it counts the messages in
 // queues, peeks at messages without taking them, replays dead letters and
-// parked messages back to the queue they failed on, and purges a queue or
-// deletes one message. It is a thin shell around package ops, which
-// services can build into their own admin tools.
+// parked messages back to the queue they failed on, purges a queue or
+// deletes one message, and serves the dead-letter web console. It is a
+// thin shell around package ops, which services can build into their own
+// admin tools.
 //
 //	acemq count <queue>...
 //	acemq peek <queue> [-n N] [filters]
 //	acemq replay <q.dlq|q.parked> [--to <queue>] [-n N] [--dry-run] [filters]
 //	acemq purge <queue> [--yes]
 //	acemq delete <queue> <message-id> [--yes]
+//	acemq console [<queue>...] [--listen ADDR] [--management URL] [--token T] [--read-only]
+//
+// console serves ops.Console on --listen (default 127.0.0.1:8089) until
+// interrupted; an address that is not loopback needs --token.
 //
 // Filters (peek and replay): --reason, --error (text contained in
 // x-acemq-error), --message-id, --older-than (a duration).
