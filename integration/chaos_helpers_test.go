@@ -99,18 +99,35 @@ func newChaosLedger(scenario string) *chaosLedger {
 // publish publishes one message with id through pub and records the
 // outcome.
 func (l *chaosLedger) publish(ctx context.Context, pub *mq.Publisher, key, id string) error {
+	return l.publishMessage(ctx, pub, key, mq.Message{MessageId: id, Body: []byte(`{"chaos":"` + id + `"}`), ContentType: "application/json"})
+}
+
+// publishMessage publishes m through pub and records the outcome under
+// m.MessageId.
+func (l *chaosLedger) publishMessage(ctx context.Context, pub *mq.Publisher, key string, m mq.Message) error {
+	l.sent()
+	err := pub.Publish(ctx, key, m)
+	l.record(m.MessageId, err)
+	return err
+}
+
+// sent records that a message was published (confirmed or not).
+func (l *chaosLedger) sent() {
 	l.mu.Lock()
 	l.published++
 	l.mu.Unlock()
-	err := pub.Publish(ctx, key, mq.Message{MessageId: id, Body: []byte(`{"chaos":"` + id + `"}`), ContentType: "application/json"})
+}
+
+// record records how the publish of id ended: confirmed (err nil) or
+// failed with err.
+func (l *chaosLedger) record(id string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
 		l.failures[err.Error()]++
-		return err
+		return
 	}
 	l.confirmed[id] = true
-	return nil
 }
 
 // call records that the handler was called (whatever it returns).

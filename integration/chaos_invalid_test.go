@@ -94,21 +94,15 @@ func TestChaosInvalidMixedUnderLoad(t *testing.T) {
 				if i%10 == 9 { // now and then inside a batch, beside a valid message
 					id := fmt.Sprintf("mixed-batch-%05d", i)
 					if key == q { // with an invalid routing key the whole batch is invalid: not counted as published
-						led.mu.Lock()
-						led.published++
-						led.mu.Unlock()
+						led.sent()
 					}
 					err = pub.PublishBatch(pctx, key, []mq.Message{m, {MessageId: id, Body: []byte(`{}`)}})
 					var be *mq.BatchError
 					if errors.As(err, &be) {
 						err = be.Errs[0]
-						led.mu.Lock()
-						if key == q && be.Errs[1] == nil {
-							led.confirmed[id] = true
-						} else if key == q {
-							led.failures[be.Errs[1].Error()]++
+						if key == q {
+							led.record(id, be.Errs[1])
 						}
-						led.mu.Unlock()
 					}
 				} else {
 					err = pub.Publish(pctx, key, m)
