@@ -159,7 +159,7 @@ func TestChaosMemoryAlarm(t *testing.T) {
 	// publishes do: one that hangs shows as one that took until the restore.
 	time.Sleep(time.Until(alarmAt.Add(knownAfter + hold)))
 	restore()
-	if !chaosWait(&mwg, 30*time.Second) {
+	if !testenv.Wait(&mwg, 30*time.Second) {
 		t.Fatalf("publishes with a %v context still had not returned 30 s after the alarm was cleared", deadline)
 	}
 	for i, m := range measured {
@@ -183,7 +183,7 @@ func TestChaosMemoryAlarm(t *testing.T) {
 	if !testenv.Poll(15*time.Second, func() bool { return !b.Blocked() }) {
 		t.Errorf("the client still thinks the broker blocks publishing 15 s after the alarm was cleared")
 	}
-	if !chaosWait(&wg, 30*time.Second) {
+	if !testenv.Wait(&wg, 30*time.Second) {
 		t.Fatalf("publishes blocked by the alarm still had not returned 30 s after it was cleared")
 	}
 	blockedFor := restoredAt.Sub(alarmAt)

@@ -65,21 +65,6 @@ func newChaosLog(t *testing.T) *testenv.LogRecorder {
 	return testenv.NewLogRecorder(t, "acemq.message.settled", "acemq.handler.panic", "acemq.settle.skipped")
 }
 
-// chaosWait waits for wg at most d; false if it had not finished by then.
-func chaosWait(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
-
 // chaosLedger counts one scenario's messages.
 type chaosLedger struct {
 	scenario string

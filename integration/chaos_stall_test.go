@@ -80,7 +80,7 @@ func TestChaosStalledSocket(t *testing.T) {
 	proxy.StopReading(true)
 	time.Sleep(stallFor)
 	proxy.StopReading(false)
-	if !chaosWait(&wg, 90*time.Second) {
+	if !testenv.Wait(&wg, 90*time.Second) {
 		t.Fatal("publishers had not returned 90 s after the network drained again")
 	}
 
