@@ -178,6 +178,20 @@ func (l *chaosLedger) paced(ctx context.Context, pub *mq.Publisher, key, prefix 
 	return start, wg
 }
 
+// settle waits up to 60 s for every confirmed message to be handled, then
+// up to 20 s for q (counted on direct) to empty: redeliveries of messages
+// whose acknowledgement died with a fault may still be coming. It fails the
+// test for each that does not happen.
+func (l *chaosLedger) settle(t *testing.T, direct *mq.Broker, q string) {
+	t.Helper()
+	if !testenv.Poll(60*time.Second, l.allHandled) {
+		t.Errorf("not every confirmed message was handled within 60 s of the last publish")
+	}
+	if !testenv.Poll(20*time.Second, func() bool { return testenv.Count(t, direct, q) == 0 }) {
+		t.Errorf("%s still holds messages", q)
+	}
+}
+
 // distinct is how many ids were handled.
 func (l *chaosLedger) distinct() int {
 	l.mu.Lock()
