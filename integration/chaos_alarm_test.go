@@ -53,10 +53,7 @@ func TestChaosMemoryAlarm(t *testing.T) {
 	lg := newChaosLog(t)
 	b := chaosBroker(t, lg, testenv.Name(t, "alarmed"), "")
 	led := newChaosLedger("memory-alarm")
-	c, err := b.Consume(ctx, q, led.handler(nil), middleware.Standard(p), mq.WithConcurrency(4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := chaosConsume(t, ctx, b, q, led.handler(nil), middleware.Standard(p), mq.WithConcurrency(4))
 	shared := b.Publisher("") // the waiters' publisher, and one measured publish behind them
 	defer shared.Close()
 	own := b.Publisher("") // a publisher with a channel of its own, opened before the alarm

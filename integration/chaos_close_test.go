@@ -44,10 +44,7 @@ func TestChaosBrokerClosesConnection(t *testing.T) {
 	name := testenv.Name(t, "closed")
 	b := chaosBroker(t, lg, name, "")
 	led := newChaosLedger("broker-connection-close")
-	c, err := b.Consume(ctx, q, led.handler(chaosBusy), middleware.Standard(p), mq.WithConcurrency(4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := chaosConsume(t, ctx, b, q, led.handler(chaosBusy), middleware.Standard(p), mq.WithConcurrency(4))
 	pub := b.Publisher("")
 	defer pub.Close()
 

@@ -40,10 +40,7 @@ func TestChaosConnectionCuts(t *testing.T) {
 	b := chaosBroker(t, lg, testenv.Name(t, "proxied"), u)
 	led := newChaosLedger("connection-cuts")
 
-	c, err := b.Consume(ctx, q, led.handler(chaosBusy), middleware.Standard(p), mq.WithConcurrency(4), mq.WithPrefetch(32))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := chaosConsume(t, ctx, b, q, led.handler(chaosBusy), middleware.Standard(p), mq.WithConcurrency(4), mq.WithPrefetch(32))
 	pub := b.Publisher("")
 	defer pub.Close()
 

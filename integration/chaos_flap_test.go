@@ -37,10 +37,7 @@ func TestChaosFlappingEndpoint(t *testing.T) {
 	lg := newChaosLog(t)
 	b := chaosBroker(t, lg, testenv.Name(t, "flapping"), u)
 	led := newChaosLedger("flapping-endpoint")
-	c, err := b.Consume(ctx, q, led.handler(chaosBusy), middleware.Standard(p), mq.WithConcurrency(4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := chaosConsume(t, ctx, b, q, led.handler(chaosBusy), middleware.Standard(p), mq.WithConcurrency(4))
 	pub := b.Publisher("")
 	defer pub.Close()
 

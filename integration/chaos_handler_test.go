@@ -76,10 +76,7 @@ func TestChaosHandlerPanics(t *testing.T) {
 		led.done(d.MessageId)
 		return nil
 	})
-	c, err := b.Consume(ctx, q, h, middleware.Standard(p), mq.WithConcurrency(4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := chaosConsume(t, ctx, b, q, h, middleware.Standard(p), mq.WithConcurrency(4))
 	start := time.Now()
 	chaosPublishAll(t, b, led, q, "panic", total)
 	if !testenv.Poll(60*time.Second, led.allHandled) {
@@ -166,10 +163,7 @@ func TestChaosHandlerHangs(t *testing.T) {
 		led.done(d.MessageId)
 		return nil
 	})
-	c, err := b.Consume(ctx, q, h, middleware.Standard(p, middleware.WithTimeout(timeout)), mq.WithConcurrency(4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := chaosConsume(t, ctx, b, q, h, middleware.Standard(p, middleware.WithTimeout(timeout)), mq.WithConcurrency(4))
 	start := time.Now()
 	chaosPublishAll(t, b, led, q, "hang", total)
 	alwaysHang := total / 5

@@ -56,6 +56,17 @@ func chaosBroker(t *testing.T, lg *testenv.LogRecorder, name, url string) *mq.Br
 	return testenv.Broker(t, cfg)
 }
 
+// chaosConsume starts a consumer of q on b with handler h and opts, or
+// fails the test.
+func chaosConsume(t *testing.T, ctx context.Context, b *mq.Broker, q string, h mq.Handler, opts ...mq.ConsumerOption) *mq.Consumer {
+	t.Helper()
+	c, err := b.Consume(ctx, q, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // newChaosLog returns the log recorder of a scenario: it keeps every record,
 // so the scenario can count the library's events, and passes the
 // interesting ones to the test log: warnings and errors, and the

@@ -70,10 +70,7 @@ func TestChaosInvalidMixedUnderLoad(t *testing.T) {
 	lg := newChaosLog(t)
 	b := chaosBroker(t, lg, testenv.Name(t, "mixed"), u)
 	led := newChaosLedger("invalid-mixed-under-load")
-	c, err := b.Consume(ctx, q, led.handler(chaosBusy), middleware.Standard(p), mq.WithConcurrency(4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := chaosConsume(t, ctx, b, q, led.handler(chaosBusy), middleware.Standard(p), mq.WithConcurrency(4))
 	pub := b.Publisher("")
 	defer pub.Close()
 

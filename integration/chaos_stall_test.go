@@ -44,10 +44,7 @@ func TestChaosStalledSocket(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{URLs: []string{u}, ConnectionName: testenv.Name(t, "stalled"), Logger: lg.Logger(),
 		Heartbeat: time.Second, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 500 * time.Millisecond})
 	led := newChaosLedger("stalled-socket")
-	c, err := b.Consume(ctx, q, led.handler(chaosBusy), middleware.Standard(p), mq.WithConcurrency(4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := chaosConsume(t, ctx, b, q, led.handler(chaosBusy), middleware.Standard(p), mq.WithConcurrency(4))
 	pub := b.Publisher("")
 	defer pub.Close()
 

@@ -67,11 +67,7 @@ func TestChaosWaitsUnderCutsAndRestarts(t *testing.T) {
 		return nil
 	})
 	consume := func() *mq.Consumer {
-		c, err := b.Consume(ctx, q, h, middleware.Standard(p), mq.WithConcurrency(4))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
+		return chaosConsume(t, ctx, b, q, h, middleware.Standard(p), mq.WithConcurrency(4))
 	}
 	c := consume()
 	pub := b.Publisher("")
