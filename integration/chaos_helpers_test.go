@@ -261,12 +261,15 @@ func (l *chaosLedger) counts() chaosCounts {
 	return c
 }
 
-// report works out what was lost — confirmed, never handled, and not
+// report checks lg for bad settlements (chaosNoBadSettlement) and logs its
+// events, works out what was lost — confirmed, never handled, and not
 // accounted for by elsewhere (a dead-letter queue, the source queue after a
 // stop; nil: nowhere) — fails the test for each, logs the counts, and prints
 // the scenario's CHAOS line with extra appended.
-func (l *chaosLedger) report(t *testing.T, elsewhere func(id string) bool, extra string) chaosCounts {
+func (l *chaosLedger) report(t *testing.T, lg *testenv.LogRecorder, elsewhere func(id string) bool, extra string) chaosCounts {
 	t.Helper()
+	chaosNoBadSettlement(t, lg)
+	t.Logf("events: %s", lg.Events())
 	c := l.counts()
 	l.mu.Lock()
 	var lost []string

@@ -118,8 +118,6 @@ func TestChaosQueueDeletedAndRecreated(t *testing.T) {
 	if n := lg.Count("acemq.consumer.interrupted"); n != 1 {
 		t.Errorf("%d acemq.consumer.interrupted records, want 1 (the deletion)", n)
 	}
-	chaosNoBadSettlement(t, lg)
-	t.Logf("events: %s", lg.Events())
-	led.report(t, nil, fmt.Sprintf("unroutable_while_gone=%d resubscribe_attempts=%d resumed_in=%v left=%d",
+	led.report(t, lg, nil, fmt.Sprintf("unroutable_while_gone=%d resubscribe_attempts=%d resumed_in=%v left=%d",
 		unroutable, attempts, resumedIn.Round(time.Millisecond), left))
 }

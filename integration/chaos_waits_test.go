@@ -139,7 +139,6 @@ func TestChaosWaitsUnderCutsAndRestarts(t *testing.T) {
 	if left := testenv.Count(t, direct, q); left != 0 {
 		t.Errorf("%d messages left in %s", left, q)
 	}
-	chaosNoBadSettlement(t, lg)
-	led.report(t, func(id string) bool { return dead[id] > 0 },
+	led.report(t, lg, func(id string) bool { return dead[id] > 0 },
 		fmt.Sprintf("dead_lettered=%d want_dead=%d requeued=%d", len(dead), wantDead, lg.Count(mq.EventRequeued)))
 }
