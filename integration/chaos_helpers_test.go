@@ -56,6 +56,17 @@ func chaosBroker(t *testing.T, lg *testenv.LogRecorder, name, url string) *mq.Br
 	return testenv.Broker(t, cfg)
 }
 
+// chaosConsume starts a consumer of q on b with handler h and opts, or
+// fails the test.
+func chaosConsume(t *testing.T, ctx context.Context, b *mq.Broker, q string, h mq.Handler, opts ...mq.ConsumerOption) *mq.Consumer {
+	t.Helper()
+	c, err := b.Consume(ctx, q, h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // newChaosLog returns the log recorder of a scenario: it keeps every record,
 // so the scenario can count the library's events, and passes the
 // interesting ones to the test log: warnings and errors, and the
@@ -63,21 +74,6 @@ func chaosBroker(t *testing.T, lg *testenv.LogRecorder, name, url string) *mq.Br
 // message (acemq.message.settled) nor a stack per panic.
 func newChaosLog(t *testing.T) *testenv.LogRecorder {
 	return testenv.NewLogRecorder(t, "acemq.message.settled", "acemq.handler.panic", "acemq.settle.skipped")
-}
-
-// chaosWait waits for wg at most d; false if it had not finished by then.
-func chaosWait(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
 }
 
 // chaosLedger counts one scenario's messages.
@@ -99,18 +95,35 @@ func newChaosLedger(scenario string) *chaosLedger {
 // publish publishes one message with id through pub and records the
 // outcome.
 func (l *chaosLedger) publish(ctx context.Context, pub *mq.Publisher, key, id string) error {
+	return l.publishMessage(ctx, pub, key, mq.Message{MessageId: id, Body: []byte(`{"chaos":"` + id + `"}`), ContentType: "application/json"})
+}
+
+// publishMessage publishes m through pub and records the outcome under
+// m.MessageId.
+func (l *chaosLedger) publishMessage(ctx context.Context, pub *mq.Publisher, key string, m mq.Message) error {
+	l.sent()
+	err := pub.Publish(ctx, key, m)
+	l.record(m.MessageId, err)
+	return err
+}
+
+// sent records that a message was published (confirmed or not).
+func (l *chaosLedger) sent() {
 	l.mu.Lock()
 	l.published++
 	l.mu.Unlock()
-	err := pub.Publish(ctx, key, mq.Message{MessageId: id, Body: []byte(`{"chaos":"` + id + `"}`), ContentType: "application/json"})
+}
+
+// record records how the publish of id ended: confirmed (err nil) or
+// failed with err.
+func (l *chaosLedger) record(id string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
 		l.failures[err.Error()]++
-		return err
+		return
 	}
 	l.confirmed[id] = true
-	return nil
 }
 
 // call records that the handler was called (whatever it returns).
@@ -176,6 +189,20 @@ func (l *chaosLedger) paced(ctx context.Context, pub *mq.Publisher, key, prefix 
 	return start, wg
 }
 
+// settle waits up to 60 s for every confirmed message to be handled, then
+// up to 20 s for q (counted on direct) to empty: redeliveries of messages
+// whose acknowledgement died with a fault may still be coming. It fails the
+// test for each that does not happen.
+func (l *chaosLedger) settle(t *testing.T, direct *mq.Broker, q string) {
+	t.Helper()
+	if !testenv.Poll(60*time.Second, l.allHandled) {
+		t.Errorf("not every confirmed message was handled within 60 s of the last publish")
+	}
+	if !testenv.Poll(20*time.Second, func() bool { return testenv.Count(t, direct, q) == 0 }) {
+		t.Errorf("%s still holds messages", q)
+	}
+}
+
 // distinct is how many ids were handled.
 func (l *chaosLedger) distinct() int {
 	l.mu.Lock()
@@ -234,12 +261,15 @@ func (l *chaosLedger) counts() chaosCounts {
 	return c
 }
 
-// report works out what was lost — confirmed, never handled, and not
+// report checks lg for bad settlements (chaosNoBadSettlement) and logs its
+// events, works out what was lost — confirmed, never handled, and not
 // accounted for by elsewhere (a dead-letter queue, the source queue after a
 // stop; nil: nowhere) — fails the test for each, logs the counts, and prints
 // the scenario's CHAOS line with extra appended.
-func (l *chaosLedger) report(t *testing.T, elsewhere func(id string) bool, extra string) chaosCounts {
+func (l *chaosLedger) report(t *testing.T, lg *testenv.LogRecorder, elsewhere func(id string) bool, extra string) chaosCounts {
 	t.Helper()
+	chaosNoBadSettlement(t, lg)
+	t.Logf("events: %s", lg.Events())
 	c := l.counts()
 	l.mu.Lock()
 	var lost []string

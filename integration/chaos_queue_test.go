@@ -35,10 +35,7 @@ func TestChaosQueueDeletedAndRecreated(t *testing.T) {
 	p := retry.Exponential(3, 50*time.Millisecond)
 	q := testenv.Queue(t, b, p)
 	led := newChaosLedger("queue-deleted-recreated")
-	c, err := b.Consume(ctx, q, led.handler(nil), middleware.Standard(p), mq.WithConcurrency(4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := chaosConsume(t, ctx, b, q, led.handler(nil), middleware.Standard(p), mq.WithConcurrency(4))
 	chaosPublishAll(t, b, led, q, "before", batch)
 	if !testenv.Poll(30*time.Second, led.allHandled) {
 		t.Fatalf("the messages published before the deletion were not all handled")
@@ -121,8 +118,6 @@ func TestChaosQueueDeletedAndRecreated(t *testing.T) {
 	if n := lg.Count("acemq.consumer.interrupted"); n != 1 {
 		t.Errorf("%d acemq.consumer.interrupted records, want 1 (the deletion)", n)
 	}
-	chaosNoBadSettlement(t, lg)
-	t.Logf("events: %s", lg.Events())
-	led.report(t, nil, fmt.Sprintf("unroutable_while_gone=%d resubscribe_attempts=%d resumed_in=%v left=%d",
+	led.report(t, lg, nil, fmt.Sprintf("unroutable_while_gone=%d resubscribe_attempts=%d resumed_in=%v left=%d",
 		unroutable, attempts, resumedIn.Round(time.Millisecond), left))
 }

@@ -67,11 +67,7 @@ func TestChaosWaitsUnderCutsAndRestarts(t *testing.T) {
 		return nil
 	})
 	consume := func() *mq.Consumer {
-		c, err := b.Consume(ctx, q, h, middleware.Standard(p), mq.WithConcurrency(4))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
+		return chaosConsume(t, ctx, b, q, h, middleware.Standard(p), mq.WithConcurrency(4))
 	}
 	c := consume()
 	pub := b.Publisher("")
@@ -143,7 +139,6 @@ func TestChaosWaitsUnderCutsAndRestarts(t *testing.T) {
 	if left := testenv.Count(t, direct, q); left != 0 {
 		t.Errorf("%d messages left in %s", left, q)
 	}
-	chaosNoBadSettlement(t, lg)
-	led.report(t, func(id string) bool { return dead[id] > 0 },
+	led.report(t, lg, func(id string) bool { return dead[id] > 0 },
 		fmt.Sprintf("dead_lettered=%d want_dead=%d requeued=%d", len(dead), wantDead, lg.Count(mq.EventRequeued)))
 }

@@ -43,22 +43,10 @@ func hardStall(ctx context.Context, pub *mq.Publisher, q string, d time.Duration
 			}
 		})
 	}
-	done = hardWait(&wg, d+15*time.Second)
+	done = testenv.Wait(&wg, d+15*time.Second)
 	mu.Lock()
 	defer mu.Unlock()
 	return longest, timedOut, calls, done
-}
-
-// hardWait waits for wg at most d.
-func hardWait(wg *sync.WaitGroup, d time.Duration) bool {
-	ch := make(chan struct{})
-	go func() { wg.Wait(); close(ch) }()
-	select {
-	case <-ch:
-		return true
-	case <-time.After(d):
-		return false
-	}
 }
 
 func TestHardeningStalledSocket(t *testing.T) {
@@ -130,7 +118,7 @@ func TestHardeningStalledSocket(t *testing.T) {
 	} else {
 		t.Logf("Broker.Close(3 s) on a stalled socket returned after %v", took.Round(time.Millisecond))
 	}
-	if !hardWait(&wg, 10*time.Second) {
+	if !testenv.Wait(&wg, 10*time.Second) {
 		t.Errorf("publishes still running 10 s after Close")
 	}
 }

@@ -8,7 +8,7 @@
 //     from it, CleanupDerived), CleanupExchanges, Publish, Count,
 //     WaitCount, GetAll, and Stop for a consumer;
 //   - faults and checks: Proxy (a TCP proxy in front of the broker, to cut
-//     or refuse connections), ClosedAddr, Rabbitmqctl, Eventually and Poll,
+//     or refuse connections), ClosedAddr, Rabbitmqctl, Eventually, Poll and Wait,
 //     NoLeaks (goroutines back to baseline when the test ends), CPU;
 //   - logs: Logger and Discard, and LogRecorder, a slog.Handler that keeps
 //     every record for assertions on the library's events.
