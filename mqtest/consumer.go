@@ -253,12 +253,12 @@ func (c *Consumer) deliver(m mq.Message, exchange, key string) (r Result) {
 	return r
 }
 
-// run calls the chain as the runtime does, a panic that escapes every
-// middleware recovered into an error.
+// run calls the chain as the runtime does: a panic that escapes every
+// middleware is recovered into a requeue, never a reject.
 func (c *Consumer) run(ctx context.Context, d *mq.Delivery, counted attemptCounter) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = mq.NewPanicError(v)
+			err = mq.Requeue(mq.NewPanicError(v))
 		}
 	}()
 	return c.handler.Handle(withCounter(ctx, counted), d)

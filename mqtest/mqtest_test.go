@@ -157,8 +157,9 @@ func TestRefusedHops(t *testing.T) {
 	}
 }
 
-// Without the standard stack, an error escapes and is rejected; a panic is
-// recovered into one.
+// Without the standard stack, an error escapes and is rejected; a panic
+// that escapes is requeued, as the runtime does, never rejected (on a queue
+// with no dead-letter route that would drop the message).
 func TestBareHandler(t *testing.T) {
 	r := mqtest.New(t, "orders", failing(1, errDown)).Deliver(mq.Message{})
 	if r.Outcome != mq.OutcomeReject || !errors.Is(r.Err, errDown) {
@@ -166,8 +167,8 @@ func TestBareHandler(t *testing.T) {
 	}
 	r = mqtest.New(t, "orders", mq.HandlerFunc(func(context.Context, *mq.Delivery) error { panic("boom") })).Deliver(mq.Message{})
 	var pe *mq.PanicError
-	if r.Outcome != mq.OutcomeReject || !errors.As(r.Err, &pe) {
-		t.Fatalf("result %v, want a recovered panic rejected", r)
+	if r.Outcome != mq.OutcomeRequeue || !errors.As(r.Err, &pe) || !errors.Is(r.Err, mq.ErrRequeue) {
+		t.Fatalf("result %v, want a recovered panic requeued", r)
 	}
 }
 
