@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
@@ -176,6 +178,42 @@ func TestCLIPeekQuorumWarns(t *testing.T) {
 	ws, _ := v["warnings"].([]any)
 	if code != 0 || len(ws) != 1 {
 		t.Errorf("peek --json of a quorum queue: %v", v)
+	}
+}
+
+// peek reads a message as the console does: a message the broker dead-
+// lettered (no x-acemq-attempt, its route only in x-death) shows attempts
+// used as unknown and the route x-death records; a message carrying
+// RabbitMQ 4.x's x-acquired-count (and no x-delivery-count) came from a
+// quorum queue, so peek warns. The .dlq here is classic: the headers are
+// the publisher's, standing for what the broker writes.
+func TestCLIPeekReadsTheBrokersRecords(t *testing.T) {
+	b := testenv.Broker(t, mq.Config{})
+	_, dlq, _ := opsSetup(t, b)
+	death := amqp.Table{"x-death": []any{amqp.Table{
+		"queue": "orders", "reason": "delivery_limit", "count": int64(1), "exchange": "shop", "routing-keys": []any{"order.paid"},
+	}}}
+	testenv.Publish(t, b, dlq, mq.Message{MessageId: "dead", Body: []byte("x"), Headers: death})
+
+	code, out, errs := cliRun(t, "", "peek", dlq)
+	if code != 0 || errs != "" || !strings.Contains(out, "attempts used:   unknown (no x-acemq-attempt)\n") ||
+		!strings.Contains(out, "routing key:     order.paid\n") {
+		t.Fatalf("peek of a broker dead letter: exit %d\n%s\nstderr %q", code, out, errs)
+	}
+	code, v, _ := cliJSON(t, "", "peek", dlq)
+	ms, _ := v["messages"].([]any)
+	if code != 0 || len(ms) != 1 {
+		t.Fatalf("peek --json: exit %d, %v", code, v)
+	}
+	if m := ms[0].(map[string]any); m["attempts_used"] != nil || m["original_routing_key"] != "order.paid" || m["original_exchange"] != "shop" {
+		t.Fatalf("peek --json of a broker dead letter: %v", m)
+	}
+
+	_, dlq2, _ := opsSetup(t, b)
+	testenv.Publish(t, b, dlq2, mq.Message{MessageId: "acq", Body: []byte("x"), Headers: amqp.Table{"x-acquired-count": int64(1)}})
+	code, _, errs = cliRun(t, "", "peek", dlq2)
+	if code != 0 || !strings.HasPrefix(errs, "acemq: warning: "+dlq2+" is a quorum queue") {
+		t.Fatalf("peek of a message marked x-acquired-count: exit %d, stderr %q", code, errs)
 	}
 }
 

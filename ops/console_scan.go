@@ -74,14 +74,6 @@ type failure struct {
 	// Key names the message among its queue's (see messageKey), filled in
 	// for the messages a page lists; Group is the group it falls in.
 	Key, Group string
-	// Exchange and RoutingKey are the message's first route: the
-	// x-acemq-original-* headers, else the broker's x-death record, else
-	// the delivery's own. RouteFrom says which.
-	Exchange, OriginalKey, RouteFrom string
-	// AttemptsUsed is x-acemq-attempt − 1 (on a .dlq or .parked the header
-	// is the attempt the next delivery would be); -1 when the header is
-	// absent.
-	AttemptsUsed int
 	// TraceID is the trace id of the traceparent header, if any.
 	TraceID string
 }
@@ -91,48 +83,13 @@ func newFailure(queue string, pos int, d amqp.Delivery, norm *normaliser) failur
 	// scanner.add): on 10 000 messages it is a third of the work.
 	body := d.Body
 	d.Body = nil
-	f := failure{Peeked: peeked(queue, pos, d), AttemptsUsed: -1}
+	f := failure{Peeked: peeked(queue, pos, d)}
 	f.Body = body
 	f.Group = norm.group(f.Peeked) // Key is filled in only where shown (see scanner.add)
-	if _, ok := d.Headers[mq.HeaderAttempt]; ok {
-		f.AttemptsUsed = max(f.Attempt-1, 0)
-	}
 	if tp, ok := headerString(d.Headers, "traceparent"); ok && len(tp) >= 55 && tp[2] == '-' && tp[35] == '-' {
 		f.TraceID = tp[3:35] // version-traceid-spanid-flags
 	}
-	ex, okEx := headerString(d.Headers, mq.HeaderOriginalExchange)
-	rk, okKey := headerString(d.Headers, mq.HeaderOriginalRoutingKey)
-	switch {
-	case okEx || okKey:
-		f.Exchange, f.OriginalKey, f.RouteFrom = ex, rk, "x-acemq-original-exchange / -routing-key"
-	case deathRoute(d.Headers, &f.Exchange, &f.OriginalKey):
-		f.RouteFrom = "x-death (the broker's record)"
-	default:
-		f.Exchange, f.OriginalKey, f.RouteFrom = d.Exchange, d.RoutingKey, "the delivery's own"
-	}
 	return f
-}
-
-// deathRoute reads the oldest x-death entry's exchange and first routing key.
-func deathRoute(h amqp.Table, ex, key *string) bool {
-	deaths, ok := h["x-death"].([]any)
-	if !ok || len(deaths) == 0 {
-		return false
-	}
-	last, ok := deaths[len(deaths)-1].(amqp.Table)
-	if !ok {
-		return false
-	}
-	*ex, _ = headerString(last, "exchange")
-	if keys, ok := last["routing-keys"].([]any); ok && len(keys) > 0 {
-		switch k := keys[0].(type) {
-		case string:
-			*key = k
-		case []byte:
-			*key = string(k)
-		}
-	}
-	return true
 }
 
 // messageKey names a message by what it carries: id, timestamp, the
@@ -355,17 +312,8 @@ func newScanner(queue string, offset int, pick func(failure) bool, stop bool) *s
 // maxSnapshotBytes caps the bodies a snapshot keeps.
 const maxSnapshotBytes = 64 << 20
 
-// The headers a quorum queue puts on a message it delivers again: its
-// mark. RabbitMQ 3.x counts every return in x-delivery-count; 4.x counts
-// returns that were no failure (a closed channel) in x-acquired-count.
-const (
-	headerDeliveryCount = "x-delivery-count"
-	headerAcquiredCount = "x-acquired-count"
-)
-
 func (sc *scanner) visit(pos int, d amqp.Delivery) bool {
-	_, counted := d.Headers[headerDeliveryCount]
-	if _, acquired := d.Headers[headerAcquiredCount]; counted || acquired {
+	if deliveryCounted(d.Headers) {
 		// A quorum queue: every look counts as a delivery toward its
 		// delivery limit. Stop reading it (what was taken goes back).
 		sc.s.Quorum = true

@@ -114,15 +114,15 @@ func TestFailureRoute(t *testing.T) {
 		"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 	}}
 	f := newFailure("orders.dlq", 1, d, &n)
-	if f.Exchange != "shop" || f.OriginalKey != "order.placed" || f.TraceID != "0af7651916cd43dd8448eb211c80319c" || f.AttemptsUsed != -1 {
+	if f.OriginalExchange != "shop" || f.OriginalRoutingKey != "order.placed" || f.TraceID != "0af7651916cd43dd8448eb211c80319c" || f.AttemptsUsed != -1 {
 		t.Errorf("with the original headers: %+v", f)
 	}
 	d.Headers = amqp.Table{"x-death": []any{amqp.Table{"exchange": "shop", "routing-keys": []any{"order.paid"}}}}
-	if f := newFailure("orders.dlq", 1, d, &n); f.Exchange != "shop" || f.OriginalKey != "order.paid" {
+	if f := newFailure("orders.dlq", 1, d, &n); f.OriginalExchange != "shop" || f.OriginalRoutingKey != "order.paid" {
 		t.Errorf("from x-death: %+v", f)
 	}
 	d.Headers = nil
-	if f := newFailure("orders.dlq", 1, d, &n); f.OriginalKey != "orders.dlq" || !strings.Contains(f.RouteFrom, "delivery") {
+	if f := newFailure("orders.dlq", 1, d, &n); f.OriginalRoutingKey != "orders.dlq" || !strings.Contains(f.RouteFrom, "delivery") {
 		t.Errorf("from the delivery: %+v", f)
 	}
 }
@@ -436,4 +436,22 @@ func FuzzRedactText(f *testing.F) {
 			t.Fatalf("redactText(%q) = %q shows the password", in, out)
 		}
 	})
+}
+
+// A quorum queue's mark is either count: 3.x writes x-delivery-count, 4.x
+// x-acquired-count for a return that was no failure (a peek's).
+func TestPeekedDeliveryCounted(t *testing.T) {
+	for _, c := range []struct {
+		h    amqp.Table
+		want bool
+	}{
+		{nil, false},
+		{amqp.Table{"x-delivery-count": int64(1)}, true},
+		{amqp.Table{"x-acquired-count": int64(1)}, true},
+		{amqp.Table{mq.HeaderAttempt: int32(2)}, false},
+	} {
+		if got := peeked("q", 1, amqp.Delivery{Headers: c.h}).DeliveryCounted; got != c.want {
+			t.Errorf("headers %v: counted %v, want %v", c.h, got, c.want)
+		}
+	}
 }

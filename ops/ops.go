@@ -137,6 +137,23 @@ type Peeked struct {
 	ReplayedAt   time.Time
 	ReplayedFrom string
 
+	// AttemptsUsed is how many attempts the message has had:
+	// x-acemq-attempt − 1, since on a .dlq or .parked the header is the
+	// attempt its next delivery would be. It is -1, unknown, when the
+	// message carries no x-acemq-attempt (the broker dead-lettered it, or it
+	// never went through a ladder).
+	AttemptsUsed int
+	// OriginalExchange and OriginalRoutingKey are the message's first
+	// route: the x-acemq-original-* headers a hop wrote, else the oldest
+	// x-death record the broker wrote, else the delivery's own. RouteFrom
+	// says which of the three.
+	OriginalExchange, OriginalRoutingKey, RouteFrom string
+	// DeliveryCounted is set when the message carries a quorum queue's
+	// mark, x-delivery-count (or x-acquired-count, which RabbitMQ 4.x
+	// writes instead for returns that were no failure): taking it to look
+	// counted toward the queue's delivery limit.
+	DeliveryCounted bool
+
 	// Headers are all the message's headers (a copy).
 	Headers amqp.Table
 	// Body is the whole body; Preview its first PreviewBytes as printable
@@ -197,6 +214,21 @@ func peeked(queue string, pos int, d amqp.Delivery) Peeked {
 	p.ReplayedFrom, _ = headerString(h, mq.HeaderReplayedFrom)
 	p.FailedAt = headerTime(h, mq.HeaderFailedAt)
 	p.ReplayedAt = headerTime(h, mq.HeaderReplayedAt)
+	p.AttemptsUsed = -1
+	if _, ok := h[mq.HeaderAttempt]; ok {
+		p.AttemptsUsed = max(p.Attempt-1, 0)
+	}
+	ex, okEx := headerString(h, mq.HeaderOriginalExchange)
+	rk, okKey := headerString(h, mq.HeaderOriginalRoutingKey)
+	switch {
+	case okEx || okKey:
+		p.OriginalExchange, p.OriginalRoutingKey, p.RouteFrom = ex, rk, routeFromHeaders
+	case deathRoute(h, &p.OriginalExchange, &p.OriginalRoutingKey):
+		p.RouteFrom = routeFromDeath
+	default:
+		p.OriginalExchange, p.OriginalRoutingKey, p.RouteFrom = d.Exchange, d.RoutingKey, routeFromDelivery
+	}
+	p.DeliveryCounted = deliveryCounted(h)
 	if h != nil {
 		p.Headers = make(amqp.Table, len(h))
 		for k, v := range h {
@@ -204,6 +236,45 @@ func peeked(queue string, pos int, d amqp.Delivery) Peeked {
 		}
 	}
 	return p
+}
+
+// The three places Peeked.RouteFrom names, in words.
+const (
+	routeFromHeaders  = "x-acemq-original-exchange / -routing-key"
+	routeFromDeath    = "x-death (the broker's record)"
+	routeFromDelivery = "the delivery's own"
+)
+
+// deathRoute reads the oldest x-death entry's exchange and first routing
+// key (RabbitMQ lists the newest first).
+func deathRoute(h amqp.Table, ex, key *string) bool {
+	deaths, ok := h["x-death"].([]any)
+	if !ok || len(deaths) == 0 {
+		return false
+	}
+	last, ok := deaths[len(deaths)-1].(amqp.Table)
+	if !ok {
+		return false
+	}
+	*ex, _ = headerString(last, "exchange")
+	if keys, ok := last["routing-keys"].([]any); ok && len(keys) > 0 {
+		switch k := keys[0].(type) {
+		case string:
+			*key = k
+		case []byte:
+			*key = string(k)
+		}
+	}
+	return true
+}
+
+// deliveryCounted reports a quorum queue's mark on a delivery: RabbitMQ
+// 3.x counts every return in x-delivery-count; 4.x counts returns that
+// were no failure (a closed channel, as a peek's) in x-acquired-count.
+func deliveryCounted(h amqp.Table) bool {
+	_, counted := h["x-delivery-count"]
+	_, acquired := h["x-acquired-count"]
+	return counted || acquired
 }
 
 // Preview returns up to max bytes of body as one line of printable text:

@@ -382,7 +382,7 @@ type peekCmd struct {
 var contractHeaders = map[string]bool{
 	mq.HeaderAttempt: true, mq.HeaderReason: true, mq.HeaderError: true, mq.HeaderFailedAt: true,
 	mq.HeaderSourceQueue: true, mq.HeaderReplayedAt: true, mq.HeaderReplayedFrom: true,
-	mq.HeaderOriginalRoutingKey: true,
+	mq.HeaderOriginalExchange: true, mq.HeaderOriginalRoutingKey: true,
 }
 
 // peekJSON is one message in peek --json.
@@ -393,8 +393,10 @@ type peekJSON struct {
 	ContentType        string         `json:"content_type,omitempty"`
 	Timestamp          *time.Time     `json:"timestamp,omitempty"`
 	Redelivered        bool           `json:"redelivered"`
-	AttemptsUsed       int            `json:"attempts_used"`
+	AttemptsUsed       *int           `json:"attempts_used"` // null: unknown (no x-acemq-attempt)
+	OriginalExchange   string         `json:"original_exchange"`
 	OriginalRoutingKey string         `json:"original_routing_key"`
+	RouteFrom          string         `json:"route_from"`
 	SourceQueue        string         `json:"source_queue,omitempty"`
 	Reason             string         `json:"reason,omitempty"`
 	Error              string         `json:"error,omitempty"`
@@ -414,9 +416,7 @@ func (c *peekCmd) Run(e *env) error {
 	for _, m := range msgs {
 		printPeeked(e.out, m)
 		rows = append(rows, peekRow(m))
-		if _, ok := m.Headers["x-delivery-count"]; ok {
-			quorum = true
-		}
+		quorum = quorum || m.DeliveryCounted
 	}
 	e.result = map[string]any{"queue": c.Queue, "messages": rows}
 	if quorum {
@@ -436,26 +436,15 @@ func (c *peekCmd) Run(e *env) error {
 	return nil
 }
 
-// attemptsUsed is how many attempts a message has had: x-acemq-attempt is
-// the attempt its next delivery would be, so one less.
-func attemptsUsed(m ops.Peeked) int { return max(m.Attempt-1, 0) }
-
-// originalRoutingKey is the routing key the message was first published
-// with: the header its first hop wrote, else the key it came with.
-func originalRoutingKey(m ops.Peeked) string {
-	switch v := m.Headers[mq.HeaderOriginalRoutingKey].(type) {
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	}
-	return m.RoutingKey
-}
 
 func peekRow(m ops.Peeked) peekJSON {
 	r := peekJSON{Position: m.Position, MessageID: m.MessageId, CorrelationID: m.CorrelationId, ContentType: m.ContentType,
-		Redelivered: m.Redelivered, AttemptsUsed: attemptsUsed(m), OriginalRoutingKey: originalRoutingKey(m),
+		Redelivered: m.Redelivered, OriginalExchange: m.OriginalExchange, OriginalRoutingKey: m.OriginalRoutingKey, RouteFrom: m.RouteFrom,
 		SourceQueue: m.SourceQueue, Reason: m.Reason, Error: m.Error, BodyBytes: len(m.Body), Body: m.Preview}
+	if m.AttemptsUsed >= 0 {
+		n := m.AttemptsUsed
+		r.AttemptsUsed = &n
+	}
 	if !m.Timestamp.IsZero() {
 		t := m.Timestamp.UTC()
 		r.Timestamp = &t
@@ -486,8 +475,18 @@ func printPeeked(w io.Writer, m ops.Peeked) {
 	}
 	fmt.Fprintf(w, "  redelivered=%t\n", m.Redelivered)
 	row := func(k, v string) { fmt.Fprintf(w, "    %-16s %s\n", k+":", v) }
-	row("attempts used", fmt.Sprint(attemptsUsed(m)))
-	row("routing key", orNone(originalRoutingKey(m)))
+	if m.AttemptsUsed >= 0 {
+		row("attempts used", fmt.Sprint(m.AttemptsUsed))
+	} else {
+		row("attempts used", "unknown (no x-acemq-attempt)")
+	}
+	row("routing key", orNone(m.OriginalRoutingKey))
+	if m.OriginalExchange != "" {
+		row("exchange", m.OriginalExchange)
+	} else {
+		row("exchange", "(default exchange)")
+	}
+	row("route from", m.RouteFrom)
 	if m.SourceQueue != "" {
 		row("source queue", m.SourceQueue)
 	}

@@ -150,19 +150,29 @@ func TestWaitRetries(t *testing.T) {
 	}
 }
 
-func TestPeekedAttemptsAndRoutingKey(t *testing.T) {
-	m := ops.Peeked{Attempt: 6, RoutingKey: "orders.dlq", Headers: amqp.Table{mq.HeaderOriginalRoutingKey: "order.placed"}}
-	if attemptsUsed(m) != 5 || originalRoutingKey(m) != "order.placed" {
-		t.Fatalf("attempts used %d, routing key %q", attemptsUsed(m), originalRoutingKey(m))
-	}
-	m = ops.Peeked{Attempt: 1, RoutingKey: "k"}
-	if attemptsUsed(m) != 0 || originalRoutingKey(m) != "k" {
-		t.Fatalf("attempts used %d, routing key %q", attemptsUsed(m), originalRoutingKey(m))
-	}
+func TestPrintPeeked(t *testing.T) {
 	var b bytes.Buffer
-	printPeeked(&b, ops.Peeked{Position: 1, MessageId: "m", Attempt: 6, RoutingKey: "orders.dlq",
-		Headers: amqp.Table{mq.HeaderOriginalRoutingKey: "order.placed", mq.HeaderAttempt: int32(6)}})
-	if out := b.String(); !strings.Contains(out, "attempts used:   5\n") || !strings.Contains(out, "routing key:     order.placed\n") || strings.Contains(out, "attempt: ") {
-		t.Fatalf("printed:\n%s", out)
+	printPeeked(&b, ops.Peeked{Position: 1, MessageId: "m", Attempt: 6, AttemptsUsed: 5, RoutingKey: "orders.dlq",
+		OriginalExchange: "shop", OriginalRoutingKey: "order.placed", RouteFrom: "x-acemq-original-exchange / -routing-key",
+		Headers: amqp.Table{mq.HeaderOriginalRoutingKey: "order.placed", mq.HeaderOriginalExchange: "shop", mq.HeaderAttempt: int32(6)}})
+	out := b.String()
+	for _, want := range []string{"attempts used:   5\n", "routing key:     order.placed\n", "exchange:        shop\n", "route from:      x-acemq-original"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("printed no %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "attempt: ") || strings.Contains(out, "x-acemq-original-exchange: ") {
+		t.Errorf("a contract header printed twice:\n%s", out)
+	}
+	b.Reset()
+	printPeeked(&b, ops.Peeked{Position: 1, AttemptsUsed: -1, RouteFrom: "the delivery's own"})
+	if out := b.String(); !strings.Contains(out, "attempts used:   unknown") || !strings.Contains(out, "exchange:        (default exchange)\n") {
+		t.Errorf("unknown attempts, default exchange:\n%s", out)
+	}
+	if r := peekRow(ops.Peeked{AttemptsUsed: -1}); r.AttemptsUsed != nil {
+		t.Errorf("attempts_used %d, want null when unknown", *r.AttemptsUsed)
+	}
+	if r := peekRow(ops.Peeked{AttemptsUsed: 0}); r.AttemptsUsed == nil || *r.AttemptsUsed != 0 {
+		t.Errorf("attempts_used %v, want 0", r.AttemptsUsed)
 	}
 }

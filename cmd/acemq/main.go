@@ -26,14 +26,18 @@
 // stderr, "acemq: ...". Connection logs appear only with -v. A replay of
 // more than 100 messages shows a progress bar when stderr is a terminal.
 //
-// peek shows, for each message, the attempts it used (x-acemq-attempt is
-// the attempt its next delivery would be, so one less) and the routing key
-// it was first published with (x-acemq-original-routing-key, written by
-// its first hop, else the key it came with). Peeking takes messages
-// without acknowledging them and returns them: on a quorum queue that
-// raises their delivery count (RabbitMQ 4 drops or dead-letters a message
-// past its delivery limit, 20 by default) and may move them back in the
-// queue; peek warns when it sees a quorum queue's x-delivery-count.
+// peek shows each message as the console does: the attempts it used
+// (x-acemq-attempt is the attempt its next delivery would be, so one less;
+// "unknown", null in --json, when the header is absent, as on a message
+// the broker dead-lettered itself) and the route it was first published
+// with (the x-acemq-original-* headers its first hop wrote, else the
+// broker's oldest x-death record, else the delivery's own; "route from"
+// says which). Peeking takes messages without acknowledging them and
+// returns them: on a quorum queue that raises their delivery count
+// (RabbitMQ 4 drops or dead-letters a message past its delivery limit, 20
+// by default) and may move them back in the queue; peek warns when it
+// sees a quorum queue's mark, x-delivery-count or, on RabbitMQ 4.x,
+// x-acquired-count.
 //
 // purge and delete ask before they change anything; --yes skips the
 // question, and an answer other than y (or no answer: stdin closed) changes
