@@ -436,7 +436,6 @@ func (c *peekCmd) Run(e *env) error {
 	return nil
 }
 
-
 func peekRow(m ops.Peeked) peekJSON {
 	r := peekJSON{Position: m.Position, MessageID: m.MessageId, CorrelationID: m.CorrelationId, ContentType: m.ContentType,
 		Redelivered: m.Redelivered, OriginalExchange: m.OriginalExchange, OriginalRoutingKey: m.OriginalRoutingKey, RouteFrom: m.RouteFrom,
