@@ -580,6 +580,22 @@ func (c *replayCmd) Run(e *env) error {
 			_ = bar.Set(done)
 		}
 	}
+	// A missing queue is named in one plain sentence, found by asking the
+	// broker rather than by reading ops' error text.
+	e.result = replayRow(ops.ReplayResult{From: c.From, DryRun: c.DryRun})
+	queues := []string{c.From}
+	if c.To != "" {
+		queues = append(queues, c.To)
+	}
+	counts, err := ops.Count(e.ctx, e.b, queues...)
+	if err != nil {
+		return err
+	}
+	for _, qc := range counts {
+		if !qc.Exists {
+			return fmt.Errorf("queue %q does not exist", qc.Queue)
+		}
+	}
 	res, err := ops.Replay(e.ctx, e.b, c.From, opts)
 	if bar != nil {
 		if err == nil {
@@ -593,13 +609,6 @@ func (c *replayCmd) Run(e *env) error {
 	if err != nil {
 		if res.Taken > 0 {
 			printReplay(e.out, res) // what was moved before it stopped stays moved
-		}
-		if errors.Is(err, mq.ErrNotFound) && res.Taken == 0 {
-			q := c.From
-			if strings.Contains(err.Error(), "replay: target:") {
-				q = c.To
-			}
-			return plainNotFound(err, q)
 		}
 		return err
 	}
