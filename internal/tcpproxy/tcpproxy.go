@@ -30,6 +30,9 @@ type Proxy struct {
 	wg      sync.WaitGroup
 	cuts    atomic.Int64
 	accepts atomic.Int64
+	sent    sync.Map // [2]uint16{class, method} -> *atomic.Int64: methods clients sent
+	lastMu  sync.Mutex
+	last    map[[2]uint16][]byte // the arguments of the last of each, as far as framer.head holds them
 }
 
 // Start listens on 127.0.0.1 (a free port) and forwards to target.
@@ -121,6 +124,35 @@ func (p *Proxy) BlockAfterHandshake(reason string) {
 	p.mu.Unlock()
 }
 
+// Sent is how many frames of the AMQP method class.method clients have
+// sent through the proxy (basic.reject is 60, 90; basic.nack 60, 120).
+func (p *Proxy) Sent(class, method uint16) int64 {
+	if n, ok := p.sent.Load([2]uint16{class, method}); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// LastSent is the start of the arguments of the last class.method frame
+// clients sent (up to 12 bytes: basic.nack's delivery tag, 8 bytes, then
+// its bits, multiple 1 and requeue 2); nil if none was sent.
+func (p *Proxy) LastSent(class, method uint16) []byte {
+	p.lastMu.Lock()
+	defer p.lastMu.Unlock()
+	return p.last[[2]uint16{class, method}]
+}
+
+func (p *Proxy) count(class, method uint16, args []byte) {
+	n, _ := p.sent.LoadOrStore([2]uint16{class, method}, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+	p.lastMu.Lock()
+	if p.last == nil {
+		p.last = map[[2]uint16][]byte{}
+	}
+	p.last[[2]uint16{class, method}] = append([]byte(nil), args...)
+	p.lastMu.Unlock()
+}
+
 // Opened is how many AMQP connections completed their handshake through
 // the proxy (connection.open-ok seen).
 func (p *Proxy) Opened() int64 { return p.opened.Load() }
@@ -175,9 +207,12 @@ func (p *Proxy) accept() {
 		p.conns[up] = struct{}{}
 		p.framers[c] = f
 		p.mu.Unlock()
+		// The client's stream starts with the 8-byte protocol header, then
+		// frames; its methods are counted (Sent).
+		toUp := &framer{dst: up, skip: 8, onMethod: p.count}
 		p.wg.Add(2)
 		go p.pipe(f, up, toClient)
-		go p.pipe(plain{up}, c, toBroker)
+		go p.pipe(toUp, c, toBroker)
 	}
 }
 
@@ -221,34 +256,24 @@ func (p *Proxy) sendToClients(payload []byte) {
 	}
 }
 
-// writer is where a pipe writes: the other connection, through a framer
-// for broker-to-client streams.
-type writer interface {
-	Write([]byte) (int, error)
-	conn() net.Conn
-}
-
-type plain struct{ net.Conn }
-
-func (c plain) conn() net.Conn { return c.Conn }
-
-// framer follows the AMQP frames of a broker-to-client stream, so that
-// frames of the proxy's own can be slipped in between two of the broker's.
+// framer follows the AMQP frames of a stream: broker-to-client, so that
+// frames of the proxy's own can be slipped in between two of the broker's;
+// client-to-broker, to count the methods clients send.
 type framer struct {
-	dst net.Conn
+	dst      net.Conn
+	skip     int                                     // bytes before the first frame (the client's protocol header)
+	onMethod func(class, method uint16, args []byte) // called at the end of each method frame, if set
 
 	mu        sync.Mutex
-	hdr       [7]byte // header of the frame in progress
-	hn        int     // header bytes seen
-	remaining int     // payload and frame-end bytes still to come
-	head      [4]byte // the first payload bytes of the frame in progress (class and method)
+	hdr       [7]byte  // header of the frame in progress
+	hn        int      // header bytes seen
+	remaining int      // payload and frame-end bytes still to come
+	head      [16]byte // the first payload bytes of the frame in progress: class, method, arguments
 	headN     int
 	pending   [][]byte
 	onOpen    func() // called after connection.open-ok went through
 	openSeen  bool
 }
-
-func (f *framer) conn() net.Conn { return f.dst }
 
 func (f *framer) Write(b []byte) (int, error) {
 	f.mu.Lock()
@@ -303,6 +328,12 @@ func (f *framer) flushLocked() error {
 func (f *framer) advance(b []byte) (int, bool) {
 	n := 0
 	for n < len(b) {
+		if f.skip > 0 {
+			k := min(f.skip, len(b)-n)
+			f.skip -= k
+			n += k
+			continue
+		}
 		if f.hn < len(f.hdr) {
 			k := copy(f.hdr[f.hn:], b[n:])
 			f.hn += k
@@ -321,7 +352,11 @@ func (f *framer) advance(b []byte) (int, bool) {
 		n += k
 		if f.remaining == 0 {
 			f.hn = 0
-			open := f.hdr[0] == 1 && f.hdr[1] == 0 && f.hdr[2] == 0 && f.headN == 4 &&
+			if f.onMethod != nil && f.hdr[0] == 1 && f.headN >= 4 {
+				size := int(binary.BigEndian.Uint32(f.hdr[3:7])) // the payload, without the frame end
+				f.onMethod(binary.BigEndian.Uint16(f.head[0:2]), binary.BigEndian.Uint16(f.head[2:4]), f.head[4:min(f.headN, size)])
+			}
+			open := f.hdr[0] == 1 && f.hdr[1] == 0 && f.hdr[2] == 0 && f.headN >= 4 &&
 				binary.BigEndian.Uint16(f.head[0:2]) == 10 && binary.BigEndian.Uint16(f.head[2:4]) == 41
 			return n, open
 		}
@@ -334,9 +369,9 @@ const (
 	toClient = 1
 )
 
-func (p *Proxy) pipe(w writer, src net.Conn, dir int) {
+func (p *Proxy) pipe(w *framer, src net.Conn, dir int) {
 	defer p.wg.Done()
-	dst := w.conn()
+	dst := w.dst
 	buf := make([]byte, 32*1024)
 	for {
 		if dir == toBroker && !p.waitHearing(src) {
