@@ -46,7 +46,7 @@ func AckEach() ConsumerOption {
 // holds (RabbitMQ refuses a multiple ack for a tag it does not know).
 type acker struct {
 	ack  func(tag uint64, multiple bool) error
-	nack func(tag uint64, requeue bool) error
+	give func(tag uint64, how giveBack) error
 	each bool
 	// flushAt is how many positive acks may wait before a flush.
 	flushAt int
@@ -73,8 +73,21 @@ const (
 	tagReturned                  // nacked or rejected (sent at once)
 )
 
-func newAcker(ack func(uint64, bool) error, nack func(uint64, bool) error, each bool, prefetch int) *acker {
-	return &acker{ack: ack, nack: nack, each: each, flushAt: max(1, prefetch/2), next: 1, above: make(map[uint64]uint8)}
+// giveBack is how a delivery goes back to the broker other than by an
+// ack. RabbitMQ 4.3 and later count a return toward a quorum queue's
+// delivery limit (x-delivery-count) only when it says the message failed:
+// basic.reject does, basic.nack with requeue does not (x-acquired-count
+// counts both). Earlier versions count every return.
+type giveBack uint8
+
+const (
+	giveReject  giveBack = iota // basic.reject, no requeue: dead-lettered or dropped
+	giveRequeue                 // basic.reject with requeue: the message failed; counted
+	giveRelease                 // basic.nack with requeue: nobody's failure; not counted on 4.3+
+)
+
+func newAcker(ack func(uint64, bool) error, give func(uint64, giveBack) error, each bool, prefetch int) *acker {
+	return &acker{ack: ack, give: give, each: each, flushAt: max(1, prefetch/2), next: 1, above: make(map[uint64]uint8)}
 }
 
 // Ack records a positive settlement of tag and sends what is due.
@@ -115,10 +128,10 @@ func (a *acker) Ack(tag uint64) error {
 	return nil
 }
 
-// Nack sends the positive acks due below tag's, then returns tag.
-func (a *acker) Nack(tag uint64, requeue bool) error {
+// Give sends the positive acks due below tag's, then gives tag back.
+func (a *acker) Give(tag uint64, how giveBack) error {
 	if a.each {
-		return a.nack(tag, requeue)
+		return a.give(tag, how)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -126,7 +139,7 @@ func (a *acker) Nack(tag uint64, requeue bool) error {
 		return ErrClosed
 	}
 	ferr := a.flushLocked(false)
-	if err := a.nack(tag, requeue); err != nil {
+	if err := a.give(tag, how); err != nil {
 		return err
 	}
 	a.above[tag] = tagReturned

@@ -51,7 +51,7 @@ func (f *fakeBroker) ack(tag uint64, multiple bool) error {
 	return nil
 }
 
-func (f *fakeBroker) nack(tag uint64, _ bool) error {
+func (f *fakeBroker) give(tag uint64, _ giveBack) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.frames++
@@ -81,7 +81,7 @@ func TestAckerNeverCoversAnUnsettledDelivery(t *testing.T) {
 				defer stateMu.Unlock()
 				return !positive[tag]
 			}
-			a := newAcker(f.ack, f.nack, false, 100)
+			a := newAcker(f.ack, f.give, false, 100)
 			// Half the seeds also move on now and then: the acker holds acks
 			// on a "left" channel and promises moves at random.
 			moves := seed%2 == 1
@@ -102,7 +102,11 @@ func TestAckerNeverCoversAnUnsettledDelivery(t *testing.T) {
 					for j := range jobs {
 						time.Sleep(j.delay)
 						if j.nack {
-							_ = a.Nack(j.tag, j.requeue)
+							how := giveReject
+							if j.requeue {
+								how = giveRequeue
+							}
+							_ = a.Give(j.tag, how)
 							continue
 						}
 						stateMu.Lock()
@@ -162,7 +166,7 @@ func TestAckerNeverCoversAnUnsettledDelivery(t *testing.T) {
 func TestAckerCoalescesInOrderAcks(t *testing.T) {
 	const n = 1000
 	f := newFakeBroker(n)
-	a := newAcker(f.ack, f.nack, false, 100)
+	a := newAcker(f.ack, f.give, false, 100)
 	for tag := uint64(1); tag <= n; tag++ {
 		if err := a.Ack(tag); err != nil {
 			t.Fatal(err)
@@ -184,7 +188,7 @@ func TestAckerCoalescesInOrderAcks(t *testing.T) {
 // fill with handled messages.
 func TestAckerAcksAboveAWaitingDeliveryAlone(t *testing.T) {
 	f := newFakeBroker(10)
-	a := newAcker(f.ack, f.nack, false, 100)
+	a := newAcker(f.ack, f.give, false, 100)
 	for tag := uint64(2); tag <= 10; tag++ { // tag 1 is waiting
 		if err := a.Ack(tag); err != nil {
 			t.Fatal(err)
@@ -212,7 +216,7 @@ func TestAckerAcksAboveAWaitingDeliveryAlone(t *testing.T) {
 // The timer sends what waits within ackDelay; AckEach sends every ack at once.
 func TestAckerTimerAndAckEach(t *testing.T) {
 	f := newFakeBroker(3)
-	a := newAcker(f.ack, f.nack, false, 100)
+	a := newAcker(f.ack, f.give, false, 100)
 	_ = a.Ack(1)
 	_ = a.Ack(2)
 	deadline := time.Now().Add(time.Second)
@@ -233,7 +237,7 @@ func TestAckerTimerAndAckEach(t *testing.T) {
 		t.Error("Ack after Drop succeeded")
 	}
 	g := newFakeBroker(2)
-	e := newAcker(g.ack, g.nack, true, 100)
+	e := newAcker(g.ack, g.give, true, 100)
 	_ = e.Ack(2)
 	_ = e.Ack(1)
 	if g.frames != 2 || len(g.outstanding) != 0 {
@@ -253,7 +257,7 @@ func TestAckerAcksAboveAHoleLowestFirst(t *testing.T) {
 		}
 		return f.ack(tag, multiple)
 	}
-	a := newAcker(ack, f.nack, false, 1000)
+	a := newAcker(ack, f.give, false, 1000)
 	for tag := uint64(2); tag <= 41; tag++ { // tag 1 is waiting
 		if err := a.Ack(tag); err != nil {
 			t.Fatal(err)
@@ -276,7 +280,7 @@ func TestAckerAcksAboveAHoleLowestFirst(t *testing.T) {
 // wait for it (up to leftDelay) and then go out as one multiple ack.
 func TestAckerOnALeftChannelWaitsForTheHole(t *testing.T) {
 	f := newFakeBroker(81)
-	a := newAcker(f.ack, f.nack, false, 100)
+	a := newAcker(f.ack, f.give, false, 100)
 	a.Leave(true)
 	for tag := uint64(2); tag <= 81; tag++ { // tag 1 waits
 		if err := a.Ack(tag); err != nil {
@@ -304,7 +308,7 @@ func TestAckerStuckAsksToMoveOn(t *testing.T) {
 	for _, promise := range []bool{true, false} {
 		t.Run(fmt.Sprint(promise), func(t *testing.T) {
 			f := newFakeBroker(101)
-			a := newAcker(f.ack, f.nack, false, 100)
+			a := newAcker(f.ack, f.give, false, 100)
 			asked := 0
 			a.stuck = func() bool { asked++; return promise }
 			for tag := uint64(2); tag <= 101; tag++ { // tag 1 waits

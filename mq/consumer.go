@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -251,7 +252,9 @@ func (c *Consumer) Err() error {
 // Stop drains the consumer: it cancels consumption, lets in-flight
 // handlers finish within ctx and settles them, runs the middleware's Stop
 // hooks, then closes the channel. Messages received but not yet handled go
-// back to the queue. If ctx ends first, in-flight handlers' contexts are
+// back to the queue with basic.nack before the channel closes: nobody's
+// failure, which RabbitMQ 4.3 does not count toward a quorum queue's
+// delivery limit (a return by the close it would). If ctx ends first, in-flight handlers' contexts are
 // cancelled, the channel is closed (the broker requeues what was not
 // settled) and Stop returns ctx's error; Done closes when the last handler
 // has returned. Stop is idempotent.
@@ -468,6 +471,7 @@ func (c *Consumer) serve(sub *subscription) string {
 		_ = live.ch.Cancel(c.cfg.tag, false)
 		select {
 		case <-workersDone:
+			sub.releaseUnread(c.abort)
 		case <-c.abort:
 			sub.close()  // first: the broker requeues what was not settled,
 			sub.cancel() // and a handler cut short can no longer reject it
@@ -497,6 +501,48 @@ func (c *Consumer) serve(sub *subscription) string {
 		return "delivery stream ended"
 	}
 }
+
+// release gives back a delivery of st that was never started, with
+// basic.nack: it is nobody's failure, and RabbitMQ 4.3 does not count such
+// a return toward a quorum queue's delivery limit, as it would a channel
+// closed holding it. On a dead channel the broker has returned it already.
+func (s *subscription) release(st *stream, raw amqp.Delivery) {
+	_ = st.lane.acks.Give(raw.DeliveryTag, giveRelease)
+	st.lane.held.Add(-1)
+}
+
+// releaseUnread gives back what the broker sent and no worker took, once
+// the consumer is cancelled and its workers are done: each stream is read
+// to its end (amqp091 ends it after the cancel-ok, once what came before
+// is read). A stream whose end does not come within releaseWait, or an
+// abort, leaves the rest to the channel's close, which returns it too.
+func (s *subscription) releaseUnread(abort <-chan struct{}) {
+	s.mu.Lock()
+	streams := slices.Clone(s.streams)
+	s.mu.Unlock()
+	t := time.NewTimer(releaseWait)
+	defer t.Stop()
+	for _, st := range streams {
+	read:
+		for {
+			select {
+			case raw, ok := <-st.deliveries:
+				if !ok {
+					break read
+				}
+				st.lane.held.Add(1)
+				s.release(st, raw)
+			case <-t.C:
+				return
+			case <-abort:
+				return
+			}
+		}
+	}
+}
+
+// releaseWait bounds releaseUnread.
+const releaseWait = 2 * time.Second
 
 // spawn adds a worker goroutine; the subscription's wait group owns it.
 func (s *subscription) spawn(c *Consumer) {
@@ -530,12 +576,14 @@ func (c *Consumer) work(sub *subscription) {
 			select {
 			case sub.slots <- struct{}{}:
 			case <-sub.draining:
+				sub.release(st, raw) // not started
 				sub.workers.Add(-1)
-				return // not started: the channel's close requeues it
+				return
 			}
 			select {
 			case <-sub.draining: // both were ready: draining wins
 				<-sub.slots
+				sub.release(st, raw)
 				sub.workers.Add(-1)
 				return
 			default:
@@ -663,7 +711,7 @@ func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
 		c.requeued(d, "cut short", err)
-		serr = d.lane.acks.Nack(d.DeliveryTag, true)
+		serr = d.lane.acks.Give(d.DeliveryTag, giveRelease)
 	case err == nil:
 		if d.outcome == "" {
 			d.outcome = OutcomeAck
@@ -686,12 +734,12 @@ func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
 			}
 			t.Stop()
 		}
-		serr = d.lane.acks.Nack(d.DeliveryTag, true)
+		serr = d.lane.acks.Give(d.DeliveryTag, giveRequeue) // counted: the message failed
 	default:
 		d.outcome, d.cause = OutcomeReject, err
 		c.memo.forget(d)
 		c.log.Warn("acemq.message.rejected", "message_id", d.MessageId, "attempt", d.attempt, "error", err)
-		serr = d.lane.acks.Nack(d.DeliveryTag, false)
+		serr = d.lane.acks.Give(d.DeliveryTag, giveReject)
 	}
 	if serr != nil {
 		c.log.Debug("acemq.settle.skipped", "message_id", d.MessageId, "outcome", string(d.outcome), "error", serr)

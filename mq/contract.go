@@ -114,7 +114,8 @@ const (
 	OutcomeDeadLetter Outcome = "dead-letter"
 	// OutcomePark: republished to .parked; acknowledged.
 	OutcomePark Outcome = "park"
-	// OutcomeRequeue: returned to its queue (nack with requeue).
+	// OutcomeRequeue: returned to its queue (basic.reject with requeue,
+	// which RabbitMQ 4.3 counts toward a quorum queue's delivery limit).
 	OutcomeRequeue Outcome = "requeue"
 	// OutcomeReject: rejected without requeue (the broker's own dead-letter
 	// route, if the queue has one).

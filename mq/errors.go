@@ -37,7 +37,7 @@ var (
 	// every other publish are untouched.
 	ErrInvalid = errors.New("mq: invalid input")
 	// ErrRequeue marks a handler outcome that puts the message back on its
-	// queue (nack with requeue) after a pause; see Requeue.
+	// queue (basic.reject with requeue) after a pause; see Requeue.
 	ErrRequeue = errors.New("mq: requeue")
 )
 
@@ -155,7 +155,9 @@ func (e *requeueError) Unwrap() []error {
 }
 
 // Requeue marks err so the consumer runtime returns the message to its
-// queue (nack with requeue) after a pause instead of rejecting it. The
-// built-in middleware uses it when a hop cannot be made, so nothing is
-// dropped.
+// queue after a pause instead of rejecting it. The built-in middleware uses
+// it when a hop cannot be made, so nothing is dropped. The return is a
+// basic.reject with requeue: the message failed, and RabbitMQ counts it
+// toward a quorum queue's delivery limit (4.3 and later count only such
+// returns, not a basic.nack), so a loop of requeues ends there.
 func Requeue(err error) error { return &requeueError{err: err, both: [2]error{ErrRequeue, err}} }

@@ -81,10 +81,20 @@ func (c *Consumer) newLane(ctx context.Context) (*lane, *conn, error) {
 		return nil, nil, brokerError(fmt.Sprintf("set prefetch for queue %q", c.queue), err)
 	}
 	l := &lane{ch: ch,
-		acks:   newAcker(ch.Ack, func(tag uint64, requeue bool) error { return ch.Nack(tag, false, requeue) }, c.cfg.ackEach, c.cfg.prefetch),
+		acks:   newAcker(ch.Ack, giveOn(ch), c.cfg.ackEach, c.cfg.prefetch),
 		closes: ch.NotifyClose(make(chan *amqp.Error, 1)),
 		cancel: ch.NotifyCancel(make(chan string, 1))}
 	return l, st, nil
+}
+
+// giveOn sends a giveBack on ch.
+func giveOn(ch *amqp.Channel) func(uint64, giveBack) error {
+	return func(tag uint64, how giveBack) error {
+		if how == giveRelease {
+			return ch.Nack(tag, false, true)
+		}
+		return ch.Reject(tag, how == giveRequeue)
+	}
 }
 
 // stuckAcks is the acker's stuck for l: acks pile up above a delivery
