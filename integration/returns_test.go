@@ -21,13 +21,22 @@ package integration
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	neturl "net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/ops"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -127,5 +136,74 @@ func TestStopGivesBackWhatItNeverStarted(t *testing.T) {
 	}
 	if got := proxy.Sent(60, methodReject); got != 0 {
 		t.Errorf("sent %d basic.reject at stop", got)
+	}
+}
+
+// A peek gives the messages it looked at back with basic.nack before its
+// channel closes, and they are back in place.
+func TestPeekGivesBackWithANack(t *testing.T) {
+	t.Parallel()
+	proxy, url := testenv.Proxy(t)
+	b, _ := consBroker(t, url)
+	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
+	testenv.Publish(t, b, q, consMessages("peeked", 3)...)
+	got, err := ops.Peek(testenv.Context(t, 10*time.Second), b, q, 2)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("peek: %d, %v", len(got), err)
+	}
+	testenv.WaitCount(t, b, q, 3, 10*time.Second)
+	if n := proxy.Sent(60, methodNack); n != 1 {
+		t.Errorf("sent %d basic.nack, want one (multiple) giving both back", n)
+	}
+	if ms := testenv.GetAll(t, b, q); len(ms) != 3 || ms[0].MessageId != "peeked-0" || ms[1].MessageId != "peeked-1" {
+		t.Errorf("after the peek the queue holds %d messages, first %v", len(ms), ms)
+	}
+}
+
+// The console's look that stops at once (the first message shows a quorum
+// queue's mark) has been sent more than it read: it cancels, reads the
+// rest and gives everything back with one basic.nack, in place.
+func TestConsoleLookGivesBackWhatItDidNotRead(t *testing.T) {
+	t.Parallel()
+	proxy, url := testenv.Proxy(t)
+	b, _ := consBroker(t, url)
+	q := testenv.Name(t)
+	dlq := topology.DeadLetterQueue(q)
+	testenv.Cleanup(t, dlq)
+	if err := b.Declare(testenv.Context(t, 10*time.Second), topology.New().Queue(dlq, topology.Classic())); err != nil {
+		t.Fatal(err)
+	}
+	msgs := consMessages("looked", 20)
+	msgs[0].Headers = amqp.Table{"x-delivery-count": int64(1)} // the mark, as a quorum queue writes it
+	testenv.Publish(t, b, dlq, msgs...)
+	con, err := ops.NewConsole(b, ops.ConsoleOptions{Queues: []string{q}, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer con.Close(context.Background())
+	srv := httptest.NewServer(con)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/queues/" + neturl.PathEscape(q) + "/dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), `id="quorum"`) {
+		t.Fatalf("the look did not stop at the mark:\n%s", page)
+	}
+	testenv.WaitCount(t, b, dlq, 20, 10*time.Second)
+	if n := proxy.Sent(60, methodNack); n != 1 {
+		t.Errorf("sent %d basic.nack, want one (multiple) giving all back", n)
+	}
+	// The nack names the last of the 20 deliveries, multiple and requeue.
+	if args := proxy.LastSent(60, methodNack); len(args) < 9 || binary.BigEndian.Uint64(args) != 20 || args[8] != 3 {
+		t.Errorf("basic.nack arguments %x, want delivery tag 20, multiple and requeue", args)
+	}
+	got := testenv.GetAll(t, b, dlq)
+	for i, d := range got {
+		if d.MessageId != msgs[i].MessageId {
+			t.Fatalf("after the look, message %d is %s, want %s: not back in place", i, d.MessageId, msgs[i].MessageId)
+		}
 	}
 }

@@ -17,8 +17,8 @@ import (
 // browse shows up to limit messages from the head of queue to visit, in
 // order, without taking them, like Peek but streamed: it subscribes with a
 // prefetch of limit and without acknowledging, so the broker pushes them
-// without a round trip each, and closes its channel at the end, which
-// returns every one to where it was (marked redelivered). It stops early
+// without a round trip each, and gives every one back at the end, to where
+// it was (marked redelivered; see holding). It stops early
 // when visit returns false, when ctx ends, or when no message came for
 // idle. It reports how many messages the queue held when it started.
 func browse(ctx context.Context, b *mq.Broker, queue string, limit int, idle time.Duration, visit func(pos int, d amqp.Delivery) bool) (int, error) {
@@ -34,14 +34,36 @@ func browse(ctx context.Context, b *mq.Broker, queue string, limit int, idle tim
 	if err != nil {
 		return info.Messages, fmt.Errorf("ops: browse %q: %w", queue, err)
 	}
-	defer ch.Close() // returns every message delivered, in place
+	h := &holding{ch: ch}
+	defer h.close() // returns every message delivered, in place
 	if err := ch.Qos(n, 0, false); err != nil {
 		return info.Messages, fmt.Errorf("ops: browse %q: %w", queue, refusal("qos", err))
 	}
-	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
+	ds, err := ch.Consume(queue, browseTag, false, false, false, false, nil)
 	if err != nil {
 		return info.Messages, fmt.Errorf("ops: browse %q: %w", queue, refusal(fmt.Sprintf("consume from queue %q", queue), err))
 	}
+	// Stopped early, the look leaves deliveries it never read on the
+	// channel: cancel, then read them to the end (amqp091 ends the stream
+	// after the cancel-ok), so they are given back with the rest.
+	defer func() {
+		if ch.Cancel(browseTag, false) != nil {
+			return // the channel is gone: the broker returned them itself
+		}
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case d, ok := <-ds:
+				if !ok {
+					return
+				}
+				h.keep(d.DeliveryTag)
+			case <-t.C:
+				return
+			}
+		}
+	}()
 	timer := time.NewTimer(idle)
 	defer timer.Stop()
 	for pos := 1; pos <= n; pos++ {
@@ -57,6 +79,7 @@ func browse(ctx context.Context, b *mq.Broker, queue string, limit int, idle tim
 		if !ok {
 			return info.Messages, fmt.Errorf("ops: browse %q: the channel closed after %d messages", queue, pos-1)
 		}
+		h.keep(d.DeliveryTag)
 		if !visit(pos, d) {
 			break
 		}
@@ -64,6 +87,9 @@ func browse(ctx context.Context, b *mq.Broker, queue string, limit int, idle tim
 	}
 	return info.Messages, nil
 }
+
+// browseTag is browse's consumer tag, on a channel of its own.
+const browseTag = "acemq-browse"
 
 // maxPrefetch is the largest prefetch count AMQP 0-9-1 can say.
 const maxPrefetch = 65535

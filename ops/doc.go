@@ -32,11 +32,15 @@
 // every other message to where it was. Both are destructive: the acemq
 // command asks before either.
 //
-// Peek, PeekMatching and Delete take messages without acknowledging them
-// and give them back by closing their channel. On a quorum queue that
-// counts as a delivery: each message's x-delivery-count rises, and past the
-// queue's delivery limit (20 by default on RabbitMQ 4) the broker
-// dead-letters or drops it.
+// Peek, PeekMatching, Delete, Replay and the console take messages without
+// acknowledging them and give back what they keep with one basic.nack
+// (multiple, with requeue) before closing their channel. On a quorum queue
+// up to RabbitMQ 4.2 that counts as a delivery: each message's
+// x-delivery-count rises, and past the queue's delivery limit (20 by
+// default on RabbitMQ 4) the broker dead-letters or drops it. RabbitMQ 4.3
+// counts such a return only in x-acquired-count, not toward the limit; it
+// would count a return by the channel's close, which is why they nack
+// first.
 //
 // # Replay
 //
@@ -78,8 +82,8 @@
 // # Peek
 //
 // Peek takes up to n messages with basic.get without acknowledging them and
-// then closes its channel, so the broker returns them to the queue where
-// they were. They come back marked redelivered, and while Peek holds them a
+// then gives them back, so the broker returns them to the queue where they
+// were. They come back marked redelivered, and while Peek holds them a
 // consumer of the queue does not get them.
 //
 // # Console
@@ -91,8 +95,8 @@
 // all (Replay with ReplayOptions.Filter, run by the console, stoppable),
 // Delete and Purge. It reads only <q>.dlq and <q>.parked (classic queues),
 // never a source queue, so a quorum source keeps its order and delivery
-// counts; a look streams the messages with basic.consume and closes the
-// channel, which returns them in place like Peek. A .dlq or .parked that
+// counts; a look streams the messages with basic.consume and gives them
+// back in place like Peek (what it was sent and did not read too). A .dlq or .parked that
 // is a quorum queue after all (a vhost whose default queue type is quorum
 // makes one), where a look counts toward the delivery limit, is not read:
 // the management API's type says so before the first look, else the

@@ -85,7 +85,8 @@ func PeekMatching(ctx context.Context, b *mq.Broker, queue string, n int, f Filt
 	if err != nil {
 		return nil, fmt.Errorf("ops: peek %q: %w", queue, err)
 	}
-	defer ch.Close()
+	h := &holding{ch: ch}
+	defer h.close() // returns every message taken, in place
 	var out []Peeked
 	for pos := 1; pos <= info.Messages && len(out) < n; pos++ {
 		d, ok, err := get(ctx, ch, queue)
@@ -95,6 +96,7 @@ func PeekMatching(ctx context.Context, b *mq.Broker, queue string, n int, f Filt
 		if !ok {
 			break
 		}
+		h.keep(d.DeliveryTag)
 		if p := peeked(queue, pos, d); f.Match(p) {
 			out = append(out, p)
 		}
@@ -148,7 +150,8 @@ func Delete(ctx context.Context, b *mq.Broker, queue string, f Filter) (int, err
 	if err != nil {
 		return 0, fmt.Errorf("ops: delete from %q: %w", queue, err)
 	}
-	defer ch.Close() // returns every other message, in place
+	h := &holding{ch: ch}
+	defer h.close() // returns every other message, in place
 	deleted := 0
 	for pos := 1; pos <= info.Messages; pos++ {
 		d, ok, err := get(ctx, ch, queue)
@@ -159,6 +162,7 @@ func Delete(ctx context.Context, b *mq.Broker, queue string, f Filter) (int, err
 			break
 		}
 		if !f.Match(peeked(queue, pos, d)) {
+			h.keep(d.DeliveryTag)
 			continue
 		}
 		if err := d.Ack(false); err != nil {

@@ -162,9 +162,34 @@ type Peeked struct {
 	Preview string
 }
 
+// holding is a channel of an ops function's own on which it takes
+// messages without acknowledging them: what it keeps is given back at the
+// end, in place.
+type holding struct {
+	ch   *amqp.Channel
+	last uint64 // the highest delivery tag kept (0: none)
+}
+
+// keep notes that the delivery tagged tag stays held until the end.
+func (h *holding) keep(tag uint64) { h.last = max(h.last, tag) }
+
+// close gives back everything held with one basic.nack (multiple, with
+// requeue), then closes the channel. The close alone would return them too,
+// but RabbitMQ 4.3 and later count a return by a closed channel toward a
+// quorum queue's delivery limit (x-delivery-count), and a nack with requeue
+// they do not: so a look at a queue does not bring its messages nearer
+// their limit. A nack that fails (a dead channel) has been overtaken by the
+// broker's own return.
+func (h *holding) close() {
+	if h.last > 0 {
+		_ = h.ch.Nack(h.last, true, true)
+	}
+	_ = h.ch.Close()
+}
+
 // Peek shows up to n messages from the head of queue without taking them:
-// it gets them without acknowledging, then closes its channel so the
-// broker returns them to where they were. They come back marked
+// it gets them without acknowledging, then gives them back (basic.nack with
+// requeue) to where they were. They come back marked
 // redelivered; while Peek holds them, the queue's consumers do not get
 // them. Fewer than n are returned when the queue holds fewer.
 // errors.Is(err, mq.ErrNotFound) when the queue does not exist.
@@ -182,7 +207,8 @@ func Peek(ctx context.Context, b *mq.Broker, queue string, n int) ([]Peeked, err
 	if err != nil {
 		return nil, fmt.Errorf("ops: peek %q: %w", queue, err)
 	}
-	defer ch.Close() // returns every message taken, in place
+	h := &holding{ch: ch}
+	defer h.close() // returns every message taken, in place
 	var out []Peeked
 	for len(out) < n {
 		d, ok, err := get(ctx, ch, queue)
@@ -192,6 +218,7 @@ func Peek(ctx context.Context, b *mq.Broker, queue string, n int) ([]Peeked, err
 		if !ok {
 			break
 		}
+		h.keep(d.DeliveryTag)
 		out = append(out, peeked(queue, len(out)+1, d))
 	}
 	return out, nil

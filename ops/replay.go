@@ -143,9 +143,10 @@ func Replay(ctx context.Context, b *mq.Broker, from string, opts ReplayOptions) 
 	if err != nil {
 		return res, fmt.Errorf("ops: replay from %q: %w", from, err)
 	}
-	// Closing the channel returns what it still holds (skipped messages, a
-	// dry run's) to the queue, in place.
-	defer ch.Close()
+	// What it still holds at the end (skipped messages, a dry run's) goes
+	// back to the queue, in place.
+	h := &holding{ch: ch}
+	defer h.close()
 	var pub *mq.Publisher
 	if !opts.DryRun {
 		pub = b.Publisher("", mq.AsHop(mq.HopReplay))
@@ -168,7 +169,8 @@ func Replay(ctx context.Context, b *mq.Broker, from string, opts ReplayOptions) 
 		}
 		res.Taken++
 		if !opts.Filter.matches(from, d) {
-			res.Unmatched++ // held until the channel closes, then back in place
+			h.keep(d.DeliveryTag)
+			res.Unmatched++ // held until the end, then back in place
 			progress(opts, res)
 			continue
 		}
@@ -180,8 +182,9 @@ func Replay(ctx context.Context, b *mq.Broker, from string, opts ReplayOptions) 
 				log.Warn("acemq.replay.source.header.ignored", "queue", from, "message_id", d.MessageId, "problem", note, "target", target)
 			}
 			if err != nil {
-				// Held unacknowledged until the channel closes, so the next
-				// get moves on; then it returns to where it was.
+				// Held unacknowledged until the end, so the next get moves
+				// on; then it returns to where it was.
+				h.keep(d.DeliveryTag)
 				res.Skipped = append(res.Skipped, Skipped{MessageId: d.MessageId, Err: err})
 				log.Warn("acemq.replay.skipped", "queue", from, "message_id", d.MessageId, "error", err)
 				progress(opts, res)
@@ -189,6 +192,7 @@ func Replay(ctx context.Context, b *mq.Broker, from string, opts ReplayOptions) 
 			}
 		}
 		if opts.DryRun {
+			h.keep(d.DeliveryTag)
 			res.Moved++
 			res.Targets[target]++
 			progress(opts, res)

@@ -420,7 +420,7 @@ func (c *peekCmd) Run(e *env) error {
 	}
 	e.result = map[string]any{"queue": c.Queue, "messages": rows}
 	if quorum {
-		e.warn("%s is a quorum queue: every peek raised the delivery count (x-delivery-count) of the messages it looked at and may have moved them back in the queue; with a delivery limit (20 by default on RabbitMQ 4) a message peeked too often is dropped or dead-lettered by the broker", c.Queue)
+		e.warn("%s is a quorum queue: up to RabbitMQ 4.2 every peek raised the delivery count (x-delivery-count) of the messages it looked at (4.3 counts only x-acquired-count), and it may have moved them back in the queue; with a delivery limit (20 by default on RabbitMQ 4) a message peeked too often is dropped or dead-lettered by the broker", c.Queue)
 	}
 	if err != nil {
 		return plainNotFound(err, c.Queue)

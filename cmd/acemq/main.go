@@ -33,9 +33,10 @@
 // with (the x-acemq-original-* headers its first hop wrote, else the
 // broker's oldest x-death record, else the delivery's own; "route from"
 // says which). Peeking takes messages without acknowledging them and
-// returns them: on a quorum queue that raises their delivery count
-// (RabbitMQ 4 drops or dead-letters a message past its delivery limit, 20
-// by default) and may move them back in the queue; peek warns when it
+// gives them back with basic.nack: on a quorum queue up to RabbitMQ 4.2
+// that raises their delivery count (RabbitMQ 4 drops or dead-letters a
+// message past its delivery limit, 20 by default; 4.3 does not count such
+// a return) and may move them back in the queue; peek warns when it
 // sees a quorum queue's mark, x-delivery-count or, on RabbitMQ 4.x,
 // x-acquired-count.
 //
