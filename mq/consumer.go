@@ -468,10 +468,12 @@ func (c *Consumer) serve(sub *subscription) string {
 		sub.mu.Lock()
 		live := sub.active.Load()
 		sub.mu.Unlock()
-		_ = live.ch.Cancel(c.cfg.tag, false)
+		cancelled := live.ch.Cancel(c.cfg.tag, false) == nil
 		select {
 		case <-workersDone:
-			sub.releaseUnread(c.abort)
+			if cancelled { // else the channel is likely gone, and with it what it held
+				sub.releaseUnread(c.abort)
+			}
 		case <-c.abort:
 			sub.close()  // first: the broker requeues what was not settled,
 			sub.cancel() // and a handler cut short can no longer reject it
