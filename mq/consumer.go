@@ -254,10 +254,10 @@ func (c *Consumer) Err() error {
 // hooks, then closes the channel. Messages received but not yet handled go
 // back to the queue with basic.nack before the channel closes: nobody's
 // failure, which RabbitMQ 4.3 does not count toward a quorum queue's
-// delivery limit (a return by the close it would). If ctx ends first, in-flight handlers' contexts are
-// cancelled, the channel is closed (the broker requeues what was not
-// settled) and Stop returns ctx's error; Done closes when the last handler
-// has returned. Stop is idempotent.
+// delivery limit (a return by the close it would). If ctx ends first,
+// in-flight handlers' contexts are cancelled, the channel is closed (the
+// broker requeues what was not settled) and Stop returns ctx's error; Done
+// closes when the last handler has returned. Stop is idempotent.
 func (c *Consumer) Stop(ctx context.Context) error {
 	c.stopOnce.Do(func() {
 		c.mu.Lock()
@@ -532,8 +532,7 @@ func (s *subscription) releaseUnread(abort <-chan struct{}) {
 				if !ok {
 					break read
 				}
-				st.lane.held.Add(1)
-				s.release(st, raw)
+				_ = st.lane.acks.Give(raw.DeliveryTag, giveRelease)
 			case <-t.C:
 				return
 			case <-abort:
