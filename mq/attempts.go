@@ -34,7 +34,10 @@ func (d *Delivery) Wait(ctx context.Context, w time.Duration) error {
 }
 
 // headerDeliveryCount is the header a quorum queue puts on a redelivered
-// message: how many times this copy was returned to the queue.
+// message: how many times this copy was returned to the queue (from
+// RabbitMQ 4.3 on, the returns that say it failed: a basic.reject, or a
+// channel or connection that closed holding it; a basic.nack with requeue
+// is not counted).
 const headerDeliveryCount = "x-delivery-count"
 
 // deliveryCount reads x-delivery-count, which RabbitMQ writes as a long.
