@@ -250,9 +250,9 @@ func (c *Consumer) Err() error {
 }
 
 // Stop drains the consumer: it cancels consumption, lets in-flight
-// handlers finish within ctx and settles them, runs the middleware's Stop
-// hooks, then closes the channel. Messages received but not yet handled go
-// back to the queue with basic.nack before the channel closes: nobody's
+// handlers finish within ctx and settles them, closes the channels, then
+// runs the middleware's Stop hooks. Messages received but not yet handled
+// go back to the queue with basic.nack before the channels close: nobody's
 // failure, which RabbitMQ 4.3 does not count toward a quorum queue's
 // delivery limit (a return by the close it would). If ctx ends first,
 // in-flight handlers' contexts are cancelled, the channel is closed (the
@@ -465,15 +465,11 @@ func (c *Consumer) serve(sub *subscription) string {
 		sub.drain()
 		// No new deliveries; in-flight ones still settle on their
 		// channels. The mover, having seen the drain, moves no more.
-		sub.mu.Lock()
-		live := sub.active.Load()
-		sub.mu.Unlock()
-		cancelled := live.ch.Cancel(c.cfg.tag, false) == nil
+		<-sub.moverDone
+		c.cancelStreams(sub)
 		select {
 		case <-workersDone:
-			if cancelled { // else the channel is likely gone, and with it what it held
-				sub.releaseUnread(c.abort)
-			}
+			sub.releaseUnread(c.abort)
 		case <-c.abort:
 			sub.close()  // first: the broker requeues what was not settled,
 			sub.cancel() // and a handler cut short can no longer reject it
@@ -513,14 +509,47 @@ func (s *subscription) release(st *stream, raw amqp.Delivery) {
 	st.lane.held.Add(-1)
 }
 
+// cancelStreams cancels, at Stop, every consumer of sub the broker has not
+// confirmed cancelled: the one consumed on, and one a move left behind
+// when the drain cut its cancel short. Each cancel is bounded by the
+// Stop's context; a stream whose cancel fails stays unconfirmed.
+func (c *Consumer) cancelStreams(sub *subscription) {
+	c.mu.Lock()
+	ctx := c.stopCtx
+	c.mu.Unlock()
+	sub.mu.Lock()
+	streams := slices.Clone(sub.streams)
+	sub.mu.Unlock()
+	for _, st := range streams {
+		sub.mu.Lock()
+		done := st.cancelled || st.ended
+		sub.mu.Unlock()
+		if done {
+			continue
+		}
+		if c.b.bounded(ctx, func() error { return st.lane.ch.Cancel(c.cfg.tag, false) }, nil) == nil {
+			sub.mu.Lock()
+			st.cancelled = true
+			sub.mu.Unlock()
+		}
+	}
+}
+
 // releaseUnread gives back what the broker sent and no worker took, once
-// the consumer is cancelled and its workers are done: each stream is read
-// to its end (amqp091 ends it after the cancel-ok, once what came before
-// is read). A stream whose end does not come within releaseWait, or an
-// abort, leaves the rest to the channel's close, which returns it too.
+// the consumer is cancelled and its workers are done: each stream whose
+// cancel the broker confirmed is read to its end (amqp091 ends it after
+// the cancel-ok, once what came before is read; a stream still consuming
+// would only be sent each message again). A stream not confirmed, one
+// whose end does not come within releaseWait, or an abort, leaves the rest
+// to the channel's close, which returns it too.
 func (s *subscription) releaseUnread(abort <-chan struct{}) {
 	s.mu.Lock()
-	streams := slices.Clone(s.streams)
+	var streams []*stream
+	for _, st := range s.streams {
+		if st.cancelled && !st.ended {
+			streams = append(streams, st)
+		}
+	}
 	s.mu.Unlock()
 	t := time.NewTimer(releaseWait)
 	defer t.Stop()
@@ -708,7 +737,10 @@ func (c *Consumer) settle(sub *subscription, d *Delivery, err error) {
 	case err != nil && sub.ctx.Err() != nil:
 		// We cut the handler short (lost channel, stop deadline): its
 		// failure is ours, not the message's. Back to the queue, and the
-		// attempt it used remembered for its redelivery.
+		// attempt it used remembered for its redelivery. By now the
+		// channel is gone or closing, so it is its close that returns the
+		// message (which RabbitMQ 4.3 counts); the release says what we
+		// would have sent.
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
 		c.requeued(d, "cut short", err)

@@ -64,8 +64,9 @@ type stream struct {
 	deliveries <-chan amqp.Delivery
 
 	// Under subscription.mu.
-	retired bool // cancelled by the subscription moving on
-	ended   bool // its deliveries channel was found closed
+	retired   bool // cancelled by the subscription moving on
+	cancelled bool // the broker confirmed its cancel: nothing more comes
+	ended     bool // its deliveries channel was found closed
 }
 
 // newLane opens a channel on the subscription's connection with the
@@ -347,12 +348,18 @@ func (c *Consumer) moveOn(life context.Context, s *subscription) (moved bool, er
 	// then the workers read nothing newer; a cancel that goes unanswered
 	// ends the subscription, which starts again on fresh channels.
 	if err := c.b.bounded(ctx, func() error { return old.ch.Cancel(c.cfg.tag, false) }, nil); err != nil {
+		if s.isDraining() {
+			return true, nil // cut by the drain: the stop cancels what is left (cancelStreams)
+		}
 		select {
 		case s.lost <- amqp.ErrClosed:
 		default:
 		}
 		return true, err
 	}
+	s.mu.Lock()
+	old.cur.cancelled = true
+	s.mu.Unlock()
 	return true, nil
 }
 
