@@ -352,8 +352,8 @@ func (f *framer) advance(b []byte) (int, bool) {
 		n += k
 		if f.remaining == 0 {
 			f.hn = 0
-			if f.onMethod != nil && f.hdr[0] == 1 && f.headN >= 4 {
-				size := int(binary.BigEndian.Uint32(f.hdr[3:7])) // the payload, without the frame end
+			if size := int(binary.BigEndian.Uint32(f.hdr[3:7])); f.onMethod != nil && f.hdr[0] == 1 && size >= 4 && f.headN >= 4 {
+				// size is the payload, without the frame end.
 				f.onMethod(binary.BigEndian.Uint16(f.head[0:2]), binary.BigEndian.Uint16(f.head[2:4]), f.head[4:min(f.headN, size)])
 			}
 			open := f.hdr[0] == 1 && f.hdr[1] == 0 && f.hdr[2] == 0 && f.headN >= 4 &&
