@@ -438,8 +438,9 @@ func FuzzRedactText(f *testing.F) {
 	})
 }
 
-// A quorum queue's mark is either count: 3.x writes x-delivery-count, 4.x
-// x-acquired-count for a return that was no failure (a peek's).
+// A quorum queue's mark is either count: x-delivery-count (every return up
+// to 4.2, failed ones from 4.3), or x-acquired-count (4.3: every return, so
+// the only mark on a message a peek gave back with a nack).
 func TestPeekedDeliveryCounted(t *testing.T) {
 	for _, c := range []struct {
 		h    amqp.Table

@@ -133,11 +133,12 @@ var ErrNoMessage = errors.New("ops: no such message")
 
 // Delete takes the messages f matches out of queue for good and returns
 // how many it deleted; every other message it looked at goes back to where
-// it was when its channel closes (marked redelivered). It looks at as many
+// it was at the end (marked redelivered; see Peek). It looks at as many
 // messages as the queue held when it began. Destructive: a zero Filter is
 // refused (Purge empties a queue). ErrNoMessage when none matches;
 // errors.Is(err, mq.ErrNotFound) when the queue does not exist. Meant for a
-// .dlq or .parked queue: on a quorum queue every look counts as a delivery.
+// .dlq or .parked queue: on a quorum queue up to RabbitMQ 4.2 every look
+// counts as a delivery.
 func Delete(ctx context.Context, b *mq.Broker, queue string, f Filter) (int, error) {
 	if f.IsZero() {
 		return 0, errors.New("ops: delete: the filter matches every message (use Purge)")

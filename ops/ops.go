@@ -149,9 +149,11 @@ type Peeked struct {
 	// says which of the three.
 	OriginalExchange, OriginalRoutingKey, RouteFrom string
 	// DeliveryCounted is set when the message carries a quorum queue's
-	// mark, x-delivery-count (or x-acquired-count, which RabbitMQ 4.x
-	// writes instead for returns that were no failure): taking it to look
-	// counted toward the queue's delivery limit.
+	// mark: x-delivery-count, or x-acquired-count (RabbitMQ 4.3 and later,
+	// which count every return there and only failed ones in
+	// x-delivery-count, so a message only ever given back by a nack, as a
+	// look gives it, carries just x-acquired-count). Up to 4.2 taking it to
+	// look counted toward the queue's delivery limit.
 	DeliveryCounted bool
 
 	// Headers are all the message's headers (a copy).
@@ -295,9 +297,10 @@ func deathRoute(h amqp.Table, ex, key *string) bool {
 	return true
 }
 
-// deliveryCounted reports a quorum queue's mark on a delivery: RabbitMQ
-// 3.x counts every return in x-delivery-count; 4.x counts returns that
-// were no failure (a closed channel, as a peek's) in x-acquired-count.
+// deliveryCounted reports a quorum queue's mark on a delivery: up to 4.2
+// RabbitMQ counts every return in x-delivery-count; 4.3 and later count
+// every return in x-acquired-count and only failed ones in
+// x-delivery-count.
 func deliveryCounted(h amqp.Table) bool {
 	_, counted := h["x-delivery-count"]
 	_, acquired := h["x-acquired-count"]

@@ -396,7 +396,6 @@ type peekJSON struct {
 	AttemptsUsed       *int           `json:"attempts_used"` // null: unknown (no x-acemq-attempt)
 	OriginalExchange   string         `json:"original_exchange"`
 	OriginalRoutingKey string         `json:"original_routing_key"`
-	RouteFrom          string         `json:"route_from"`
 	SourceQueue        string         `json:"source_queue,omitempty"`
 	Reason             string         `json:"reason,omitempty"`
 	Error              string         `json:"error,omitempty"`
@@ -438,7 +437,7 @@ func (c *peekCmd) Run(e *env) error {
 
 func peekRow(m ops.Peeked) peekJSON {
 	r := peekJSON{Position: m.Position, MessageID: m.MessageId, CorrelationID: m.CorrelationId, ContentType: m.ContentType,
-		Redelivered: m.Redelivered, OriginalExchange: m.OriginalExchange, OriginalRoutingKey: m.OriginalRoutingKey, RouteFrom: m.RouteFrom,
+		Redelivered: m.Redelivered, OriginalExchange: m.OriginalExchange, OriginalRoutingKey: m.OriginalRoutingKey,
 		SourceQueue: m.SourceQueue, Reason: m.Reason, Error: m.Error, BodyBytes: len(m.Body), Body: m.Preview}
 	if m.AttemptsUsed >= 0 {
 		n := m.AttemptsUsed

@@ -37,8 +37,8 @@
 // that raises their delivery count (RabbitMQ 4 drops or dead-letters a
 // message past its delivery limit, 20 by default; 4.3 does not count such
 // a return) and may move them back in the queue; peek warns when it
-// sees a quorum queue's mark, x-delivery-count or, on RabbitMQ 4.x,
-// x-acquired-count.
+// sees a quorum queue's mark, x-delivery-count or, on RabbitMQ 4.3 and
+// later, x-acquired-count.
 //
 // purge and delete ask before they change anything; --yes skips the
 // question, and an answer other than y (or no answer: stdin closed) changes
