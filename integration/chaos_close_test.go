@@ -99,7 +99,7 @@ func TestChaosBrokerClosesConnection(t *testing.T) {
 	for _, r := range lost {
 		e := r.Attrs["error"]
 		switch {
-		case strings.Contains(e, "320") || strings.Contains(e, "CONNECTION_FORCED"):
+		case strings.Contains(e, "(320)") || strings.Contains(e, "CONNECTION_FORCED"):
 			forced++
 		case strings.Contains(e, "connection reset") || strings.Contains(e, "EOF") || strings.Contains(e, "broken pipe"):
 		default:
