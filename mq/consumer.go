@@ -362,7 +362,7 @@ func (c *Consumer) subscribe(ctx context.Context, resub bool) (*subscription, er
 	}
 	l, cn, err := c.newLane(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("mq: consumer of %q: %w", c.queue, err)
+		return nil, err
 	}
 	st, err := c.consume(ctx, l)
 	if err != nil {

@@ -74,7 +74,7 @@ type stream struct {
 func (c *Consumer) newLane(ctx context.Context) (*lane, *conn, error) {
 	ch, st, err := c.b.channel(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("mq: consumer of %q: %w", c.queue, err)
 	}
 	closeCh := func() { _ = ch.Close() }
 	if err := c.b.bounded(ctx, func() error { return ch.Qos(c.cfg.qos(), 0, false) }, closeCh); err != nil {
