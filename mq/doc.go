@@ -41,7 +41,13 @@
 //     delivery count past two returns, and what the consumer remembers of
 //     a delivery it returned itself), and the copy a hop publishes
 //     (Delivery.HopMessage: the origin kept, nothing that would make it
-//     vanish, multiply or be refused).
+//     vanish, multiply or be refused). Each consumer has one goroutine,
+//     which serves one subscription after another until Stop (or
+//     Broker.Close) or it gives up; a subscription's workers (the
+//     concurrency, plus one in place of each delivery waiting in-process)
+//     and its mover have returned before the next one starts, the watcher
+//     of each of its channels ends with that channel, and an acker's flush
+//     timer is stopped when its channel is given up.
 //   - The types every other package builds on: Handler, HandlerFunc,
 //     Middleware, Delivery, Message, the instrumentation hooks, the
 //     contract's header names and events.
