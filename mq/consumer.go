@@ -239,7 +239,8 @@ func (c *Consumer) Queue() string { return c.queue }
 func (c *Consumer) Done() <-chan struct{} { return c.done }
 
 // Err is why the consumer ended: nil after Stop, the last subscribe error
-// after giving up. Valid once Done is closed.
+// after giving up, joined with any error of the middleware's Stop hooks.
+// Valid once Done is closed.
 func (c *Consumer) Err() error {
 	select {
 	case <-c.done:

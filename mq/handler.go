@@ -144,8 +144,10 @@ type envelope amqp.Delivery
 func (d *Delivery) Queue() string { return d.queue }
 
 // Attempt is this attempt's number, counting from 1: the x-acemq-attempt
-// header the delivery carried (absent means 1), plus one for each
-// in-process retry of it so far.
+// header the delivery carried (absent means 1), plus each return of the
+// copy a quorum queue counted (x-delivery-count) past the first two, never
+// less than the attempt the consumer remembers it reached before returning
+// it itself; plus one for each in-process retry of it so far.
 func (d *Delivery) Attempt() int { return d.attempt }
 
 // Outcome is what the middleware decided for the delivery (SetOutcome), or
