@@ -99,12 +99,21 @@ func (s *Subscription) Handlers() []Handler { return append([]Handler(nil), s.ha
 // RetryPolicy returns the policy of the first handler in the chain that
 // runs one (a PolicyHolder), or the zero policy (one attempt) if none does.
 func (s *Subscription) RetryPolicy() retry.Policy {
-	for _, h := range s.handlers {
-		if ph, ok := h.(PolicyHolder); ok {
-			return ph.RetryPolicy()
-		}
+	if ph := policyHolder(s.handlers); ph != nil {
+		return ph.RetryPolicy()
 	}
 	return retry.Policy{}
+}
+
+// policyHolder is the first of hs that runs a retry policy, or nil: the
+// one whose policy the consumer's queues are declared for.
+func policyHolder(hs []Handler) PolicyHolder {
+	for _, h := range hs {
+		if ph, ok := h.(PolicyHolder); ok {
+			return ph
+		}
+	}
+	return nil
 }
 
 // Delivery is one message as a consumer received it: the fields of the

@@ -47,10 +47,5 @@ func seamChain(h Handler, hooks []AttemptHook, opts []ConsumerOption) (Handler, 
 		return nil, nil, err
 	}
 	outer, built := chain(&attemptHandler{next: h, hooks: hooks}, cfg.mws)
-	for _, b := range built {
-		if ph, ok := b.(PolicyHolder); ok {
-			return outer, ph, nil
-		}
-	}
-	return outer, nil, nil
+	return outer, policyHolder(built), nil
 }
