@@ -83,9 +83,11 @@ func WithMiddleware(mws ...Middleware) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) { c.mws = append(c.mws, mws...) })
 }
 
-// WithRequeuePause sets how long a message whose hop failed is held before
+// WithRequeuePause sets how long a message the chain returns with Requeue
+// (a hop that failed, a panic that escaped every middleware) is held before
 // it is returned to its queue, so a missing queue does not turn into a hot
-// loop. Default DefaultRequeuePause (1 s). Cut short when the consumer stops.
+// loop. Default DefaultRequeuePause (1 s). Cut short when the consumer
+// stops or its channel is lost.
 func WithRequeuePause(d time.Duration) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) { c.requeuePause = max(d, 0) })
 }
