@@ -347,8 +347,12 @@ func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, *socke
 				}
 				top = tc
 			}
-			sc.gate = newGate(top)
-			return sc.gate, nil
+			// Under mu: the AfterFunc's Close reads sc.gate (to open it).
+			g := newGate(top)
+			mu.Lock()
+			sc.gate = g
+			mu.Unlock()
+			return g, nil
 		},
 	}
 	ac, err := amqp.DialConfig(dialURL, acfg)
