@@ -77,11 +77,13 @@ type Publisher struct {
 	mandatory bool
 	hop       HopKind
 
-	sem     chan struct{}              // one caller at a time opens a channel (see open)
-	solos   chan struct{}              // publishes resent alone after a refusal beside them (see solo)
-	live    atomic.Pointer[pubChannel] // cur while open, read without the lock on every publish
+	sem   chan struct{} // one caller at a time opens a channel (see open)
+	solos chan struct{} // publishes resent alone after a refusal beside them (see solo)
+	// live is the channel publishes go to (nil before the first, while a
+	// retired one is replaced, and after Close): stored under mu, read
+	// without it on every publish.
+	live    atomic.Pointer[pubChannel]
 	mu      sync.Mutex
-	cur     *pubChannel
 	retired []*pubChannel // retired channels, closed as they drain (or at Close)
 	closed  bool
 }
@@ -169,10 +171,8 @@ func (p *Publisher) check(key string, pub amqp.Publishing, hop HopKind) (checked
 }
 
 func (p *Publisher) server() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cur != nil {
-		return p.cur.st.server
+	if pc := p.live.Load(); pc != nil {
+		return pc.st.server
 	}
 	if st := p.b.stateNow(); st != nil {
 		return st.server
@@ -916,7 +916,8 @@ func publishOp(exchange string) string {
 // channel returns the live confirm-mode channel, opening one if needed.
 // The caller holds p.sem.
 func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
-	if pc := p.live.Load(); pc != nil && !pc.ended() && !pc.nacked.Load() {
+	pc := p.live.Load()
+	if pc != nil && !pc.ended() && !pc.nacked.Load() {
 		return pc, nil
 	}
 	p.mu.Lock()
@@ -924,19 +925,17 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
-	pc := p.cur
-	p.mu.Unlock()
-	if pc != nil && !pc.ended() {
-		if !pc.nacked.Load() {
-			return pc, nil
-		}
-		// A channel the broker keeps nacking on (see retireAfterNacks):
-		// new publishes go to a fresh one, and this one closes once what is
-		// in flight on it has its answer — closing it now would resend
-		// those and make duplicates.
-		p.mu.Lock()
+	// Open, so nacked: a channel the broker keeps nacking on (see
+	// retireAfterNacks). New publishes go to a fresh one, and this one
+	// closes once what is in flight on it has its answer — closing it now
+	// would resend those and make duplicates.
+	retire := pc != nil && !pc.ended()
+	if retire {
 		p.retired = append(slices.DeleteFunc(p.retired, (*pubChannel).ended), pc)
-		p.mu.Unlock()
+		p.live.Store(nil)
+	}
+	p.mu.Unlock()
+	if retire {
 		pc.retire(p.b)
 	}
 	for {
@@ -976,7 +975,6 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 			<-pc.sdone
 			return nil, ErrClosed
 		}
-		p.cur = pc
 		p.live.Store(pc)
 		p.mu.Unlock()
 		return pc, nil
@@ -999,8 +997,7 @@ func (p *Publisher) close(ctx context.Context) {
 		return
 	}
 	p.closed = true
-	pc, retired := p.cur, p.retired
-	p.live.Store(nil)
+	pc, retired := p.live.Swap(nil), p.retired
 	p.mu.Unlock()
 	shut := func(c *pubChannel) {
 		_ = p.b.bounded(ctx, func() error {
@@ -1012,9 +1009,7 @@ func (p *Publisher) close(ctx context.Context) {
 		}, nil)
 	}
 	for _, r := range retired {
-		if r != pc {
-			shut(r)
-		}
+		shut(r)
 	}
 	if pc != nil {
 		shut(pc)
