@@ -136,25 +136,40 @@ func (p *Publisher) publish(ctx context.Context, key string, m Message, hop HopK
 // publishHooked is publish with hooks to call. Apart, so that the message
 // of a publish without hooks stays on the caller's stack.
 func (p *Publisher) publishHooked(ctx context.Context, key string, m Message, hop HopKind) error {
-	m.Headers = cloneHeaders(m.Headers)
-	if m.Headers == nil {
-		m.Headers = amqp.Table{}
-	}
-	pub := m.publishing() // defaults first, so hooks see the message id
-	info := &Publishing{Exchange: p.exchange, RoutingKey: key, Mandatory: p.mandatory, Hop: hop, Message: &m, Server: p.server()}
-	hctx := ctx
-	for _, h := range p.b.hooks.publish {
-		hctx = h.OnPublish(hctx, info)
-	}
-	pub.Headers = m.Headers
+	pub, info, hctx := p.startHooks(ctx, key, m, hop)
 	cp, err := p.check(key, pub, hop)
 	if err == nil {
 		err = p.send(ctx, key, &cp)
 	}
+	p.endHooks(hctx, info, err)
+	return err
+}
+
+// startHooks shows m to every publish hook's OnPublish, in order, and
+// returns what to send (with the headers the hooks wrote), what the hooks
+// were shown and the context for endHooks. m's headers are copied first,
+// so a hook's writes never reach the caller's table, and its defaults are
+// applied first, so hooks see the message id.
+func (p *Publisher) startHooks(ctx context.Context, key string, m Message, hop HopKind) (amqp.Publishing, *Publishing, context.Context) {
+	m.Headers = cloneHeaders(m.Headers)
+	if m.Headers == nil {
+		m.Headers = amqp.Table{}
+	}
+	pub := m.publishing()
+	info := &Publishing{Exchange: p.exchange, RoutingKey: key, Mandatory: p.mandatory, Hop: hop, Message: &m, Server: p.server()}
+	for _, h := range p.b.hooks.publish {
+		ctx = h.OnPublish(ctx, info)
+	}
+	pub.Headers = m.Headers
+	return pub, info, ctx
+}
+
+// endHooks tells every publish hook, in reverse order, how the publish
+// startHooks began ended.
+func (p *Publisher) endHooks(hctx context.Context, info *Publishing, err error) {
 	for i := len(p.b.hooks.publish) - 1; i >= 0; i-- {
 		p.b.hooks.publish[i].OnPublishDone(hctx, info, err)
 	}
-	return err
 }
 
 // check runs the validator on one publish; a hop is trimmed to fit the
@@ -1059,32 +1074,21 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 		info *Publishing
 		hctx context.Context
 	}
-	hooks := p.b.hooks.publish
 	checked := make([]checkedPublish, len(msgs)) // what a resend sends again: the same id, timestamp and headers
 	errs := make([]error, len(msgs))
 	var hk []hooked
-	if len(hooks) > 0 {
+	if len(p.b.hooks.publish) > 0 {
 		hk = make([]hooked, len(msgs))
 	}
 	// Every message is prepared first (hooks, validator).
 	pending := make([]int, 0, len(msgs))
 	for i := range msgs {
-		m := msgs[i]
-		if len(hooks) > 0 {
-			m.Headers = cloneHeaders(m.Headers)
-			if m.Headers == nil {
-				m.Headers = amqp.Table{}
-			}
-		}
-		pub := m.publishing()
-		if len(hooks) > 0 {
-			info := &Publishing{Exchange: p.exchange, RoutingKey: routingKey, Mandatory: p.mandatory, Hop: p.hop, Message: &m, Server: p.server()}
-			hctx := ctx
-			for _, h := range hooks {
-				hctx = h.OnPublish(hctx, info)
-			}
-			hk[i] = hooked{info, hctx}
-			pub.Headers = m.Headers
+		var pub amqp.Publishing
+		if hk != nil {
+			pub, hk[i].info, hk[i].hctx = p.startHooks(ctx, routingKey, msgs[i], p.hop)
+		} else {
+			m := msgs[i] // the defaults are the copy's: the caller's slice is left as it is
+			pub = m.publishing()
 		}
 		cp, err := p.check(routingKey, pub, p.hop)
 		if err != nil {
@@ -1149,9 +1153,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 		errs[i] = failed
 	}
 	for i := range hk {
-		for j := len(hooks) - 1; j >= 0; j-- {
-			hooks[j].OnPublishDone(hk[i].hctx, hk[i].info, errs[i])
-		}
+		p.endHooks(hk[i].hctx, hk[i].info, errs[i])
 	}
 	for _, err := range errs {
 		if err != nil {
