@@ -860,20 +860,11 @@ func (p *Publisher) soloOnce(ctx context.Context, key string, cp checkedPublish)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ch, st, err := p.b.channel(ctx)
+	ch, st, err := p.b.confirmChannel(ctx)
 	if err != nil {
 		return err
 	}
 	defer p.b.closeLater(ch)
-	if err := p.b.bounded(ctx, func() error { return ch.Confirm(false) }, func() { _ = ch.Close() }); err != nil {
-		if ctx.Err() != nil {
-			return err
-		}
-		if st.isLost() {
-			return errResend
-		}
-		return brokerError("put channel in confirm mode", err)
-	}
 	if err := cp.fitsFrame(st.frameMax()); err != nil {
 		return err
 	}
@@ -953,46 +944,56 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 	if retire {
 		pc.retire(p.b)
 	}
-	for {
-		ch, st, err := p.b.channel(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if err := p.b.bounded(ctx, func() error { return ch.Confirm(false) }, func() { _ = ch.Close() }); err != nil {
-			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-				return nil, fmt.Errorf("mq: put channel in confirm mode: %w", err)
-			}
-			p.b.closeLater(ch)
-			if st.isLost() {
-				continue
-			}
-			return nil, brokerError("put channel in confirm mode", err)
-		}
-		pc = &pubChannel{ch: ch, st: st, exchange: p.exchange, over: make(chan struct{}),
-			wkick: make(chan struct{}, 1), wdone: make(chan struct{}), skick: make(chan struct{}, 1), sdone: make(chan struct{}),
-			live: map[fingerprint]uint64{}}
-		// Two unbuffered return listeners: amqp091-go hands a return to
-		// each in turn, so it cannot go on to the ack that follows before
-		// the watcher took the second, which it does only once the first
-		// is recorded.
-		r1 := ch.NotifyReturn(make(chan amqp.Return))
-		r2 := ch.NotifyReturn(make(chan amqp.Return))
-		closes := ch.NotifyClose(make(chan *amqp.Error, 1))
-		go pc.watch(closes, r1, r2)
-		go pc.writer(p.mandatory)
-		go pc.settler()
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			_ = ch.Close()
-			<-pc.over
-			<-pc.wdone
-			<-pc.sdone
-			return nil, ErrClosed
-		}
-		p.live.Store(pc)
+	ch, st, err := p.b.confirmChannel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pc = &pubChannel{ch: ch, st: st, exchange: p.exchange, over: make(chan struct{}),
+		wkick: make(chan struct{}, 1), wdone: make(chan struct{}), skick: make(chan struct{}, 1), sdone: make(chan struct{}),
+		live: map[fingerprint]uint64{}}
+	// Two unbuffered return listeners: amqp091-go hands a return to
+	// each in turn, so it cannot go on to the ack that follows before
+	// the watcher took the second, which it does only once the first
+	// is recorded.
+	r1 := ch.NotifyReturn(make(chan amqp.Return))
+	r2 := ch.NotifyReturn(make(chan amqp.Return))
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go pc.watch(closes, r1, r2)
+	go pc.writer(p.mandatory)
+	go pc.settler()
+	p.mu.Lock()
+	if p.closed {
 		p.mu.Unlock()
-		return pc, nil
+		_ = ch.Close()
+		<-pc.over
+		<-pc.wdone
+		<-pc.sdone
+		return nil, ErrClosed
+	}
+	p.live.Store(pc)
+	p.mu.Unlock()
+	return pc, nil
+}
+
+// confirmChannel opens a channel in confirm mode on the live connection,
+// on the next one when the connection goes as it does.
+func (b *Broker) confirmChannel(ctx context.Context) (*amqp.Channel, *conn, error) {
+	for {
+		ch, st, err := b.channel(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		err = b.bounded(ctx, func() error { return ch.Confirm(false) }, func() { _ = ch.Close() })
+		if err == nil {
+			return ch, st, nil
+		}
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, nil, fmt.Errorf("mq: put channel in confirm mode: %w", err)
+		}
+		b.closeLater(ch)
+		if !st.isLost() {
+			return nil, nil, brokerError("put channel in confirm mode", err)
+		}
 	}
 }
 
