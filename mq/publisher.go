@@ -1242,22 +1242,13 @@ func (pc *pubChannel) shutLater() {
 // worth a new channel.
 const retireAfterNacks = 2
 
-// add queues a mandatory publish about to be sent and returns its number,
-// unless a publish with the same fingerprint is still in flight on the
-// channel: then it returns that one's confirmation to wait for, and queues
-// nothing. The broker returns a message by routing key and properties
-// only, so two such publishes in flight at once could not be told apart.
-// Publishes are queued through enqueue and enqueueRun, which call
-// tryAddLocked under the lock they already hold; add is that on its own.
-func (pc *pubChannel) add(fp fingerprint) (uint64, *amqp.DeferredConfirmation) {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	seq, busy, _ := pc.tryAddLocked(fp)
-	return seq, busy
-}
-
-// tryAddLocked is add with pc.mu held that also reports a conflict with a
-// publish queued and not sent yet (ok false, busy nil).
+// tryAddLocked numbers a mandatory publish about to be queued for
+// sending (ok), unless a publish with the same fingerprint is still on the
+// channel: then it returns that one's confirmation to wait for when it is
+// in flight, nil when it is queued and not sent yet, and numbers nothing.
+// The broker returns a message by routing key and properties only, so two
+// such publishes in flight at once could not be told apart. pc.mu is held
+// (enqueue and enqueueRun hold it already).
 // The map holds numbers, not confirmations, so that a publish costs it
 // three look-ups (here, and the delete when the queue forgets it) whatever
 // happens in between.
@@ -1268,9 +1259,6 @@ func (pc *pubChannel) tryAddLocked(fp fingerprint) (seq uint64, busy *amqp.Defer
 			return 0, e.dc, false
 		}
 		e.superseded = true // confirmed; its caller has yet to read it
-	}
-	if pc.live == nil {
-		pc.live = map[fingerprint]uint64{}
 	}
 	if len(pc.q) == cap(pc.q) { // no room after the tail
 		if cap(pc.arr) > 0 && len(pc.q) <= cap(pc.arr)/2 {
