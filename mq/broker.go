@@ -271,12 +271,10 @@ func (b *Broker) tlsConfig(raw string) (*tls.Config, string, error) {
 // frameMax is the frame_max negotiated on c.
 func (c *conn) frameMax() int { return c.c.Config.FrameSize }
 
-// frameMax is the frame_max of the live connection, or of the last one, or
-// amqp091-go's default before the first: what a hop is fitted to.
+// frameMax is the frame_max of the last connection dialled, which is the
+// live one while there is one, or amqp091-go's default before the first:
+// what a hop is fitted to. It takes no lock: every hop publish asks.
 func (b *Broker) frameMax() int {
-	if st := b.stateNow(); st != nil {
-		return st.frameMax()
-	}
 	if n := b.frameSize.Load(); n > 0 {
 		return int(n)
 	}
@@ -347,8 +345,12 @@ func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, *socke
 				}
 				top = tc
 			}
-			sc.gate = newGate(top)
-			return sc.gate, nil
+			// Under mu: the AfterFunc's Close reads sc.gate (to open it).
+			g := newGate(top)
+			mu.Lock()
+			sc.gate = g
+			mu.Unlock()
+			return g, nil
 		},
 	}
 	ac, err := amqp.DialConfig(dialURL, acfg)

@@ -32,12 +32,16 @@ type Config struct {
 	// ConnectionName is shown in the management UI. Default: the program's
 	// name.
 	ConnectionName string
-	// TLS configures amqps:// URLs. Default: the system's roots, with peer
-	// verification on and the URL's host as server name.
+	// TLS configures amqps:// URLs. Default: what the URL's cacertfile,
+	// certfile, keyfile and server_name_indication parameters say, as
+	// amqp091-go reads them (the system's roots when no cacertfile), with
+	// peer verification on. Either way the URL's host is the server name
+	// unless one is set.
 	TLS *tls.Config
 	// Heartbeat is the AMQP heartbeat interval. Default 10 s. A write to
-	// the socket that moves no byte for twice this (while the broker has not
-	// sent connection.blocked) ends the connection.
+	// the socket that moves no byte for twice this, and at least a second
+	// (while the broker has not sent connection.blocked), ends the
+	// connection.
 	Heartbeat time.Duration
 	// DialTimeout bounds one connection attempt (TCP, TLS and AMQP
 	// handshake), within the caller's context. Default 10 s.

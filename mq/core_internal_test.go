@@ -119,6 +119,17 @@ func TestNewMessageIDUnique(t *testing.T) {
 	}
 }
 
+// add is tryAddLocked on its own, for the tests that play the writer.
+func (pc *pubChannel) add(fp fingerprint) (uint64, *amqp.DeferredConfirmation) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.live == nil {
+		pc.live = map[fingerprint]uint64{}
+	}
+	seq, busy, _ := pc.tryAddLocked(fp)
+	return seq, busy
+}
+
 // Returns are matched by routing key and message id. Two mandatory
 // publishes with the same pair are never in flight on one channel at once
 // (the second waits for the first's confirm), so a return is credited to

@@ -77,11 +77,13 @@ type Publisher struct {
 	mandatory bool
 	hop       HopKind
 
-	sem     chan struct{}              // one caller at a time opens a channel (see open)
-	solos   chan struct{}              // publishes resent alone after a refusal beside them (see solo)
-	live    atomic.Pointer[pubChannel] // cur while open, read without the lock on every publish
+	sem   chan struct{} // one caller at a time opens a channel (see open)
+	solos chan struct{} // publishes resent alone after a refusal beside them (see solo)
+	// live is the channel publishes go to (nil before the first, while a
+	// retired one is replaced, and after Close): stored under mu, read
+	// without it on every publish.
+	live    atomic.Pointer[pubChannel]
 	mu      sync.Mutex
-	cur     *pubChannel
 	retired []*pubChannel // retired channels, closed as they drain (or at Close)
 	closed  bool
 }
@@ -134,25 +136,40 @@ func (p *Publisher) publish(ctx context.Context, key string, m Message, hop HopK
 // publishHooked is publish with hooks to call. Apart, so that the message
 // of a publish without hooks stays on the caller's stack.
 func (p *Publisher) publishHooked(ctx context.Context, key string, m Message, hop HopKind) error {
-	m.Headers = cloneHeaders(m.Headers)
-	if m.Headers == nil {
-		m.Headers = amqp.Table{}
-	}
-	pub := m.publishing() // defaults first, so hooks see the message id
-	info := &Publishing{Exchange: p.exchange, RoutingKey: key, Mandatory: p.mandatory, Hop: hop, Message: &m, Server: p.server()}
-	hctx := ctx
-	for _, h := range p.b.hooks.publish {
-		hctx = h.OnPublish(hctx, info)
-	}
-	pub.Headers = m.Headers
+	pub, info, hctx := p.startHooks(ctx, key, m, hop)
 	cp, err := p.check(key, pub, hop)
 	if err == nil {
 		err = p.send(ctx, key, &cp)
 	}
+	p.endHooks(hctx, info, err)
+	return err
+}
+
+// startHooks shows m to every publish hook's OnPublish, in order, and
+// returns what to send (with the headers the hooks wrote), what the hooks
+// were shown and the context for endHooks. m's headers are copied first,
+// so a hook's writes never reach the caller's table, and its defaults are
+// applied first, so hooks see the message id.
+func (p *Publisher) startHooks(ctx context.Context, key string, m Message, hop HopKind) (amqp.Publishing, *Publishing, context.Context) {
+	m.Headers = cloneHeaders(m.Headers)
+	if m.Headers == nil {
+		m.Headers = amqp.Table{}
+	}
+	pub := m.publishing()
+	info := &Publishing{Exchange: p.exchange, RoutingKey: key, Mandatory: p.mandatory, Hop: hop, Message: &m, Server: p.server()}
+	for _, h := range p.b.hooks.publish {
+		ctx = h.OnPublish(ctx, info)
+	}
+	pub.Headers = m.Headers
+	return pub, info, ctx
+}
+
+// endHooks tells every publish hook, in reverse order, how the publish
+// startHooks began ended.
+func (p *Publisher) endHooks(hctx context.Context, info *Publishing, err error) {
 	for i := len(p.b.hooks.publish) - 1; i >= 0; i-- {
 		p.b.hooks.publish[i].OnPublishDone(hctx, info, err)
 	}
-	return err
 }
 
 // check runs the validator on one publish; a hop is trimmed to fit the
@@ -169,10 +186,8 @@ func (p *Publisher) check(key string, pub amqp.Publishing, hop HopKind) (checked
 }
 
 func (p *Publisher) server() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cur != nil {
-		return p.cur.st.server
+	if pc := p.live.Load(); pc != nil {
+		return pc.st.server
 	}
 	if st := p.b.stateNow(); st != nil {
 		return st.server
@@ -845,20 +860,11 @@ func (p *Publisher) soloOnce(ctx context.Context, key string, cp checkedPublish)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ch, st, err := p.b.channel(ctx)
+	ch, st, err := p.b.confirmChannel(ctx)
 	if err != nil {
 		return err
 	}
 	defer p.b.closeLater(ch)
-	if err := p.b.bounded(ctx, func() error { return ch.Confirm(false) }, func() { _ = ch.Close() }); err != nil {
-		if ctx.Err() != nil {
-			return err
-		}
-		if st.isLost() {
-			return errResend
-		}
-		return brokerError("put channel in confirm mode", err)
-	}
 	if err := cp.fitsFrame(st.frameMax()); err != nil {
 		return err
 	}
@@ -916,7 +922,8 @@ func publishOp(exchange string) string {
 // channel returns the live confirm-mode channel, opening one if needed.
 // The caller holds p.sem.
 func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
-	if pc := p.live.Load(); pc != nil && !pc.ended() && !pc.nacked.Load() {
+	pc := p.live.Load()
+	if pc != nil && !pc.ended() && !pc.nacked.Load() {
 		return pc, nil
 	}
 	p.mu.Lock()
@@ -924,62 +931,69 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
-	pc := p.cur
-	p.mu.Unlock()
-	if pc != nil && !pc.ended() {
-		if !pc.nacked.Load() {
-			return pc, nil
-		}
-		// A channel the broker keeps nacking on (see retireAfterNacks):
-		// new publishes go to a fresh one, and this one closes once what is
-		// in flight on it has its answer — closing it now would resend
-		// those and make duplicates.
-		p.mu.Lock()
+	// Open, so nacked: a channel the broker keeps nacking on (see
+	// retireAfterNacks). New publishes go to a fresh one, and this one
+	// closes once what is in flight on it has its answer — closing it now
+	// would resend those and make duplicates.
+	retire := pc != nil && !pc.ended()
+	if retire {
 		p.retired = append(slices.DeleteFunc(p.retired, (*pubChannel).ended), pc)
-		p.mu.Unlock()
+		p.live.Store(nil)
+	}
+	p.mu.Unlock()
+	if retire {
 		pc.retire(p.b)
 	}
-	for {
-		ch, st, err := p.b.channel(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if err := p.b.bounded(ctx, func() error { return ch.Confirm(false) }, func() { _ = ch.Close() }); err != nil {
-			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-				return nil, fmt.Errorf("mq: put channel in confirm mode: %w", err)
-			}
-			p.b.closeLater(ch)
-			if st.isLost() {
-				continue
-			}
-			return nil, brokerError("put channel in confirm mode", err)
-		}
-		pc = &pubChannel{ch: ch, st: st, exchange: p.exchange, over: make(chan struct{}),
-			wkick: make(chan struct{}, 1), wdone: make(chan struct{}), skick: make(chan struct{}, 1), sdone: make(chan struct{}),
-			live: map[fingerprint]uint64{}}
-		// Two unbuffered return listeners: amqp091-go hands a return to
-		// each in turn, so it cannot go on to the ack that follows before
-		// the watcher took the second, which it does only once the first
-		// is recorded.
-		r1 := ch.NotifyReturn(make(chan amqp.Return))
-		r2 := ch.NotifyReturn(make(chan amqp.Return))
-		closes := ch.NotifyClose(make(chan *amqp.Error, 1))
-		go pc.watch(closes, r1, r2)
-		go pc.writer(p.mandatory)
-		go pc.settler()
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			_ = ch.Close()
-			<-pc.over
-			<-pc.wdone
-			<-pc.sdone
-			return nil, ErrClosed
-		}
-		p.cur = pc
-		p.live.Store(pc)
+	ch, st, err := p.b.confirmChannel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pc = &pubChannel{ch: ch, st: st, exchange: p.exchange, over: make(chan struct{}),
+		wkick: make(chan struct{}, 1), wdone: make(chan struct{}), skick: make(chan struct{}, 1), sdone: make(chan struct{}),
+		live: map[fingerprint]uint64{}}
+	// Two unbuffered return listeners: amqp091-go hands a return to
+	// each in turn, so it cannot go on to the ack that follows before
+	// the watcher took the second, which it does only once the first
+	// is recorded.
+	r1 := ch.NotifyReturn(make(chan amqp.Return))
+	r2 := ch.NotifyReturn(make(chan amqp.Return))
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go pc.watch(closes, r1, r2)
+	go pc.writer(p.mandatory)
+	go pc.settler()
+	p.mu.Lock()
+	if p.closed {
 		p.mu.Unlock()
-		return pc, nil
+		_ = ch.Close()
+		<-pc.over
+		<-pc.wdone
+		<-pc.sdone
+		return nil, ErrClosed
+	}
+	p.live.Store(pc)
+	p.mu.Unlock()
+	return pc, nil
+}
+
+// confirmChannel opens a channel in confirm mode on the live connection,
+// on the next one when the connection goes as it does.
+func (b *Broker) confirmChannel(ctx context.Context) (*amqp.Channel, *conn, error) {
+	for {
+		ch, st, err := b.channel(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		err = b.bounded(ctx, func() error { return ch.Confirm(false) }, func() { _ = ch.Close() })
+		if err == nil {
+			return ch, st, nil
+		}
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, nil, fmt.Errorf("mq: put channel in confirm mode: %w", err)
+		}
+		b.closeLater(ch)
+		if !st.isLost() {
+			return nil, nil, brokerError("put channel in confirm mode", err)
+		}
 	}
 }
 
@@ -999,8 +1013,7 @@ func (p *Publisher) close(ctx context.Context) {
 		return
 	}
 	p.closed = true
-	pc, retired := p.cur, p.retired
-	p.live.Store(nil)
+	pc, retired := p.live.Swap(nil), p.retired
 	p.mu.Unlock()
 	shut := func(c *pubChannel) {
 		_ = p.b.bounded(ctx, func() error {
@@ -1012,9 +1025,7 @@ func (p *Publisher) close(ctx context.Context) {
 		}, nil)
 	}
 	for _, r := range retired {
-		if r != pc {
-			shut(r)
-		}
+		shut(r)
 	}
 	if pc != nil {
 		shut(pc)
@@ -1064,32 +1075,21 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 		info *Publishing
 		hctx context.Context
 	}
-	hooks := p.b.hooks.publish
 	checked := make([]checkedPublish, len(msgs)) // what a resend sends again: the same id, timestamp and headers
 	errs := make([]error, len(msgs))
 	var hk []hooked
-	if len(hooks) > 0 {
+	if len(p.b.hooks.publish) > 0 {
 		hk = make([]hooked, len(msgs))
 	}
 	// Every message is prepared first (hooks, validator).
 	pending := make([]int, 0, len(msgs))
 	for i := range msgs {
-		m := msgs[i]
-		if len(hooks) > 0 {
-			m.Headers = cloneHeaders(m.Headers)
-			if m.Headers == nil {
-				m.Headers = amqp.Table{}
-			}
-		}
-		pub := m.publishing()
-		if len(hooks) > 0 {
-			info := &Publishing{Exchange: p.exchange, RoutingKey: routingKey, Mandatory: p.mandatory, Hop: p.hop, Message: &m, Server: p.server()}
-			hctx := ctx
-			for _, h := range hooks {
-				hctx = h.OnPublish(hctx, info)
-			}
-			hk[i] = hooked{info, hctx}
-			pub.Headers = m.Headers
+		var pub amqp.Publishing
+		if hk != nil {
+			pub, hk[i].info, hk[i].hctx = p.startHooks(ctx, routingKey, msgs[i], p.hop)
+		} else {
+			m := msgs[i] // the defaults are the copy's: the caller's slice is left as it is
+			pub = m.publishing()
 		}
 		cp, err := p.check(routingKey, pub, p.hop)
 		if err != nil {
@@ -1154,9 +1154,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 		errs[i] = failed
 	}
 	for i := range hk {
-		for j := len(hooks) - 1; j >= 0; j-- {
-			hooks[j].OnPublishDone(hk[i].hctx, hk[i].info, errs[i])
-		}
+		p.endHooks(hk[i].hctx, hk[i].info, errs[i])
 	}
 	for _, err := range errs {
 		if err != nil {
@@ -1244,22 +1242,13 @@ func (pc *pubChannel) shutLater() {
 // worth a new channel.
 const retireAfterNacks = 2
 
-// add queues a mandatory publish about to be sent and returns its number,
-// unless a publish with the same fingerprint is still in flight on the
-// channel: then it returns that one's confirmation to wait for, and queues
-// nothing. The broker returns a message by routing key and properties
-// only, so two such publishes in flight at once could not be told apart.
-// Publishes are queued through enqueue and enqueueRun, which call
-// tryAddLocked under the lock they already hold; add is that on its own.
-func (pc *pubChannel) add(fp fingerprint) (uint64, *amqp.DeferredConfirmation) {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	seq, busy, _ := pc.tryAddLocked(fp)
-	return seq, busy
-}
-
-// tryAddLocked is add with pc.mu held that also reports a conflict with a
-// publish queued and not sent yet (ok false, busy nil).
+// tryAddLocked numbers a mandatory publish about to be queued for
+// sending (ok), unless a publish with the same fingerprint is still on the
+// channel: then it returns that one's confirmation to wait for when it is
+// in flight, nil when it is queued and not sent yet, and numbers nothing.
+// The broker returns a message by routing key and properties only, so two
+// such publishes in flight at once could not be told apart. pc.mu is held
+// (enqueue and enqueueRun hold it already).
 // The map holds numbers, not confirmations, so that a publish costs it
 // three look-ups (here, and the delete when the queue forgets it) whatever
 // happens in between.
@@ -1270,9 +1259,6 @@ func (pc *pubChannel) tryAddLocked(fp fingerprint) (seq uint64, busy *amqp.Defer
 			return 0, e.dc, false
 		}
 		e.superseded = true // confirmed; its caller has yet to read it
-	}
-	if pc.live == nil {
-		pc.live = map[fingerprint]uint64{}
 	}
 	if len(pc.q) == cap(pc.q) { // no room after the tail
 		if cap(pc.arr) > 0 && len(pc.q) <= cap(pc.arr)/2 {

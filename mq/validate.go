@@ -133,7 +133,7 @@ func checkPublish(exchange, key string, pub amqp.Publishing) (checkedPublish, er
 		size += 8
 	}
 	if len(pub.Headers) > 0 {
-		h, n, _, err := normalizeTable("header", pub.Headers, 0)
+		h, n, _, err := normalizeTable(fieldPath{root: "header"}, pub.Headers, 0)
 		if err != nil {
 			return checkedPublish{}, err
 		}
@@ -182,24 +182,24 @@ func (c checkedPublish) fitsFrame(frameMax int) error {
 // Go int that would be truncated. field names it in the error, which
 // matches ErrInvalid.
 func CheckTable(field string, t amqp.Table) error {
-	_, _, _, err := normalizeTable(field, t, 0)
+	_, _, _, err := normalizeTable(fieldPath{root: field}, t, 0)
 	return err
 }
 
 // normalizeTable validates t (at nesting depth depth) and returns it ready
 // to write — t itself when nothing needed changing, a copy otherwise (and
 // changed true) — and its encoded size (length prefix included).
-func normalizeTable(path string, t amqp.Table, depth int) (_ amqp.Table, size int, changed bool, _ error) {
+func normalizeTable(path fieldPath, t amqp.Table, depth int) (_ amqp.Table, size int, changed bool, _ error) {
 	if len(t) > MaxTableEntries {
-		return nil, 0, false, invalid(path, "has %d entries, at most %d", len(t), MaxTableEntries)
+		return nil, 0, false, invalid(path.String(), "has %d entries, at most %d", len(t), MaxTableEntries)
 	}
 	size = 4
 	var out amqp.Table
 	for k, v := range t {
 		if len(k) > MaxShortString {
-			return nil, 0, false, invalid(path+" key "+strconv.Quote(truncateKey(k)), "is %d bytes, at most %d", len(k), MaxShortString)
+			return nil, 0, false, invalid(path.String()+" key "+strconv.Quote(truncateKey(k)), "is %d bytes, at most %d", len(k), MaxShortString)
 		}
-		nv, n, ch, err := normalizeField(childPath(path, depth, strconv.Quote(truncateKey(k))), v, depth)
+		nv, n, ch, err := normalizeField(path.to(pathStep{key: k}), v, depth)
 		if err != nil {
 			return nil, 0, false, err
 		}
@@ -222,7 +222,7 @@ func normalizeTable(path string, t amqp.Table, depth int) (_ amqp.Table, size in
 
 // normalizeField validates one value and returns it as it will be written,
 // its encoded size (type octet included) and whether it differs from v.
-func normalizeField(path string, v any, depth int) (any, int, bool, error) {
+func normalizeField(path fieldPath, v any, depth int) (any, int, bool, error) {
 	switch x := v.(type) {
 	case nil:
 		return v, 1, false, nil
@@ -249,7 +249,7 @@ func normalizeField(path string, v any, depth int) (any, int, bool, error) {
 		return v, 5 + len(x), false, nil
 	case amqp.Table:
 		if depth+1 > MaxHeaderDepth {
-			return nil, 0, false, invalid(path, "nests tables and arrays %d deep, at most %d", depth+1, MaxHeaderDepth)
+			return nil, 0, false, invalid(path.String(), "nests tables and arrays %d deep, at most %d", depth+1, MaxHeaderDepth)
 		}
 		t, n, changed, err := normalizeTable(path, x, depth+1)
 		if err != nil {
@@ -258,15 +258,15 @@ func normalizeField(path string, v any, depth int) (any, int, bool, error) {
 		return t, 1 + n, changed, nil
 	case []any:
 		if depth+1 > MaxHeaderDepth {
-			return nil, 0, false, invalid(path, "nests tables and arrays %d deep, at most %d", depth+1, MaxHeaderDepth)
+			return nil, 0, false, invalid(path.String(), "nests tables and arrays %d deep, at most %d", depth+1, MaxHeaderDepth)
 		}
 		if len(x) > MaxTableEntries {
-			return nil, 0, false, invalid(path, "has %d elements, at most %d", len(x), MaxTableEntries)
+			return nil, 0, false, invalid(path.String(), "has %d elements, at most %d", len(x), MaxTableEntries)
 		}
 		size := 5
 		var out []any
 		for i, e := range x {
-			ne, n, changed, err := normalizeField(childPath(path, depth+1, fmt.Sprintf("[%d]", i)), e, depth+1)
+			ne, n, changed, err := normalizeField(path.to(pathStep{index: i, element: true}), e, depth+1)
 			if err != nil {
 				return nil, 0, false, err
 			}
@@ -283,23 +283,52 @@ func normalizeField(path string, v any, depth int) (any, int, bool, error) {
 		}
 		return out, size, true, nil
 	}
-	return nil, 0, false, invalid(path, "is a %T, which AMQP cannot carry (use bool, the sized integers, int, float32/64, string, []byte, time.Time, amqp.Decimal, amqp.Table or []any)", v)
+	return nil, 0, false, invalid(path.String(), "is a %T, which AMQP cannot carry (use bool, the sized integers, int, float32/64, string, []byte, time.Time, amqp.Decimal, amqp.Table or []any)", v)
 }
 
-// childPath names a value inside path: its key or index, up to three
-// levels deep, then "…".
-func childPath(path string, depth int, step string) string {
-	switch {
-	case depth < 3:
-		if step[0] == '[' {
-			return path + step
-		}
-		return path + " " + step
-	case strings.HasSuffix(path, " …"):
-		return path
-	default:
-		return path + " …"
+// fieldPath names a value inside a table being validated, for the error
+// that refuses it: the table's name, then the keys and indexes on the way,
+// up to three levels deep, then "…". It is kept by value and spelled out
+// only when a value is refused, so a valid publish builds no names.
+type fieldPath struct {
+	root  string
+	steps [3]pathStep
+	n     int  // steps kept
+	deep  bool // a step past the third
+}
+
+// pathStep is a table entry's key, or an array element's index.
+type pathStep struct {
+	key     string
+	index   int
+	element bool
+}
+
+// to is the path one step further in.
+func (p fieldPath) to(s pathStep) fieldPath {
+	if p.n < len(p.steps) {
+		p.steps[p.n] = s
+		p.n++
+	} else {
+		p.deep = true
 	}
+	return p
+}
+
+func (p fieldPath) String() string {
+	var b strings.Builder
+	b.WriteString(p.root)
+	for _, s := range p.steps[:p.n] {
+		if s.element {
+			fmt.Fprintf(&b, "[%d]", s.index)
+		} else {
+			b.WriteString(" " + strconv.Quote(truncateKey(s.key)))
+		}
+	}
+	if p.deep {
+		b.WriteString(" …")
+	}
+	return b.String()
 }
 
 func truncateKey(k string) string {
