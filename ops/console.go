@@ -241,7 +241,11 @@ func (c *Console) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = srv.Shutdown(sctx)
+	if srv.Shutdown(sctx) != nil {
+		// Requests still running past the grace period: closing their
+		// connections ends their contexts, so none outlives Serve unowned.
+		_ = srv.Close()
+	}
 	if !served {
 		<-errc // Serve returns as soon as Shutdown closed the listener
 	}

@@ -294,8 +294,10 @@ type failureGroup struct {
 type scan struct {
 	Queue string
 	At    time.Time // when the messages were read
-	// Quorum is set when the queue showed itself a quorum queue (its
-	// messages carry x-delivery-count): the look stopped at once.
+	// Quorum is set when the queue is not one a look may read: the
+	// management API gave a type other than classic (nothing was read), or
+	// a message carried a quorum queue's mark (see deliveryCounted) and the
+	// look stopped there.
 	Quorum  bool
 	Held    int // messages in the queue when the scan started
 	Scanned int

@@ -28,9 +28,9 @@
 // message id and age (x-acemq-failed-at, else the timestamp). PeekMatching
 // and a filtered Replay look at every message the queue held when they
 // began; those not matched stay where they were. Purge empties a queue;
-// Delete acknowledges, and so removes, the messages with one id, returning
-// every other message to where it was. Both are destructive: the acemq
-// command asks before either.
+// Delete acknowledges, and so removes, the messages a Filter matches (the
+// acemq command's: those with one id), returning every other message to
+// where it was. Both are destructive: the acemq command asks before either.
 //
 // Peek, PeekMatching, Delete, Replay and the console take messages without
 // acknowledging them and give back what they keep with one basic.nack

@@ -81,27 +81,7 @@ func PeekMatching(ctx context.Context, b *mq.Broker, queue string, n int, f Filt
 	if err != nil {
 		return nil, fmt.Errorf("ops: peek: %w", err)
 	}
-	ch, err := b.Channel(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("ops: peek %q: %w", queue, err)
-	}
-	h := &holding{ch: ch}
-	defer h.close() // returns every message taken, in place
-	var out []Peeked
-	for pos := 1; pos <= info.Messages && len(out) < n; pos++ {
-		d, ok, err := get(ctx, ch, queue)
-		if err != nil {
-			return out, fmt.Errorf("ops: peek %q: %w", queue, err)
-		}
-		if !ok {
-			break
-		}
-		h.keep(d.DeliveryTag)
-		if p := peeked(queue, pos, d); f.Match(p) {
-			out = append(out, p)
-		}
-	}
-	return out, nil
+	return peek(ctx, b, queue, n, info.Messages, f)
 }
 
 // Purge deletes every ready message in queue and returns how many went.

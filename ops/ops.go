@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -205,6 +206,13 @@ func Peek(ctx context.Context, b *mq.Broker, queue string, n int) ([]Peeked, err
 	if err := mq.CheckName("queue name", queue); err != nil {
 		return nil, fmt.Errorf("ops: peek: %w", err)
 	}
+	return peek(ctx, b, queue, n, math.MaxInt, Filter{})
+}
+
+// peek looks at up to upto messages from the head of queue, on a channel
+// of its own, and returns the first n of them that f matches, each with its
+// position; every message taken goes back in place at the end.
+func peek(ctx context.Context, b *mq.Broker, queue string, n, upto int, f Filter) ([]Peeked, error) {
 	ch, err := b.Channel(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("ops: peek %q: %w", queue, err)
@@ -212,7 +220,7 @@ func Peek(ctx context.Context, b *mq.Broker, queue string, n int) ([]Peeked, err
 	h := &holding{ch: ch}
 	defer h.close() // returns every message taken, in place
 	var out []Peeked
-	for len(out) < n {
+	for pos := 1; pos <= upto && len(out) < n; pos++ {
 		d, ok, err := get(ctx, ch, queue)
 		if err != nil {
 			return out, fmt.Errorf("ops: peek %q: %w", queue, err)
@@ -221,7 +229,9 @@ func Peek(ctx context.Context, b *mq.Broker, queue string, n int) ([]Peeked, err
 			break
 		}
 		h.keep(d.DeliveryTag)
-		out = append(out, peeked(queue, len(out)+1, d))
+		if p := peeked(queue, pos, d); f.Match(p) {
+			out = append(out, p)
+		}
 	}
 	return out, nil
 }

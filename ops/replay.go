@@ -64,7 +64,8 @@ type ReplayResult struct {
 	// DryRun is true when nothing was moved (ReplayOptions.DryRun).
 	DryRun bool
 	// Total is how many messages the replay set out to take: the ready
-	// messages in From when it started, capped by Limit.
+	// messages in From when it started, capped by Limit when there is no
+	// Filter (with one, Limit caps what is moved or skipped instead).
 	Total int
 	// Taken is how many messages it took from From (Moved + len(Skipped),
 	// plus a message whose move failed).

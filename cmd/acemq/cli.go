@@ -124,7 +124,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var c cli
 	parser, err := kong.New(&c,
 		kong.Name("acemq"),
-		kong.Description("AceMQ operator tool: count, peek at, replay, purge and delete messages in RabbitMQ queues.\n\n"+exitCodes),
+		kong.Description("AceMQ operator tool: count, peek at, replay, purge and delete messages in RabbitMQ queues, and serve the dead-letter web console.\n\n"+exitCodes),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { panic(kongExit(code)) }),
 	)

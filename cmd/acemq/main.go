@@ -10,10 +10,13 @@
 //	acemq replay <q.dlq|q.parked> [--to <queue>] [-n N] [--dry-run] [filters]
 //	acemq purge <queue> [--yes]
 //	acemq delete <queue> <message-id> [--yes]
-//	acemq console [<queue>...] [--listen ADDR] [--management URL] [--token T] [--read-only]
+//	acemq console [<queue>...] [--listen ADDR] [--management URL [--vhost V]] [--token T] [--read-only]
 //
 // console serves ops.Console on --listen (default 127.0.0.1:8089) until
-// interrupted; an address that is not loopback needs --token.
+// interrupted; an address that is not loopback needs --token (or
+// $ACEMQ_CONSOLE_TOKEN). It shows the .dlq and .parked of the queues named
+// and, with --management (or $ACEMQ_MANAGEMENT_URL), of every queue in
+// --vhost that has one; it needs one or the other.
 //
 // Filters (peek and replay): --reason, --error (text contained in
 // x-acemq-error), --message-id, --older-than (a duration).
