@@ -3,10 +3,13 @@
 // shared middleware through value groups, and drives connection, declaration
 // and consumers from the app's lifecycle.
 //
-// What it owns: the fx wiring only. Everything it does is a call into
-// packages mq and topology that a service without fx makes itself
-// (mq.New, Broker.Start, Broker.Declare, Broker.Consume, Consumer.Stop,
-// Broker.Close); see examples/plain.
+// What it owns: the fx wiring, and the checks only a whole app's wiring
+// can make (the retry policy written once, every consumer's queue declared
+// or present, shared middleware placed by order). Everything else it does
+// is a call into packages mq, topology and middleware that a service
+// without fx makes itself (mq.New, Broker.Start, Broker.Declare,
+// Broker.Consume, middleware.Standard, Consumer.Stop, Broker.Close); see
+// examples/plain. ReadyHandler is Broker.Check over HTTP, for any broker.
 //
 // What it must not touch: it provides nothing it does not own (no logger,
 // no TracerProvider, no MeterProvider) and bundles no other module.

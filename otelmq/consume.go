@@ -306,9 +306,11 @@ func attemptOK(n int) []trace.EventOption {
 // span, which also takes acemq.retry.kind and acemq.retry.wait_ms of the
 // latest retry. A missing rung and a failed set-aside count in
 // acemq.retry.rung.missing and acemq.messages.set.aside.failed and become
-// events of those names on the process span. The events carry
-// acemq.attempt, acemq.target (the queue of the hop) and error.type where
-// they apply. Other events (the connection's) are left to the logs.
+// events of those names on the process span. A delivery the library
+// returned to its queue itself counts in acemq.message.requeues (by
+// acemq.requeue.reason). The events carry acemq.attempt, acemq.target (the
+// queue of the hop) and error.type where they apply. Other events (the
+// connection's) are left to the logs.
 func (ins *Instrumentation) OnEvent(ctx context.Context, e mq.Event) {
 	var c metric.Int64Counter
 	switch e.Name {

@@ -28,8 +28,8 @@
 //   - Metrics: the messaging conventions' messaging.client.sent.messages,
 //     messaging.client.consumed.messages, messaging.client.operation.duration
 //     and messaging.process.duration, and AceMQ's acemq.retries,
-//     acemq.message.outcomes, acemq.retry.rung.missing and
-//     acemq.messages.set.aside.failed.
+//     acemq.message.outcomes, acemq.retry.rung.missing,
+//     acemq.messages.set.aside.failed and acemq.message.requeues.
 //   - HeaderCarrier, a propagation.TextMapCarrier over AMQP headers, and
 //     LogHandler, a slog.Handler wrapper that adds trace_id and span_id.
 //   - ErrorType, the stable error.type names it reports (see there).
@@ -38,7 +38,8 @@
 // (go.opentelemetry.io/otel/semconv/v1.43.0), with messaging.system
 // "rabbitmq"; what the conventions do not cover is under acemq.*
 // (acemq.attempt, acemq.outcome, acemq.hop, acemq.reason, acemq.retry.kind,
-// acemq.retry.wait_ms, acemq.target, acemq.link: see the *Key constants).
+// acemq.retry.wait_ms, acemq.requeue.reason, acemq.target, acemq.link: see
+// the *Key constants).
 // error.type takes the names ErrorType documents. No attribute, event or
 // log field carries a message body or a credential: server.address is the
 // host the connection went to, never its URL.

@@ -38,7 +38,9 @@ const (
 	// ReasonKey is why a message was set aside (x-acemq-reason): exhausted,
 	// rejected, parked or rung-missing.
 	ReasonKey = attribute.Key("acemq.reason")
-	// RetryKindKey is where a retry waits: in-process or broker.
+	// RetryKindKey is where a retry waits: in-process or broker, or
+	// carried for an in-process wait cut short at stop, whose next
+	// attempt goes back through the message's own queue.
 	RetryKindKey = attribute.Key("acemq.retry.kind")
 	// RequeueReasonKey is why the library returned a delivery to its queue
 	// (acemq.message.requeues): "cut short", "panic" or "requeued".

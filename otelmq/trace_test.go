@@ -663,3 +663,55 @@ func TestConcurrentDeliveriesKeepTheirOwnAttributes(t *testing.T) {
 		}
 	}
 }
+
+// OnPublish builds a publish span's start attributes in a buffer shared
+// through a pool: publishes started at once, on many goroutines, hops or
+// not, must each start with their own routing key, message id and hop
+// attributes, and with nothing left from another publish's buffer.
+func TestConcurrentPublishesKeepTheirOwnAttributes(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	defer tp.Shutdown(context.Background())
+	ins := otelmq.New(otelmq.WithTracerProvider(tp), otelmq.WithMeterProvider(metricnoop.NewMeterProvider()))
+	const workers, each = 8, 200
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				n := strconv.Itoa(w*each + i + 1)
+				m := mq.Message{Headers: amqp.Table{}}
+				if (w*each+i)%3 == 0 {
+					m.MessageId = "m-" + n
+				}
+				p := &mq.Publishing{RoutingKey: "rk-" + n, Message: &m, Server: server}
+				if (w*each+i)%2 == 0 {
+					m.Headers[mq.HeaderAttempt] = int32(2)
+					m.Headers[mq.HeaderReason] = "exhausted"
+					p.Hop = mq.HopDeadLetter
+				}
+				ins.OnPublishDone(ins.OnPublish(context.Background(), p), p, nil)
+			}
+		})
+	}
+	wg.Wait()
+	spans := sr.Ended()
+	if len(spans) != workers*each {
+		t.Fatalf("%d spans, want %d", len(spans), workers*each)
+	}
+	for _, s := range spans {
+		a := attrs(s.Attributes())
+		key := a["messaging.rabbitmq.destination.routing_key"].AsString()
+		k, err := strconv.Atoi(strings.TrimPrefix(key, "rk-"))
+		if err != nil {
+			t.Fatalf("routing key %q", key)
+		}
+		id, hasID := a["messaging.message.id"]
+		if wantID := (k-1)%3 == 0; hasID != wantID || (wantID && id.AsString() != "m-"+strconv.Itoa(k)) {
+			t.Fatalf("%s: message id %q (present %v)", key, id.AsString(), hasID)
+		}
+		reason, hasReason := a[otelmq.ReasonKey]
+		if hop := (k-1)%2 == 0; hasReason != hop || (hop && reason.AsString() != "exhausted") {
+			t.Fatalf("%s: reason %q (present %v), hop %v", key, reason.AsString(), hasReason, hop)
+		}
+	}
+}

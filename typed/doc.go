@@ -11,8 +11,10 @@
 //
 // Why a package of its own: mq stays free of codecs and of the Reject mark
 // (which belongs to middleware), and middleware stays a list of
-// middleware. typed sits beside otelmq, above both, and adds five names:
-// Handler, Publish, Encode, Codec (with JSON) and WithCodec.
+// middleware. typed sits beside otelmq, above both.
+//
+// What it owns: Handler, Publish, Encode, Codec (with JSON), and Option
+// (WithCodec).
 //
 // What it must not touch: settlement, headers the library writes, and the
 // message's other properties (a caller who needs them uses Encode and

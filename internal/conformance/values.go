@@ -104,7 +104,7 @@ func Decode(raw Typed, vars Vars) (any, error) {
 		if err := json.Unmarshal(val, &s); err != nil {
 			return "", fmt.Errorf("%s: %w", typ, err)
 		}
-		return vars.fill(s), nil
+		return vars.Fill(s), nil
 	}
 	switch typ {
 	case "bool":
@@ -289,9 +289,7 @@ func CanonTable(t amqp.Table) string {
 type Vars map[string]string
 
 // Fill fills the placeholders of s.
-func (vs Vars) Fill(s string) string { return vs.fill(s) }
-
-func (vs Vars) fill(s string) string {
+func (vs Vars) Fill(s string) string {
 	if len(vs) == 0 || !strings.Contains(s, "{") {
 		return s
 	}

@@ -853,8 +853,7 @@ type chainResult struct {
 // no broker involved, one fresh Delivery per message as the runtime makes.
 func chainBench() chainResult {
 	h := mq.Chain(mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })),
-		middleware.DeclareOnStart(), middleware.Logging(quiet), middleware.RetryLadder(retry.Exponential(5, time.Second)),
-		middleware.Parking(), middleware.Recover())
+		middleware.Stack(retry.Exponential(5, time.Second), middleware.WithLogger(quiet))...)
 	raw := amqp.Delivery{Body: []byte("x"), MessageId: "m"}
 	r := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
