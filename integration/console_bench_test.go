@@ -70,6 +70,28 @@ func consoleQueue(t testing.TB, b *mq.Broker) string {
 	return q
 }
 
+// consoleServer serves a console of b with opts (logging to the test's
+// log unless opts names a logger) on a local HTTP server; both are closed
+// when the test ends, and an error closing the console fails it.
+func consoleServer(t testing.TB, b *mq.Broker, opts ops.ConsoleOptions) *httptest.Server {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = testenv.Logger(t)
+	}
+	con, err := ops.NewConsole(b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(con)
+	t.Cleanup(func() {
+		srv.Close()
+		if err := con.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return srv
+}
+
 // consoleBrokerCPU is the shared broker's CPU time so far (user and
 // system, from /proc), or 0 where that cannot be read. Other tests on the
 // broker at the same time count too: it is an upper bound.
@@ -247,17 +269,7 @@ func TestConsoleLooksInPlace(t *testing.T) {
 	q := consoleQueue(t, b)
 	dlq := topology.DeadLetterQueue(q)
 	consoleFill(t, b, q, 300)
-	con, err := ops.NewConsole(b, ops.ConsoleOptions{Queues: []string{q}, MaxScan: 200, Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	defer func() {
-		srv.Close()
-		if err := con.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
+	srv := consoleServer(t, b, ops.ConsoleOptions{Queues: []string{q}, MaxScan: 200})
 	for range 3 {
 		resp, err := http.Get(srv.URL + "/queues/" + url.PathEscape(q) + "/dlq")
 		if err != nil {

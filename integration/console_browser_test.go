@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -241,17 +240,7 @@ func TestConsoleBrowser(t *testing.T) {
 	q, fixed, handled := consoleFailures(t, b)
 	dlq, parked := topology.DeadLetterQueue(q), topology.ParkedQueue(q)
 
-	con, err := ops.NewConsole(b, ops.ConsoleOptions{Queues: []string{q}, Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	t.Cleanup(func() {
-		srv.Close()
-		if err := con.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
+	srv := consoleServer(t, b, ops.ConsoleOptions{Queues: []string{q}})
 	shots := consoleShots(t)
 	ctx := consoleBrowser(t, 2*time.Minute)
 	row := fmt.Sprintf(`tr[data-queue=%q]`, q)
@@ -397,17 +386,7 @@ func TestConsoleBrowserToken(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
 	q := consoleQueue(t, b)
 	consoleFill(t, b, q, 2)
-	con, err := ops.NewConsole(b, ops.ConsoleOptions{Queues: []string{q}, Token: "t0ken-for-chromium", Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	t.Cleanup(func() {
-		srv.Close()
-		if err := con.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
+	srv := consoleServer(t, b, ops.ConsoleOptions{Queues: []string{q}, Token: "t0ken-for-chromium"})
 	ctx := consoleBrowser(t, time.Minute)
 	consoleRun(t, ctx, "open without the token", chromedp.Navigate(srv.URL+"/"))
 	if body := consoleText(t, ctx, "body"); !strings.Contains(body, "needs its access token") {

@@ -11,7 +11,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
@@ -58,17 +57,7 @@ func TestConsoleManagementDiscovery(t *testing.T) {
 	testenv.Publish(t, b, topology.DeadLetterQueue(withDLQ), mq.Message{Body: []byte("x")})
 	testenv.Publish(t, b, quorumDLQ, mq.Message{Body: []byte("q")})
 
-	con, err := ops.NewConsole(b, ops.ConsoleOptions{Management: "http://guest:guest@127.0.0.1:15696", Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	defer func() {
-		srv.Close()
-		if err := con.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
+	srv := consoleServer(t, b, ops.ConsoleOptions{Management: "http://guest:guest@127.0.0.1:15696"})
 	resp, err := http.Get(srv.URL + "/")
 	if err != nil {
 		t.Fatal(err)
