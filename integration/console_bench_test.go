@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -165,16 +164,11 @@ func BenchmarkConsoleQueuePage10k(b *testing.B) {
 	pid := consoleBrokerPID(b)
 
 	fetch := func(path, want string) string {
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			b.Fatal(err)
+		code, body := consoleGet(b, srv.URL+path, "")
+		if code != http.StatusOK || !strings.Contains(body, want) || strings.Contains(body, "Grouped the first") {
+			b.Fatalf("GET %s: %d\n%s", path, code, body)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) || strings.Contains(string(body), "Grouped the first") {
-			b.Fatalf("GET %s: %d\n%s", path, resp.StatusCode, body)
-		}
-		return string(body)
+		return body
 	}
 	queuePage := "/queues/" + url.PathEscape(q) + "/dlq"
 	var groupPage string
@@ -271,14 +265,9 @@ func TestConsoleLooksInPlace(t *testing.T) {
 	consoleFill(t, b, q, 300)
 	srv := consoleServer(t, b, ops.ConsoleOptions{Queues: []string{q}, MaxScan: 200})
 	for range 3 {
-		resp, err := http.Get(srv.URL + "/queues/" + url.PathEscape(q) + "/dlq")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "Grouped the first 200 of 300 messages.") {
-			t.Fatalf("page: %d\n%s", resp.StatusCode, body)
+		code, body := consoleGet(t, srv.URL+"/queues/"+url.PathEscape(q)+"/dlq", "")
+		if code != http.StatusOK || !strings.Contains(body, "Grouped the first 200 of 300 messages.") {
+			t.Fatalf("page: %d\n%s", code, body)
 		}
 	}
 	testenv.WaitCount(t, b, dlq, 300, 10*time.Second)
@@ -316,13 +305,8 @@ func TestConsoleQuorumDLQ(t *testing.T) {
 		srv := httptest.NewServer(con)
 		defer srv.Close()
 		testenv.WaitCount(t, b, dlq, 1, 5*time.Second)
-		resp, err := http.Get(srv.URL + "/queues/" + url.PathEscape(q) + "/dlq")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return string(body)
+		_, body := consoleGet(t, srv.URL+"/queues/"+url.PathEscape(q)+"/dlq", "")
+		return body
 	}
 	if page := look(); !strings.Contains(page, `<td class="num count">1</td>`) {
 		t.Fatalf("first look:\n%s", page)

@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -216,17 +215,12 @@ var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
 // consoleCSRF reads the CSRF token from a page of the console.
 func consoleCSRF(t *testing.T, base, page string) string {
 	t.Helper()
-	resp, err := http.Get(base + page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	m := csrfField.FindSubmatch(body)
+	_, body := consoleGet(t, base+page, "")
+	m := csrfField.FindStringSubmatch(body)
 	if m == nil {
 		t.Fatalf("no CSRF token on %s:\n%s", page, body)
 	}
-	return string(m[1])
+	return m[1]
 }
 
 // The whole console in a browser: counts, a queue's three groups, a group,

@@ -9,7 +9,6 @@ package integration
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -58,15 +57,9 @@ func TestConsoleManagementDiscovery(t *testing.T) {
 	testenv.Publish(t, b, quorumDLQ, mq.Message{Body: []byte("q")})
 
 	srv := consoleServer(t, b, ops.ConsoleOptions{Management: "http://guest:guest@127.0.0.1:15696"})
-	resp, err := http.Get(srv.URL + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	body := string(page)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("overview: %d\n%s", resp.StatusCode, body)
+	code, body := consoleGet(t, srv.URL+"/", "")
+	if code != http.StatusOK {
+		t.Fatalf("overview: %d\n%s", code, body)
 	}
 	for _, q := range []string{withDLQ, alsoDLQ} {
 		if !strings.Contains(body, `<tr data-queue="`+q+`">`) {
@@ -85,13 +78,7 @@ func TestConsoleManagementDiscovery(t *testing.T) {
 
 	// A quorum .dlq, as the API says: not looked at, even once.
 	source := strings.TrimSuffix(quorumDLQ, topology.DeadLetterSuffix)
-	resp, err = http.Get(srv.URL + "/queues/" + source + "/dlq")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(page), `id="quorum"`) {
+	if _, page := consoleGet(t, srv.URL+"/queues/"+source+"/dlq", ""); !strings.Contains(page, `id="quorum"`) {
 		t.Errorf("the quorum .dlq's page has no warning:\n%s", page)
 	}
 	got := testenv.GetAll(t, b, quorumDLQ)
