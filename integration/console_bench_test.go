@@ -8,14 +8,11 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,36 +88,6 @@ func consoleServer(t testing.TB, b *mq.Broker, opts ops.ConsoleOptions) *httptes
 	return srv
 }
 
-// consoleBrokerCPU is the shared broker's CPU time so far (user and
-// system, from /proc), or 0 where that cannot be read. Other tests on the
-// broker at the same time count too: it is an upper bound.
-func consoleBrokerCPU(t testing.TB, pid int) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil || pid == 0 {
-		return 0
-	}
-	s := string(raw)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(fields[11], 10, 64)
-	st, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
-}
-
-func consoleBrokerPID(t testing.TB) int {
-	out, err := testenv.Rabbitmqctl(testenv.Context(t, 30*time.Second), "", "status", "--formatter", "json")
-	if err != nil {
-		t.Logf("broker pid unknown, broker CPU not reported: %v", err)
-		return 0
-	}
-	var st struct {
-		PID int `json:"pid"`
-	}
-	if json.Unmarshal([]byte(out[strings.IndexByte(out, '{'):]), &st) != nil {
-		return 0
-	}
-	return st.PID
-}
-
 var groupLink = regexp.MustCompile(`href="(/queues/[^"]+/groups/[0-9a-f]+)"`)
 
 // BenchmarkConsoleQueuePage10k is one GET of a .dlq's page with 10 000
@@ -161,7 +128,19 @@ func BenchmarkConsoleQueuePage10k(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	pid := consoleBrokerPID(b)
+	// The shared broker's CPU, where it can be read (0 where not); other
+	// tests on the broker at the same time count too: an upper bound.
+	pid, err := consBrokerPID(b)
+	if err != nil {
+		b.Logf("broker pid unknown, broker CPU not reported: %v", err)
+	}
+	brokerCPU := func() time.Duration {
+		if pid == 0 {
+			return 0
+		}
+		d, _ := consProcCPU(pid)
+		return d
+	}
 
 	fetch := func(path, want string) string {
 		code, body := consoleGet(b, srv.URL+path, "")
@@ -214,11 +193,11 @@ func BenchmarkConsoleQueuePage10k(b *testing.B) {
 			fresh()
 		}
 		b.StartTimer()
-		t0, c0, k0 := time.Now(), testenv.CPU(), consoleBrokerCPU(b, pid)
+		t0, c0, k0 := time.Now(), testenv.CPU(), brokerCPU()
 		f()
 		*wall += time.Since(t0)
 		*cpu += testenv.CPU() - c0
-		*broker += consoleBrokerCPU(b, pid) - k0
+		*broker += brokerCPU() - k0
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
