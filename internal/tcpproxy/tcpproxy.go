@@ -37,9 +37,10 @@ type Proxy struct {
 	wg      sync.WaitGroup
 	cuts    atomic.Int64
 	accepts atomic.Int64
-	sent    sync.Map // [2]uint16{class, method} -> *atomic.Int64: methods clients sent
-	lastMu  sync.Mutex
-	last    map[[2]uint16][]byte // the arguments of the last of each, as far as framer.head holds them
+
+	sentMu sync.Mutex
+	sent   map[[2]uint16]int64  // methods clients sent, by {class, method}
+	last   map[[2]uint16][]byte // the arguments of the last of each, as far as framer.head holds them
 }
 
 // Start listens on 127.0.0.1 (a free port) and forwards to target.
@@ -49,7 +50,7 @@ func Start(target string) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, resume: make(chan struct{}),
-		framers: map[net.Conn]*framer{}}
+		framers: map[net.Conn]*framer{}, sent: map[[2]uint16]int64{}, last: map[[2]uint16][]byte{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -134,30 +135,26 @@ func (p *Proxy) BlockAfterHandshake(reason string) {
 // Sent is how many frames of the AMQP method class.method clients have
 // sent through the proxy (basic.reject is 60, 90; basic.nack 60, 120).
 func (p *Proxy) Sent(class, method uint16) int64 {
-	if n, ok := p.sent.Load([2]uint16{class, method}); ok {
-		return n.(*atomic.Int64).Load()
-	}
-	return 0
+	p.sentMu.Lock()
+	defer p.sentMu.Unlock()
+	return p.sent[[2]uint16{class, method}]
 }
 
 // LastSent is the start of the arguments of the last class.method frame
 // clients sent (up to 12 bytes: basic.nack's delivery tag, 8 bytes, then
 // its bits, multiple 1 and requeue 2); nil if none was sent.
 func (p *Proxy) LastSent(class, method uint16) []byte {
-	p.lastMu.Lock()
-	defer p.lastMu.Unlock()
+	p.sentMu.Lock()
+	defer p.sentMu.Unlock()
 	return p.last[[2]uint16{class, method}]
 }
 
 func (p *Proxy) count(class, method uint16, args []byte) {
-	n, _ := p.sent.LoadOrStore([2]uint16{class, method}, new(atomic.Int64))
-	n.(*atomic.Int64).Add(1)
-	p.lastMu.Lock()
-	if p.last == nil {
-		p.last = map[[2]uint16][]byte{}
-	}
-	p.last[[2]uint16{class, method}] = append([]byte(nil), args...)
-	p.lastMu.Unlock()
+	k := [2]uint16{class, method}
+	p.sentMu.Lock()
+	p.sent[k]++
+	p.last[k] = append([]byte(nil), args...)
+	p.sentMu.Unlock()
 }
 
 // Opened is how many AMQP connections completed their handshake through
