@@ -199,7 +199,7 @@ func (p *Proxy) accept() {
 			flap, reason := p.flap, p.blockAt
 			p.mu.Unlock()
 			if reason != "" {
-				f.pending = append(f.pending, methodFrame(append([]byte{0, 10, 0, 60, byte(len(reason))}, reason...)))
+				f.pending = append(f.pending, methodFrame(connectionBlocked(reason)))
 			}
 			if flap {
 				_ = c.Close()
@@ -225,10 +225,16 @@ func (p *Proxy) accept() {
 // connection.blocked frame with reason into each broker-to-client stream,
 // between two frames. The broker itself blocks nothing.
 func (p *Proxy) SendBlocked(reason string) {
+	p.sendToClients(connectionBlocked(reason))
+}
+
+// connectionBlocked is the payload of a connection.blocked with reason, a
+// short string: cut to 255 bytes.
+func connectionBlocked(reason string) []byte {
 	if len(reason) > 255 {
 		reason = reason[:255]
 	}
-	p.sendToClients(append([]byte{0, 10, 0, 60, byte(len(reason))}, reason...))
+	return append([]byte{0, 10, 0, 60, byte(len(reason))}, reason...)
 }
 
 // methodFrame frames a method payload on channel 0.
