@@ -54,7 +54,8 @@ demo: broker
 	$(GO) run ./examples/orders
 
 ## fuzz: every fuzz target for FUZZTIME (default 30s) each; crashers become regression tests
-fuzz:
+## (integration's round-trip target publishes to the local broker)
+fuzz: broker
 	./scripts/fuzz.sh
 
 ## bench: raw amqp091-go vs this library on the local broker, same run, rounds

@@ -161,32 +161,55 @@ func consBenchConsume(b *testing.B, prefetch int) {
 }
 
 // consBenchBrokerCPU returns a reader of the broker process's CPU time
-// (utime+stime of the pid rabbitmqctl reports, from /proc): the broker
-// shares this machine. A broker it cannot find fails the benchmark.
+// (consBrokerPID, consProcCPU): the broker shares this machine. A broker
+// it cannot find fails the benchmark.
 func consBenchBrokerCPU(b *testing.B) func() time.Duration {
 	b.Helper()
-	out, err := testenv.Rabbitmqctl(testenv.Context(b, time.Minute), "", "eval", "os:getpid().")
+	pid, err := consBrokerPID(b)
 	if err != nil {
 		b.Fatalf("the broker's pid: %v", err)
 	}
-	pid, err := strconv.Atoi(strings.Trim(strings.TrimSpace(out), `"`))
-	if err != nil {
-		b.Fatalf("the broker's pid: %q", out)
-	}
-	path := "/proc/" + strconv.Itoa(pid) + "/stat"
 	return func() time.Duration {
-		raw, err := os.ReadFile(path)
+		d, err := consProcCPU(pid)
 		if err != nil {
 			b.Fatalf("broker CPU: %v", err)
 		}
-		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-		ut, err1 := strconv.ParseInt(f[11], 10, 64)
-		st, err2 := strconv.ParseInt(f[12], 10, 64)
-		if err1 != nil || err2 != nil {
-			b.Fatalf("broker CPU: %q", raw)
-		}
-		return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100
+		return d
 	}
+}
+
+// consBrokerPID is the pid of the broker's VM, as rabbitmqctl reports it.
+func consBrokerPID(tb testing.TB) (int, error) {
+	out, err := testenv.Rabbitmqctl(testenv.Context(tb, time.Minute), "", "eval", "os:getpid().")
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.Trim(strings.TrimSpace(out), `"`))
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmqctl eval os:getpid(): %q", out)
+	}
+	return pid, nil
+}
+
+// consProcCPU is the CPU time process pid has used so far: utime+stime,
+// fields 14 and 15 of /proc/<pid>/stat (after the command name, which is
+// in parentheses and may hold spaces).
+func consProcCPU(pid int) (time.Duration, error) {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, raw)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, raw)
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil // USER_HZ is 100
 }
 
 // consBenchInfo is the benchmarks' logger: the standard stack logs at

@@ -8,15 +8,11 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,34 +66,26 @@ func consoleQueue(t testing.TB, b *mq.Broker) string {
 	return q
 }
 
-// consoleBrokerCPU is the shared broker's CPU time so far (user and
-// system, from /proc), or 0 where that cannot be read. Other tests on the
-// broker at the same time count too: it is an upper bound.
-func consoleBrokerCPU(t testing.TB, pid int) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil || pid == 0 {
-		return 0
+// consoleServer serves a console of b with opts (logging to the test's
+// log unless opts names a logger) on a local HTTP server; both are closed
+// when the test ends, and an error closing the console fails it.
+func consoleServer(t testing.TB, b *mq.Broker, opts ops.ConsoleOptions) *httptest.Server {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = testenv.Logger(t)
 	}
-	s := string(raw)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(fields[11], 10, 64)
-	st, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
-}
-
-func consoleBrokerPID(t testing.TB) int {
-	out, err := testenv.Rabbitmqctl(testenv.Context(t, 30*time.Second), "", "status", "--formatter", "json")
+	con, err := ops.NewConsole(b, opts)
 	if err != nil {
-		t.Logf("broker pid unknown, broker CPU not reported: %v", err)
-		return 0
+		t.Fatal(err)
 	}
-	var st struct {
-		PID int `json:"pid"`
-	}
-	if json.Unmarshal([]byte(out[strings.IndexByte(out, '{'):]), &st) != nil {
-		return 0
-	}
-	return st.PID
+	srv := httptest.NewServer(con)
+	t.Cleanup(func() {
+		srv.Close()
+		if err := con.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return srv
 }
 
 var groupLink = regexp.MustCompile(`href="(/queues/[^"]+/groups/[0-9a-f]+)"`)
@@ -140,19 +128,26 @@ func BenchmarkConsoleQueuePage10k(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	pid := consoleBrokerPID(b)
+	// The shared broker's CPU, where it can be read (0 where not); other
+	// tests on the broker at the same time count too: an upper bound.
+	pid, err := consBrokerPID(b)
+	if err != nil {
+		b.Logf("broker pid unknown, broker CPU not reported: %v", err)
+	}
+	brokerCPU := func() time.Duration {
+		if pid == 0 {
+			return 0
+		}
+		d, _ := consProcCPU(pid)
+		return d
+	}
 
 	fetch := func(path, want string) string {
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			b.Fatal(err)
+		code, body := consoleGet(b, srv.URL+path, "")
+		if code != http.StatusOK || !strings.Contains(body, want) || strings.Contains(body, "Grouped the first") {
+			b.Fatalf("GET %s: %d\n%s", path, code, body)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) || strings.Contains(string(body), "Grouped the first") {
-			b.Fatalf("GET %s: %d\n%s", path, resp.StatusCode, body)
-		}
-		return string(body)
+		return body
 	}
 	queuePage := "/queues/" + url.PathEscape(q) + "/dlq"
 	var groupPage string
@@ -198,11 +193,11 @@ func BenchmarkConsoleQueuePage10k(b *testing.B) {
 			fresh()
 		}
 		b.StartTimer()
-		t0, c0, k0 := time.Now(), testenv.CPU(), consoleBrokerCPU(b, pid)
+		t0, c0, k0 := time.Now(), testenv.CPU(), brokerCPU()
 		f()
 		*wall += time.Since(t0)
 		*cpu += testenv.CPU() - c0
-		*broker += consoleBrokerCPU(b, pid) - k0
+		*broker += brokerCPU() - k0
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -247,26 +242,11 @@ func TestConsoleLooksInPlace(t *testing.T) {
 	q := consoleQueue(t, b)
 	dlq := topology.DeadLetterQueue(q)
 	consoleFill(t, b, q, 300)
-	con, err := ops.NewConsole(b, ops.ConsoleOptions{Queues: []string{q}, MaxScan: 200, Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	defer func() {
-		srv.Close()
-		if err := con.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
+	srv := consoleServer(t, b, ops.ConsoleOptions{Queues: []string{q}, MaxScan: 200})
 	for range 3 {
-		resp, err := http.Get(srv.URL + "/queues/" + url.PathEscape(q) + "/dlq")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "Grouped the first 200 of 300 messages.") {
-			t.Fatalf("page: %d\n%s", resp.StatusCode, body)
+		code, body := consoleGet(t, srv.URL+"/queues/"+url.PathEscape(q)+"/dlq", "")
+		if code != http.StatusOK || !strings.Contains(body, "Grouped the first 200 of 300 messages.") {
+			t.Fatalf("page: %d\n%s", code, body)
 		}
 	}
 	testenv.WaitCount(t, b, dlq, 300, 10*time.Second)
@@ -304,13 +284,8 @@ func TestConsoleQuorumDLQ(t *testing.T) {
 		srv := httptest.NewServer(con)
 		defer srv.Close()
 		testenv.WaitCount(t, b, dlq, 1, 5*time.Second)
-		resp, err := http.Get(srv.URL + "/queues/" + url.PathEscape(q) + "/dlq")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return string(body)
+		_, body := consoleGet(t, srv.URL+"/queues/"+url.PathEscape(q)+"/dlq", "")
+		return body
 	}
 	if page := look(); !strings.Contains(page, `<td class="num count">1</td>`) {
 		t.Fatalf("first look:\n%s", page)

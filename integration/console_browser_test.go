@@ -13,9 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -217,17 +215,12 @@ var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
 // consoleCSRF reads the CSRF token from a page of the console.
 func consoleCSRF(t *testing.T, base, page string) string {
 	t.Helper()
-	resp, err := http.Get(base + page)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	m := csrfField.FindSubmatch(body)
+	_, body := consoleGet(t, base+page, "")
+	m := csrfField.FindStringSubmatch(body)
 	if m == nil {
 		t.Fatalf("no CSRF token on %s:\n%s", page, body)
 	}
-	return string(m[1])
+	return m[1]
 }
 
 // The whole console in a browser: counts, a queue's three groups, a group,
@@ -241,17 +234,7 @@ func TestConsoleBrowser(t *testing.T) {
 	q, fixed, handled := consoleFailures(t, b)
 	dlq, parked := topology.DeadLetterQueue(q), topology.ParkedQueue(q)
 
-	con, err := ops.NewConsole(b, ops.ConsoleOptions{Queues: []string{q}, Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	t.Cleanup(func() {
-		srv.Close()
-		if err := con.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
+	srv := consoleServer(t, b, ops.ConsoleOptions{Queues: []string{q}})
 	shots := consoleShots(t)
 	ctx := consoleBrowser(t, 2*time.Minute)
 	row := fmt.Sprintf(`tr[data-queue=%q]`, q)
@@ -397,17 +380,7 @@ func TestConsoleBrowserToken(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
 	q := consoleQueue(t, b)
 	consoleFill(t, b, q, 2)
-	con, err := ops.NewConsole(b, ops.ConsoleOptions{Queues: []string{q}, Token: "t0ken-for-chromium", Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	t.Cleanup(func() {
-		srv.Close()
-		if err := con.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
+	srv := consoleServer(t, b, ops.ConsoleOptions{Queues: []string{q}, Token: "t0ken-for-chromium"})
 	ctx := consoleBrowser(t, time.Minute)
 	consoleRun(t, ctx, "open without the token", chromedp.Navigate(srv.URL+"/"))
 	if body := consoleText(t, ctx, "body"); !strings.Contains(body, "needs its access token") {

@@ -92,7 +92,9 @@ func consoleServe(t *testing.T, args ...string) (base string, stop func()) {
 	return "", stop
 }
 
-func consoleGet(t *testing.T, url, bearer string) (int, string) {
+// consoleGet GETs url (with bearer as the Authorization token, if any)
+// and returns the status and the body.
+func consoleGet(t testing.TB, url, bearer string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	if bearer != "" {

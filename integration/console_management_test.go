@@ -9,9 +9,7 @@ package integration
 
 import (
 	"context"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
@@ -58,26 +56,10 @@ func TestConsoleManagementDiscovery(t *testing.T) {
 	testenv.Publish(t, b, topology.DeadLetterQueue(withDLQ), mq.Message{Body: []byte("x")})
 	testenv.Publish(t, b, quorumDLQ, mq.Message{Body: []byte("q")})
 
-	con, err := ops.NewConsole(b, ops.ConsoleOptions{Management: "http://guest:guest@127.0.0.1:15696", Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	defer func() {
-		srv.Close()
-		if err := con.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
-	resp, err := http.Get(srv.URL + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	body := string(page)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("overview: %d\n%s", resp.StatusCode, body)
+	srv := consoleServer(t, b, ops.ConsoleOptions{Management: "http://guest:guest@127.0.0.1:15696"})
+	code, body := consoleGet(t, srv.URL+"/", "")
+	if code != http.StatusOK {
+		t.Fatalf("overview: %d\n%s", code, body)
 	}
 	for _, q := range []string{withDLQ, alsoDLQ} {
 		if !strings.Contains(body, `<tr data-queue="`+q+`">`) {
@@ -96,13 +78,7 @@ func TestConsoleManagementDiscovery(t *testing.T) {
 
 	// A quorum .dlq, as the API says: not looked at, even once.
 	source := strings.TrimSuffix(quorumDLQ, topology.DeadLetterSuffix)
-	resp, err = http.Get(srv.URL + "/queues/" + source + "/dlq")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(page), `id="quorum"`) {
+	if _, page := consoleGet(t, srv.URL+"/queues/"+source+"/dlq", ""); !strings.Contains(page, `id="quorum"`) {
 		t.Errorf("the quorum .dlq's page has no warning:\n%s", page)
 	}
 	got := testenv.GetAll(t, b, quorumDLQ)

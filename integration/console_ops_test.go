@@ -6,11 +6,9 @@ package integration
 // with a Filter, Delete, Purge, and a console replay stopped half way.
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -118,17 +116,7 @@ func TestConsoleReplayStopped(t *testing.T) {
 	dlq := topology.DeadLetterQueue(q)
 	const n = 3000
 	consoleFill(t, b, q, n)
-	con, err := ops.NewConsole(b, ops.ConsoleOptions{Queues: []string{q}, Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(con)
-	defer func() {
-		srv.Close()
-		if err := con.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
+	srv := consoleServer(t, b, ops.ConsoleOptions{Queues: []string{q}})
 	token := consoleCSRF(t, srv.URL, "/queues/"+url.PathEscape(q)+"/dlq")
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := noFollow.PostForm(srv.URL+"/queues/"+url.PathEscape(q)+"/dlq/replay", url.Values{"csrf": {token}, "scope": {"all"}})

@@ -22,7 +22,7 @@ import (
 	"github.com/acemq/acemq-go/retry"
 )
 
-// frameMax is what the local broker and amqp091-go agree on by default.
+// hardFrameMax is the frame_max the local broker and amqp091-go agree on by default.
 const hardFrameMax = 128 * 1024
 
 func TestHardeningHopFitsTheFrame(t *testing.T) {

@@ -23,8 +23,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	neturl "net/url"
 	"strings"
@@ -183,13 +181,7 @@ func TestConsoleLookGivesBackWhatItDidNotRead(t *testing.T) {
 	defer con.Close(context.Background())
 	srv := httptest.NewServer(con)
 	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/queues/" + neturl.PathEscape(q) + "/dlq")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(page), `id="quorum"`) {
+	if _, page := consoleGet(t, srv.URL+"/queues/"+neturl.PathEscape(q)+"/dlq", ""); !strings.Contains(page, `id="quorum"`) {
 		t.Fatalf("the look did not stop at the mark:\n%s", page)
 	}
 	testenv.WaitCount(t, b, dlq, 20, 10*time.Second)

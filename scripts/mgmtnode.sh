@@ -28,8 +28,6 @@ me=mgmtnode
 # shellcheck source=scripts/node-lib.sh
 . "$(dirname "$0")/node-lib.sh"
 
-[ -n "$base" ] || die "MGMTNODE_BASE is empty"
-
 up() {
   command -v rabbitmq-server >/dev/null || die "rabbitmq-server is not installed (run make broker)"
   for p in "$amqp_port" "$http_port"; do

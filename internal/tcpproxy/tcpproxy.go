@@ -1,6 +1,13 @@
 // Package tcpproxy is a loopback TCP proxy for fault tests: put it between
-// a client and the broker, then Cut every connection through it, so only
-// the test's own connections die and a shared broker is never touched.
+// a client and the broker, and the faults it makes hit only the test's own
+// connections, never a shared broker. It cuts every connection (Cut),
+// refuses new ones (Refuse), drops each right after its AMQP handshake
+// (FlapAfterHandshake), holds bytes in either direction (Stall), stops
+// reading from clients (StopReading), and slips connection.blocked and
+// unblocked frames in (SendBlocked, SendUnblocked, BlockAfterHandshake). It
+// follows the AMQP frames only as far as that needs, and counts what it
+// sees: connections (Accepted, Opened) and the methods clients send (Sent,
+// LastSent).
 //
 // It must not be imported by non-test code.
 package tcpproxy
@@ -30,9 +37,10 @@ type Proxy struct {
 	wg      sync.WaitGroup
 	cuts    atomic.Int64
 	accepts atomic.Int64
-	sent    sync.Map // [2]uint16{class, method} -> *atomic.Int64: methods clients sent
-	lastMu  sync.Mutex
-	last    map[[2]uint16][]byte // the arguments of the last of each, as far as framer.head holds them
+
+	sentMu sync.Mutex
+	sent   map[[2]uint16]int64  // methods clients sent, by {class, method}
+	last   map[[2]uint16][]byte // the arguments of the last of each, as far as framer.head holds them
 }
 
 // Start listens on 127.0.0.1 (a free port) and forwards to target.
@@ -42,7 +50,7 @@ func Start(target string) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, resume: make(chan struct{}),
-		framers: map[net.Conn]*framer{}}
+		framers: map[net.Conn]*framer{}, sent: map[[2]uint16]int64{}, last: map[[2]uint16][]byte{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -127,30 +135,26 @@ func (p *Proxy) BlockAfterHandshake(reason string) {
 // Sent is how many frames of the AMQP method class.method clients have
 // sent through the proxy (basic.reject is 60, 90; basic.nack 60, 120).
 func (p *Proxy) Sent(class, method uint16) int64 {
-	if n, ok := p.sent.Load([2]uint16{class, method}); ok {
-		return n.(*atomic.Int64).Load()
-	}
-	return 0
+	p.sentMu.Lock()
+	defer p.sentMu.Unlock()
+	return p.sent[[2]uint16{class, method}]
 }
 
 // LastSent is the start of the arguments of the last class.method frame
 // clients sent (up to 12 bytes: basic.nack's delivery tag, 8 bytes, then
 // its bits, multiple 1 and requeue 2); nil if none was sent.
 func (p *Proxy) LastSent(class, method uint16) []byte {
-	p.lastMu.Lock()
-	defer p.lastMu.Unlock()
+	p.sentMu.Lock()
+	defer p.sentMu.Unlock()
 	return p.last[[2]uint16{class, method}]
 }
 
 func (p *Proxy) count(class, method uint16, args []byte) {
-	n, _ := p.sent.LoadOrStore([2]uint16{class, method}, new(atomic.Int64))
-	n.(*atomic.Int64).Add(1)
-	p.lastMu.Lock()
-	if p.last == nil {
-		p.last = map[[2]uint16][]byte{}
-	}
-	p.last[[2]uint16{class, method}] = append([]byte(nil), args...)
-	p.lastMu.Unlock()
+	k := [2]uint16{class, method}
+	p.sentMu.Lock()
+	p.sent[k]++
+	p.last[k] = append([]byte(nil), args...)
+	p.sentMu.Unlock()
 }
 
 // Opened is how many AMQP connections completed their handshake through
@@ -195,7 +199,7 @@ func (p *Proxy) accept() {
 			flap, reason := p.flap, p.blockAt
 			p.mu.Unlock()
 			if reason != "" {
-				f.pending = append(f.pending, methodFrame(append([]byte{0, 10, 0, 60, byte(len(reason))}, reason...)))
+				f.pending = append(f.pending, methodFrame(connectionBlocked(reason)))
 			}
 			if flap {
 				_ = c.Close()
@@ -221,10 +225,16 @@ func (p *Proxy) accept() {
 // connection.blocked frame with reason into each broker-to-client stream,
 // between two frames. The broker itself blocks nothing.
 func (p *Proxy) SendBlocked(reason string) {
+	p.sendToClients(connectionBlocked(reason))
+}
+
+// connectionBlocked is the payload of a connection.blocked with reason, a
+// short string: cut to 255 bytes.
+func connectionBlocked(reason string) []byte {
 	if len(reason) > 255 {
 		reason = reason[:255]
 	}
-	p.sendToClients(append([]byte{0, 10, 0, 60, byte(len(reason))}, reason...))
+	return append([]byte{0, 10, 0, 60, byte(len(reason))}, reason...)
 }
 
 // methodFrame frames a method payload on channel 0.
