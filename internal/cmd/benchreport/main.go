@@ -791,7 +791,10 @@ func rawLatency(ctx context.Context, conn *amqp.Connection, q string, rate int, 
 	}
 	rec := &recorder{}
 	var wg sync.WaitGroup
-	defer wg.Wait() // the delivery channel closes with cch
+	// The delivery channel closes with cch, so close it before waiting: on
+	// an early return (a failed publish, paced's timeout) nothing has
+	// cancelled the consumer, and a bare Wait would never return.
+	defer func() { _ = cch.Close(); wg.Wait() }()
 	wg.Go(func() {
 		for d := range ds {
 			rec.add(d.Headers)
