@@ -85,7 +85,8 @@ const (
 	// was returned to its queue after a pause, never dropped.
 	EventSetAsideFailed = "acemq.messages.set.aside.failed"
 	// EventRetry: a failed attempt is retried (Event.Kind says in-process
-	// or broker).
+	// or broker; carried when a wait cut short by Stop is republished to
+	// the queue with its next attempt).
 	EventRetry = "acemq.retry"
 	// EventConnectionLost and EventConnectionRestored report the broker
 	// connection's supervisor at work.

@@ -17,7 +17,8 @@ func init() {
 }
 
 // newSeamDelivery builds a Delivery outside any consumer, its attempt read
-// from raw's headers as a consumer reads it, its hops, events and log
+// from raw's x-acemq-attempt (a consumer also counts a quorum queue's
+// returns past the first two and what it remembers), its hops, events and log
 // going where s says. Without s.Forward, Forward fails with ErrClosed.
 func newSeamDelivery(queue string, raw amqp.Delivery, s seam.Delivery[Message, Event, HopKind]) *Delivery {
 	raw.Acknowledger = nil

@@ -39,8 +39,9 @@ func Events(fn func(ctx context.Context, e mq.Event)) DeliveryOption {
 }
 
 // NewDelivery builds a Delivery outside any consumer, for testing a
-// middleware or a hook: its attempt is read from raw's headers as a
-// consumer reads it. Without Forward, its Forward fails with mq.ErrClosed.
+// middleware or a hook: its attempt is raw's x-acemq-attempt (a real
+// consumer also counts a quorum queue's returns past the first two, and the
+// attempts of a message it returned itself). Without Forward, its Forward fails with mq.ErrClosed.
 func NewDelivery(queue string, raw amqp.Delivery, opts ...DeliveryOption) *mq.Delivery {
 	var s seamDelivery
 	for _, o := range opts {
