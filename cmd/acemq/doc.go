@@ -1,0 +1,66 @@
+// Command acemq is AceMQ's operator tool: it counts the messages in
+// queues, peeks at messages without taking them, replays dead letters and
+// parked messages back to the queue they failed on, purges a queue or
+// deletes one message, and serves the dead-letter web console. It is a
+// thin shell around package ops, which services can build into their own
+// admin tools.
+//
+//	acemq count <queue>...
+//	acemq peek <queue> [-n N] [filters]
+//	acemq replay <q.dlq|q.parked> [--to <queue>] [-n N] [--dry-run] [filters]
+//	acemq purge <queue> [--yes]
+//	acemq delete <queue> <message-id> [--yes]
+//	acemq console [<queue>...] [--listen ADDR] [--management URL [--vhost V]] [--token T] [--read-only]
+//
+// console serves ops.Console on --listen (default 127.0.0.1:8089) until
+// interrupted; an address that is not loopback needs --token (or
+// $ACEMQ_CONSOLE_TOKEN). It shows the .dlq and .parked of the queues named
+// and, with --management (or $ACEMQ_MANAGEMENT_URL), of every queue in
+// --vhost that has one; it needs one or the other.
+//
+// Filters (peek and replay): --reason, --error (text contained in
+// x-acemq-error), --message-id, --older-than (a duration).
+//
+// The broker is --url, else $AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/.
+// A refused connection or an unknown host fails at once; --wait keeps
+// trying for --timeout. Credentials are never printed: URLs are shown
+// redacted. Results go to stdout, one JSON object with --json (with
+// "error" and "exit" when the command failed); an error is one line on
+// stderr, "acemq: ...". Connection logs appear only with -v. A replay of
+// more than 100 messages shows a progress bar when stderr is a terminal.
+//
+// peek shows each message as the console does: the attempts it used
+// (x-acemq-attempt is the attempt its next delivery would be, so one less;
+// "unknown", null in --json, when the header is absent, as on a message
+// the broker dead-lettered itself) and the route it was first published
+// with (the x-acemq-original-* headers its first hop wrote, else the
+// broker's oldest x-death record, else the delivery's own; "route from"
+// says which). Peeking takes messages without acknowledging them and
+// gives them back with basic.nack: on a quorum queue up to RabbitMQ 4.2
+// that raises their delivery count (RabbitMQ 4 drops or dead-letters a
+// message past its delivery limit, 20 by default; 4.3 does not count such
+// a return) and may move them back in the queue; peek warns when it
+// sees a quorum queue's mark, x-delivery-count or, on RabbitMQ 4.3 and
+// later, x-acquired-count.
+//
+// purge and delete ask before they change anything; --yes skips the
+// question, and an answer other than y (or no answer: stdin closed) changes
+// nothing.
+//
+// A replay is safe to interrupt (Ctrl-C): it stops between two messages and
+// a second run carries on where it stopped; nothing is lost. The one window
+// for a duplicate is the process dying between the broker's confirm of a
+// republish and its ack of the original (see package ops).
+//
+// Exit codes:
+//
+//	0    done
+//	1    failed: a queue or message does not exist, the broker refused, a
+//	     replay stopped on an error (what was moved until then stays moved)
+//	2    usage error (unknown command or flag, bad value)
+//	3    the broker could not be reached (refused, unknown host; with
+//	     --wait, not within --timeout)
+//	4    a replay finished but left messages it could not place (give --to)
+//	5    a purge or delete was not confirmed (nothing was changed)
+//	130  interrupted
+package main

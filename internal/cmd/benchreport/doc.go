@@ -1,0 +1,15 @@
+// Command benchreport measures AceMQ for Go against raw amqp091-go on the
+// same broker, in the same run, and prints the README's performance table:
+// for every contestant its throughput, the ratio to the raw baseline of its
+// group, the client's CPU time per message (this process, from getrusage),
+// the broker's CPU time per message (the beam.smp process, from
+// /proc/<pid>/stat) and the client's heap allocations per message. `make
+// bench` runs it.
+//
+// Rounds alternate the contestants of a group, the one going first
+// rotating round by round, so drift on a busy machine hits all alike; every
+// figure is the median over -rounds rounds, and a ratio is the median of
+// the per-round ratios (each contestant against the baseline's round next
+// to it). On a shared machine msgs/s follows whatever else runs there; CPU
+// time per message hardly does: read that first.
+package main
