@@ -4,34 +4,13 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
-
-// ErrWaitCut is what Delivery.Wait returns when the wait was cut short:
-// the consumer is stopping, the delivery's channel was lost, or ctx ended.
-var ErrWaitCut = errors.New("mq: in-process wait cut short")
-
-// Wait waits w before the delivery's next attempt, in-process, without
-// holding a worker: while it waits, the delivery stays unacknowledged on
-// its channel and its worker goes on with the rest of the queue (unless
-// the consumer runs InOrder, or WithMaxWaiting deliveries wait already).
-// It returns nil when the wait is over and a worker is free for the next
-// attempt, or ErrWaitCut at once when the consumer stops, the channel is
-// lost or ctx ends. This is how the retry ladder waits; outside a consumer
-// it simply sleeps.
-func (d *Delivery) Wait(ctx context.Context, w time.Duration) error {
-	switch {
-	case d.wait != nil:
-		return d.wait(ctx, w)
-	case d.c == nil || d.sub == nil:
-		return waitFor(ctx, nil, w)
-	}
-	return d.c.wait(ctx, d, w)
-}
 
 // headerDeliveryCount is the header a quorum queue puts on a redelivered
 // message: how many times this copy was returned to the queue (from
@@ -134,3 +113,135 @@ func (m *attemptMemo) forget(d *Delivery) {
 	m.size.Store(int32(len(m.next)))
 	m.mu.Unlock()
 }
+
+// AttemptOf reads the x-acemq-attempt header leniently: any integer type,
+// a float, a decimal, or a number written as a string or bytes (as other
+// languages may write it). Absent, unreadable or below 1 is 1; absurdly
+// large values are capped at math.MaxInt32.
+func AttemptOf(h amqp.Table) int {
+	v, ok := h[HeaderAttempt]
+	if !ok {
+		return 1
+	}
+	n := int64(1)
+	switch x := v.(type) {
+	case int:
+		n = int64(x)
+	case int8:
+		n = int64(x)
+	case int16:
+		n = int64(x)
+	case int32:
+		n = int64(x)
+	case int64:
+		n = x
+	case uint8:
+		n = int64(x)
+	case uint16:
+		n = int64(x)
+	case uint32:
+		n = int64(x)
+	case uint:
+		n = int64(min(x, math.MaxInt32))
+	case uint64:
+		n = int64(min(x, math.MaxInt32))
+	case float32:
+		n = floatAttempt(float64(x))
+	case float64:
+		n = floatAttempt(x)
+	case amqp.Decimal:
+		f := float64(x.Value)
+		for i := uint8(0); i < x.Scale && i < 20; i++ {
+			f /= 10
+		}
+		n = floatAttempt(f)
+	case string:
+		n = stringAttempt(x)
+	case []byte:
+		if len(x) <= 32 {
+			n = stringAttempt(string(x))
+		}
+	}
+	return int(max(1, min(n, math.MaxInt32)))
+}
+
+func floatAttempt(f float64) int64 {
+	if math.IsNaN(f) || f < 1 {
+		return 1
+	}
+	if f > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int64(f)
+}
+
+func stringAttempt(s string) int64 {
+	s = strings.TrimSpace(s)
+	if len(s) > 32 {
+		return 1
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		return floatAttempt(f)
+	}
+	return 1
+}
+
+// attemptHandler sits between the middleware and the application's
+// handler: it numbers attempts (every call after the first is the next
+// attempt of the same delivery) and runs the AttemptHooks.
+type attemptHandler struct {
+	next  Handler
+	hooks []AttemptHook
+}
+
+func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
+	if d.calls > 0 {
+		d.attempt++
+	}
+	d.calls++
+	if len(a.hooks) == 0 {
+		err = a.next.Handle(ctx, d)
+		d.finished(err)
+		return err
+	}
+	for _, h := range a.hooks {
+		ctx = h.OnAttempt(ctx, d)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			d.finished(errPanicked)
+			pe := NewPanicError(r)
+			for i := len(a.hooks) - 1; i >= 0; i-- {
+				a.hooks[i].OnAttemptDone(ctx, d, pe)
+			}
+			panic(r)
+		}
+	}()
+	err = a.next.Handle(ctx, d)
+	d.finished(err)
+	for i := len(a.hooks) - 1; i >= 0; i-- {
+		a.hooks[i].OnAttemptDone(ctx, d, err)
+	}
+	return err
+}
+
+// finished notes that the attempt the handler just returned from counts as
+// used — unless the consumer cut it short (lost channel, stop deadline):
+// then its redelivery is the same attempt again.
+//
+// It is also where a success becomes the ack outcome, so the middleware
+// around the handler reads OutcomeAck before the runtime settles.
+func (d *Delivery) finished(err error) {
+	if d.sub == nil || d.sub.ctx.Err() == nil {
+		d.used = d.attempt
+	}
+	if err == nil && d.outcome == "" {
+		d.outcome = OutcomeAck
+	}
+}
+
+// errPanicked stands for the error of an attempt that panicked.
+var errPanicked = errors.New("mq: the handler panicked")

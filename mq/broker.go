@@ -848,3 +848,16 @@ func isNetError(err error) bool {
 	var ne *net.OpError
 	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)
 }
+
+// login is the user name the broker's connections log in with (the first
+// URL's; AceMQ expects one login per Broker), parsed once.
+func (b *Broker) login() string {
+	b.loginOnce.Do(func() {
+		if len(b.cfg.URLs) > 0 {
+			if u, err := amqp.ParseURI(b.cfg.URLs[0]); err == nil {
+				b.loginName = u.Username
+			}
+		}
+	})
+	return b.loginName
+}

@@ -3,6 +3,7 @@ package mq
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -161,3 +162,20 @@ func (e *requeueError) Unwrap() []error {
 // toward a quorum queue's delivery limit (4.3 and later count only such
 // returns, not a basic.nack), so a loop of requeues ends there.
 func Requeue(err error) error { return &requeueError{err: err, both: [2]error{ErrRequeue, err}} }
+
+// PanicError is a panic recovered from a handler, as an error.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+// NewPanicError captures a recovered value and the current stack.
+func NewPanicError(v any) *PanicError { return &PanicError{Value: v, Stack: debug.Stack()} }
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// Unwrap returns the panic value if it was an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}

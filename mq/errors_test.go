@@ -137,3 +137,28 @@ func TestReplyCodeShapesWithoutAllocating(t *testing.T) {
 		}
 	}
 }
+
+func TestRequeueError(t *testing.T) {
+	cause := errors.New("cause")
+	err := mq.Requeue(cause)
+	if !errors.Is(err, mq.ErrRequeue) || !errors.Is(err, cause) {
+		t.Errorf("Requeue(cause) = %v: must match ErrRequeue and cause", err)
+	}
+	if err := mq.Requeue(nil); !errors.Is(err, mq.ErrRequeue) || err.Error() != mq.ErrRequeue.Error() {
+		t.Errorf("Requeue(nil) = %v", err)
+	}
+}
+
+func TestPanicError(t *testing.T) {
+	cause := errors.New("inner")
+	pe := mq.NewPanicError(cause)
+	if !errors.Is(pe, cause) || len(pe.Stack) == 0 || pe.Error() != "panic: inner" {
+		t.Errorf("PanicError(err) = %v, unwraps %v, stack %d bytes", pe, errors.Unwrap(pe), len(pe.Stack))
+	}
+	if errors.Unwrap(mq.NewPanicError(42)) != nil {
+		t.Error("a non-error panic value unwraps to nil")
+	}
+}
+
+// A nil middleware in the list is skipped: the handler inside it must not
+// be listed twice, or its Subscribe and Stop hooks would run twice.

@@ -1,7 +1,6 @@
 package mq
 
 import (
-	"context"
 	"strings"
 	"time"
 )
@@ -90,23 +89,6 @@ func frameError(why string) bool {
 		}
 	}
 	return true
-}
-
-// interrupted is called by a consumer whose subscription ended (why) and
-// returns how long to wait before resubscribing: the backoff of the
-// subscription's flaps so far. A streak of flaps caused by undecodable
-// frames is reported once as EventConsumerPoison.
-func (c *Consumer) interrupted(g *flapGuard, why string) time.Duration {
-	flaps := g.down(time.Now())
-	if flaps == 0 {
-		return 0
-	}
-	wait := c.b.backoff(flaps - 1)
-	if frameError(why) && g.alarm() {
-		c.log.Error(EventConsumerPoison, "flaps", flaps, "error", why, "retry_in", wait)
-		c.b.hooks.emit(context.Background(), Event{Name: EventConsumerPoison, Queue: c.queue, Err: errorString(why)})
-	}
-	return wait
 }
 
 type errorString string

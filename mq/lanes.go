@@ -9,7 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Why a subscription has more than one channel.
+// Why a session has more than one channel.
 //
 // A delivery waiting in-process (Delivery.Wait) stays unacknowledged on
 // the channel it came on, and must be settled there. RabbitMQ keeps a
@@ -21,7 +21,7 @@ import (
 // 32 waiting, +60 µs at 300, on a base of about 28 µs), and they count
 // against that consumer's prefetch.
 //
-// So once laneWaiters deliveries wait on the channel the subscription
+// So once laneWaiters deliveries wait on the channel the session
 // consumes on — or, with coalesced acks and a wide window, once a quarter
 // of the ack window piles up above a wait (stuckAcks) — the consumer
 // subscribes again on another channel of the same connection (a lane) and
@@ -31,16 +31,16 @@ import (
 // with nothing in front of it. A lane left that way is used again once
 // little or nothing on it is unsettled (consume and cancel cost the broker
 // about 155 µs, a new channel about 540 µs more; one is opened ahead after
-// each move), so a subscription holds at most 1 + maxWaiting/laneWaiters
+// each move), so a session holds at most 1 + maxWaiting/laneWaiters
 // channels. With no lane free and none to open, waiting deliveries pile up
 // on the consuming channel as before and take their room from its window.
 
 // laneWaiters is how many deliveries may wait on the consuming channel
-// before the subscription moves: the per-ack cost of the ones waiting there
+// before the session moves: the per-ack cost of the ones waiting there
 // against the cost of a move, per waiting delivery (about 155 µs/16).
 const laneWaiters = 16
 
-// lane is one channel of a subscription, with its own acknowledgements.
+// lane is one channel of a session, with its own acknowledgements.
 // Delivery tags are the channel's, so a lane's acker lives as long as the
 // channel, across the consumers it carries one after the other.
 type lane struct {
@@ -52,7 +52,7 @@ type lane struct {
 	held    atomic.Int32 // deliveries received and not yet settled
 	waiting atomic.Int32 // of those, waiting in-process
 
-	// Under subscription.mu.
+	// Under session.mu.
 	cur *stream // what it consumes or consumed last; nil before the first consume
 }
 
@@ -63,15 +63,15 @@ type stream struct {
 	lane       *lane
 	deliveries <-chan amqp.Delivery
 
-	// Under subscription.mu.
-	retired   bool // cancelled by the subscription moving on
+	// Under session.mu.
+	retired   bool // cancelled by the session moving on
 	cancelled bool // the broker confirmed its cancel: nothing more comes
 	ended     bool // its deliveries channel was found closed
 }
 
-// newLane opens a channel on the subscription's connection with the
+// openLane opens a channel on the session's connection with the
 // consumer's prefetch.
-func (c *Consumer) newLane(ctx context.Context) (*lane, *conn, error) {
+func openLane(ctx context.Context, c *Consumer) (*lane, *conn, error) {
 	ch, st, err := c.b.channel(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("mq: consumer of %q: %w", c.queue, err)
@@ -103,7 +103,7 @@ func giveOn(ch *amqp.Channel) func(uint64, giveBack) error {
 // costs about what a dozen single acks do, so it is asked for only with a
 // window wide enough (stuckMinPrefetch) and while a lane is free to move
 // to; the acks on l then wait for the holes (leftDelay).
-func (s *subscription) stuckAcks(l *lane) func() bool {
+func (s *session) stuckAcks(l *lane) func() bool {
 	return func() bool {
 		if s.active.Load() != l || l.waiting.Load() == 0 || !s.free.Load() {
 			return false
@@ -114,7 +114,7 @@ func (s *subscription) stuckAcks(l *lane) func() bool {
 }
 
 // consume subscribes the lane to the consumer's queue.
-func (c *Consumer) consume(ctx context.Context, l *lane) (*stream, error) {
+func (l *lane) consume(ctx context.Context, c *Consumer) (*stream, error) {
 	var deliveries <-chan amqp.Delivery
 	err := c.b.bounded(ctx, func() (err error) {
 		deliveries, err = l.ch.Consume(c.queue, c.cfg.tag, false, false, false, false, nil)
@@ -127,12 +127,13 @@ func (c *Consumer) consume(ctx context.Context, l *lane) (*stream, error) {
 }
 
 // stuckMinPrefetch is the smallest prefetch for which acks stuck above a
-// waiting delivery move the subscription (see stuckAcks).
+// waiting delivery move the session (see stuckAcks).
 const stuckMinPrefetch = 64
 
-// join makes l one of the subscription's lanes: watched, and asking for a
+// join makes l one of the session's lanes: watched, and asking for a
 // move when its acks get stuck.
-func (s *subscription) join(l *lane, cfg consumerConfig) {
+func (s *session) join(l *lane) {
+	cfg := s.c.cfg
 	if cfg.maxLanes() > 1 && cfg.prefetch >= stuckMinPrefetch && !cfg.ackEach {
 		l.acks.stuck = s.stuckAcks(l)
 	}
@@ -140,8 +141,8 @@ func (s *subscription) join(l *lane, cfg consumerConfig) {
 }
 
 // watch reports the first close or broker cancel of l's channel to the
-// subscription (lost, cancels): either ends it.
-func (s *subscription) watch(l *lane) {
+// session (lost, cancels): either ends it.
+func (s *session) watch(l *lane) {
 	go func() {
 		select {
 		case e, ok := <-l.closes:
@@ -161,23 +162,15 @@ func (s *subscription) watch(l *lane) {
 	}()
 }
 
-// maxLanes is how many channels a subscription may hold.
-func (cfg *consumerConfig) maxLanes() int {
-	if cfg.maxWaiting == 0 {
-		return 1
-	}
-	return 1 + (cfg.maxWaiting+laneWaiters-1)/laneWaiters
-}
-
 // reading is the stream the workers read: the oldest not ended, so a moved
-// subscription's deliveries are handled in the order they came.
-func (s *subscription) reading() *stream { return s.head.Load() }
+// session's deliveries are handled in the order they came.
+func (s *session) reading() *stream { return s.head.Load() }
 
 // streamEnded is called by a worker that found st's deliveries channel
-// closed. It reports whether the subscription goes on (st was left by a
+// closed. It reports whether the session goes on (st was left by a
 // move, and the next stream is read now) or has ended (the consumer it
 // reads was closed under it: the broker cancelled it, or the channel died).
-func (s *subscription) streamEnded(st *stream) bool {
+func (s *session) streamEnded(st *stream) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !st.retired {
@@ -187,25 +180,26 @@ func (s *subscription) streamEnded(st *stream) bool {
 		st.ended = true
 		s.streams = s.streams[1:] // st is the head: only the head is read
 		s.head.Store(s.streams[0])
-		s.flushSettledLocked(st.lane)
+		s.flushLeftLocked(st.lane)
 		s.refreshFreeLocked()
 	}
 	return true
 }
 
-// settled is called once a delivery of l has been settled.
-func (s *subscription) settled(l *lane) {
+// dropHeld counts a delivery of l off the lane once it is settled, and
+// flushes a left lane's acks once none is held.
+func (s *session) dropHeld(l *lane) {
 	if n := l.held.Add(-1); n == 0 || n == laneWaiters/2-1 {
 		s.mu.Lock()
-		s.flushSettledLocked(l)
+		s.flushLeftLocked(l)
 		s.refreshFreeLocked()
 		s.mu.Unlock()
 	}
 }
 
-// flushSettledLocked sends the acks held on a lane the subscription has
+// flushLeftLocked sends the acks held on a lane the session has
 // left once nothing on it is unsettled: one multiple ack covers them.
-func (s *subscription) flushSettledLocked(l *lane) {
+func (s *session) flushLeftLocked(l *lane) {
 	if l.cur != nil && l.cur.retired && l.cur.ended && l.held.Load() == 0 {
 		_ = l.acks.Flush() // everything on it is settled: one multiple ack
 	}
@@ -216,7 +210,7 @@ func (s *subscription) flushSettledLocked(l *lane) {
 // it holds few (reusing a channel is cheaper than a new one, and what
 // still waits on it is little to walk); nil if a new lane should be opened
 // (canOpen) or if none holds fewer than old has waiting.
-func (s *subscription) pickLocked(old *lane, canOpen bool) *lane {
+func (s *session) pickLocked(old *lane, canOpen bool) *lane {
 	var best *lane
 	for _, l := range s.lanes {
 		if l == old {
@@ -247,13 +241,13 @@ func (s *subscription) pickLocked(old *lane, canOpen bool) *lane {
 
 // waitStarts notes a delivery of l waiting in-process, and asks for a move
 // if too many wait on the lane consumed on now.
-func (s *subscription) waitStarts(l *lane) {
+func (s *session) waitStarts(l *lane) {
 	if l.waiting.Add(1) >= laneWaiters && s.active.Load() == l {
 		s.askMove()
 	}
 }
 
-func (s *subscription) askMove() {
+func (s *session) askMove() {
 	select {
 	case s.move <- struct{}{}:
 	default:
@@ -261,13 +255,14 @@ func (s *subscription) askMove() {
 }
 
 // waitEnds notes the end of a wait of l's.
-func (s *subscription) waitEnds(l *lane) { l.waiting.Add(-1) }
+func (s *session) waitEnds(l *lane) { l.waiting.Add(-1) }
 
-// mover moves the subscription whenever a wait (waitStarts) or a pile of
-// acks (stuckAcks) asks for it, until the subscription drains.
-func (c *Consumer) mover(s *subscription) {
+// mover moves the session whenever a wait (waitStarts) or a pile of
+// acks (stuckAcks) asks for it, until the session drains.
+func (s *session) mover() {
+	c := s.c
 	defer close(s.moverDone)
-	// A move in progress ends with the subscription: a drain (Stop, a lost
+	// A move in progress ends with the session: a drain (Stop, a lost
 	// channel) must not wait on a channel being opened on a connection
 	// that is down.
 	life, end := context.WithCancel(s.ctx)
@@ -289,8 +284,8 @@ func (c *Consumer) mover(s *subscription) {
 		var moved bool
 		var err error
 		if !time.Now().Before(notBefore) {
-			if moved, err = c.moveOn(life, s); err == nil && moved {
-				err = c.spareLane(life, s)
+			if moved, err = s.moveOn(life); err == nil && moved {
+				err = s.spareLane(life)
 			}
 		}
 		if !moved {
@@ -300,7 +295,7 @@ func (c *Consumer) mover(s *subscription) {
 		}
 		if err != nil {
 			// Keep consuming where it is; a dead channel is noticed by
-			// the subscription. Try again a little later.
+			// the session. Try again a little later.
 			c.log.Debug("acemq.consumer.move.failed", "error", err)
 			notBefore = time.Now().Add(time.Second)
 		}
@@ -311,7 +306,8 @@ func (c *Consumer) mover(s *subscription) {
 // settled, or a new one) and cancels the consumer of the lane consumed on
 // now; moved says whether it did. What the broker sent the old consumer is
 // still read first, handled and settled on its own channel.
-func (c *Consumer) moveOn(life context.Context, s *subscription) (moved bool, err error) {
+func (s *session) moveOn(life context.Context) (moved bool, err error) {
+	c := s.c
 	old := s.active.Load()
 	if old.waiting.Load() == 0 {
 		return false, nil // waits ended meanwhile
@@ -322,13 +318,13 @@ func (c *Consumer) moveOn(life context.Context, s *subscription) (moved bool, er
 	next := s.pickLocked(old, len(s.lanes) < c.cfg.maxLanes())
 	s.mu.Unlock()
 	if next == nil {
-		if next, err = c.addLane(ctx, s); next == nil {
+		if next, err = s.addLane(ctx); next == nil {
 			return false, err // none free and no room for one: waiting deliveries take room from the window
 		}
 	}
-	st, err := c.consume(ctx, next)
+	st, err := next.consume(ctx, c)
 	if err != nil {
-		return false, err // its channel is closed (consume closes it on a late answer): watch ends the subscription
+		return false, err // its channel is closed (consume closes it on a late answer): watch ends the session
 	}
 	s.mu.Lock()
 	if s.isDraining() {
@@ -346,7 +342,7 @@ func (c *Consumer) moveOn(life context.Context, s *subscription) (moved bool, er
 	// amqp091 closes the old deliveries channel once the broker has
 	// confirmed the cancel and what it sent before has been read. Until
 	// then the workers read nothing newer; a cancel that goes unanswered
-	// ends the subscription, which starts again on fresh channels.
+	// ends the session, which starts again on fresh channels.
 	if err := c.b.bounded(ctx, func() error { return old.ch.Cancel(c.cfg.tag, false) }, nil); err != nil {
 		if s.isDraining() {
 			return true, nil // cut by the drain: the stop cancels what is left (cancelStreams)
@@ -363,37 +359,38 @@ func (c *Consumer) moveOn(life context.Context, s *subscription) (moved bool, er
 	return true, nil
 }
 
-// addLane opens a lane for the subscription if it may hold one more; nil
-// if not, or if the subscription is draining.
-func (c *Consumer) addLane(ctx context.Context, s *subscription) (*lane, error) {
+// addLane opens a lane for the session if it may hold one more; nil
+// if not, or if the session is draining.
+func (s *session) addLane(ctx context.Context) (*lane, error) {
+	c := s.c
 	if len(s.allLanes()) >= c.cfg.maxLanes() {
 		return nil, nil
 	}
-	l, _, err := c.newLane(ctx)
+	l, _, err := openLane(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
-	if s.isDraining() { // the subscription's close may have listed its lanes already
+	if s.isDraining() { // the session's close may have listed its lanes already
 		s.mu.Unlock()
 		_ = l.ch.Close()
 		return nil, nil
 	}
 	s.lanes = append(s.lanes, l)
 	s.mu.Unlock()
-	s.join(l, c.cfg)
+	s.join(l)
 	return l, nil
 }
 
 // spareLane opens a lane ahead of the next move, unless one is free
 // already: with one at hand a move costs two round trips, not four.
-func (c *Consumer) spareLane(life context.Context, s *subscription) error {
+func (s *session) spareLane(life context.Context) error {
 	if s.free.Load() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(life, 10*time.Second)
 	defer cancel()
-	l, err := c.addLane(ctx, s)
+	l, err := s.addLane(ctx)
 	if l != nil {
 		s.mu.Lock()
 		s.refreshFreeLocked()
@@ -403,11 +400,11 @@ func (c *Consumer) spareLane(life context.Context, s *subscription) error {
 }
 
 // refreshFreeLocked notes whether a lane is free for the next move.
-func (s *subscription) refreshFreeLocked() {
+func (s *session) refreshFreeLocked() {
 	s.free.Store(s.pickLocked(s.active.Load(), false) != nil)
 }
 
-func (s *subscription) isDraining() bool {
+func (s *session) isDraining() bool {
 	select {
 	case <-s.draining:
 		return true

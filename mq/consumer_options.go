@@ -1,0 +1,164 @@
+package mq
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Consumer defaults.
+const (
+	DefaultPrefetch     = 32
+	DefaultConcurrency  = 1
+	DefaultRequeuePause = time.Second
+	// DefaultMaxWaiting is the room for deliveries waiting in-process on
+	// top of the prefetch window (WithMaxWaiting).
+	DefaultMaxWaiting = 256
+)
+
+// ConsumerOption configures a consumer.
+type ConsumerOption interface{ applyConsumer(*consumerConfig) }
+
+type consumerOption func(*consumerConfig)
+
+func (f consumerOption) applyConsumer(c *consumerConfig) { f(c) }
+
+type consumerConfig struct {
+	prefetch     int
+	concurrency  int
+	tag          string
+	mws          []Middleware
+	requeuePause time.Duration
+	giveUp       time.Duration
+	maxWaiting   int
+	inOrder      bool
+	ackEach      bool
+	errs         []error
+}
+
+// WithPrefetch sets how many unacknowledged deliveries the broker sends
+// ahead (basic.qos). Default DefaultPrefetch (32), raised to the
+// concurrency if that is higher; it must be at least the concurrency.
+func WithPrefetch(n int) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) {
+		if n < 1 {
+			c.errs = append(c.errs, fmt.Errorf("WithPrefetch(%d): must be at least 1", n))
+			return
+		}
+		c.prefetch = n
+	})
+}
+
+// WithConcurrency sets how many deliveries are handled at once. Default 1,
+// which keeps the queue's order.
+func WithConcurrency(n int) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) {
+		if n < 1 {
+			c.errs = append(c.errs, fmt.Errorf("WithConcurrency(%d): must be at least 1", n))
+			return
+		}
+		c.concurrency = n
+	})
+}
+
+// WithConsumerTag sets the consumer tag. Default: connection name, queue
+// and a sequence number.
+func WithConsumerTag(tag string) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) { c.tag = tag })
+}
+
+// WithMiddleware adds middleware around the handler, the first outermost.
+// Given more than once, later middleware sits inside earlier middleware.
+// The order is exactly the order written: nothing reorders it.
+func WithMiddleware(mws ...Middleware) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) { c.mws = append(c.mws, mws...) })
+}
+
+// WithRequeuePause sets how long a message the chain returns with Requeue
+// (a hop that failed, a panic that escaped every middleware) is held before
+// it is returned to its queue, so a missing queue does not turn into a hot
+// loop. Default DefaultRequeuePause (1 s). Cut short when the consumer
+// stops or its channel is lost.
+func WithRequeuePause(d time.Duration) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) { c.requeuePause = max(d, 0) })
+}
+
+// WithMaxWaiting sets how many deliveries may wait in-process for their
+// next attempt (Delivery.Wait) without taking room from the prefetch
+// window. Default DefaultMaxWaiting (256). A waiting delivery frees its
+// worker but stays unacknowledged on the channel it came on, and RabbitMQ
+// makes every ack on that channel walk past it and counts it against the
+// consumer's basic.qos (which it applies only to consumers that subscribe
+// after it is set). So once 16 deliveries wait on the channel the consumer
+// consumes on, it subscribes again on another channel of the same
+// connection and cancels the first consumer: the waiting deliveries are
+// settled where they came, the rest of the queue comes on a channel with
+// nothing waiting in front of it, and a channel whose deliveries are all
+// settled is used again. The consumer holds at most 1 + n/16 channels and
+// asks each for the prefetch plus 16. Past that, waiting deliveries pile up
+// on the channel consumed on and take their room from its window: the
+// broker sends less until a wait ends, and when every delivery in the
+// window waits, the consumer idles until the first wait is over. 0 keeps
+// one channel and asks for exactly the prefetch.
+func WithMaxWaiting(n int) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) {
+		if n < 0 {
+			c.errs = append(c.errs, fmt.Errorf("WithMaxWaiting(%d): must be at least 0", n))
+			return
+		}
+		c.maxWaiting = n
+	})
+}
+
+// InOrder keeps the queue's order through retries: an in-process wait holds
+// its worker, so no later message overtakes a failing one (with the default
+// concurrency of 1, the queue waits with it). Without InOrder, a delivery
+// waiting in-process frees its worker for the rest of the queue. Broker
+// rungs reorder a queue whatever the option: keep every wait in-process
+// for strict order.
+func InOrder() ConsumerOption {
+	return consumerOption(func(c *consumerConfig) { c.inOrder = true })
+}
+
+// WithGiveUpAfter ends the consumer with an error (see Done and Err) once
+// it has failed to resubscribe for d without a break — a queue deleted for
+// good, say. Default: never; the consumer retries with backoff and says why
+// in the log.
+func WithGiveUpAfter(d time.Duration) ConsumerOption {
+	return consumerOption(func(c *consumerConfig) { c.giveUp = max(d, 0) })
+}
+
+// AckEach makes the consumer acknowledge every delivery on its own, one
+// frame each, as soon as it is settled. Without it, acknowledgements are
+// coalesced: one basic.ack with multiple=true covers every delivery up to
+// the highest tag below which all are settled positively, sent within
+// ackDelay (5 ms), at once when half the prefetch window is waiting for
+// one, before any nack or reject, and before the channel is closed at Stop.
+// A multiple ack never covers a delivery that is still being handled,
+// waiting in-process or was returned; deliveries settled above such a one
+// wait up to 50 ms for it, then are acknowledged one by one (at once when
+// half the window waits for them). On a channel the consumer has moved
+// from (see WithMaxWaiting) nothing new arrives, so they wait up to 250 ms
+// there, and go out in one multiple ack if the waits below them end by
+// then. What coalescing costs: a connection lost in that time redelivers
+// the messages whose acknowledgement had not been sent (at least once, as
+// always).
+func AckEach() ConsumerOption {
+	return consumerOption(func(c *consumerConfig) { c.ackEach = true })
+}
+
+// qos is what each of the consumer's channels asks of basic.qos: the
+// window for the deliveries being handled plus room for the few that may
+// wait in-process on it before the subscription moves (lanes.go), which
+// the broker counts as unacknowledged too.
+func (cfg *consumerConfig) qos() int {
+	return min(cfg.prefetch+min(cfg.maxWaiting, laneWaiters), math.MaxUint16)
+}
+
+// maxLanes is how many channels a subscription may hold.
+func (cfg *consumerConfig) maxLanes() int {
+	if cfg.maxWaiting == 0 {
+		return 1
+	}
+	return 1 + (cfg.maxWaiting+laneWaiters-1)/laneWaiters
+}

@@ -1,0 +1,45 @@
+package mq
+
+import (
+	"testing"
+	"time"
+)
+
+func TestFlapGuard(t *testing.T) {
+	now := time.Now()
+	g := flapGuard{upAt: now}
+	for i := 1; i <= 5; i++ {
+		if n := g.down(now.Add(time.Second)); n != i {
+			t.Fatalf("flap %d counted as %d", i, n)
+		}
+		if got, want := g.alarm(), i == FlapAlarm; got != want {
+			t.Errorf("alarm after %d flaps: %v", i, got)
+		}
+		g.up(now)
+	}
+	if n := g.down(now.Add(StableAfter)); n != 0 || g.flaps != 0 {
+		t.Errorf("a stable period did not reset the count: %d", n)
+	}
+	g.up(now)
+	for range FlapAlarm {
+		g.down(now)
+	}
+	if !g.alarm() {
+		t.Error("no alarm for a new streak")
+	}
+	if !frameError(`Exception (501) Reason: "frame could not be parsed"`) || frameError("Exception (320) Reason: \"CONNECTION_FORCED\"") {
+		t.Error("frameError")
+	}
+	// A cut connection is reported as 501 too: not a poison frame (the
+	// connection-cut chaos scenario logged acemq.consumer.poison for cuts).
+	for _, lost := range []string{`Exception (501) Reason: "EOF"`,
+		`Exception (501) Reason: "write tcp 127.0.0.1:1->127.0.0.1:2: write: broken pipe"`,
+		`Exception (501) Reason: "read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"`} {
+		if frameError(lost) {
+			t.Errorf("frameError(%s) = true for a lost connection", lost)
+		}
+	}
+}
+
+// A read held at the gate ends when the socket under it closes (the
+// connection is lost, or Close aborts it, before the listeners are in).

@@ -1,0 +1,440 @@
+package mq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// session is one connection's worth of consuming: the lanes
+// (channels) it consumes on, one after the other (see lanes.go), and the
+// workers that handle what comes on them.
+type session struct {
+	c         *Consumer
+	st        *conn
+	lost      chan *amqp.Error // a lane's channel closed
+	cancels   chan string      // the broker cancelled a lane's consumer
+	ctx       context.Context  // the handlers' context
+	cancel    context.CancelFunc
+	draining  chan struct{}
+	drainOnce sync.Once
+	closeOnce sync.Once
+
+	// slots holds one token per delivery being handled: at most the
+	// consumer's concurrency. A delivery waiting in-process gives its token
+	// back (Delivery.Wait) and a worker goroutine is added in its place, so
+	// the queue goes on; workers counts those goroutines.
+	slots   chan struct{}
+	workers atomic.Int32
+	wg      sync.WaitGroup
+
+	head      atomic.Pointer[stream] // the stream the workers read
+	active    atomic.Pointer[lane]   // the lane whose consumer is live
+	move      chan struct{}          // a wait asks the mover to move on
+	free      atomic.Bool            // a lane to move to is at hand (refreshFreeLocked)
+	moverDone chan struct{}
+
+	mu      sync.Mutex
+	lanes   []*lane   // every channel it holds
+	streams []*stream // not ended, oldest first; the last is active's
+}
+
+func (s *session) drain() { s.drainOnce.Do(func() { close(s.draining) }) }
+
+// close gives the channels up, after sending the acknowledgements still
+// due on them (on a channel already dead that send fails, and the broker
+// has requeued those deliveries anyway).
+func (s *session) close() {
+	s.closeOnce.Do(func() {
+		for _, l := range s.allLanes() {
+			_ = l.acks.Close()
+			_ = l.ch.Close()
+		}
+	})
+}
+
+// dropAcks forgets the acknowledgements not sent: a channel died.
+func (s *session) dropAcks() {
+	for _, l := range s.allLanes() {
+		l.acks.Drop()
+	}
+}
+
+func (s *session) allLanes() []*lane {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*lane(nil), s.lanes...)
+}
+
+// openSession opens the first lane of a new session of c and consumes on
+// it; the session's workers start with serve.
+func openSession(ctx context.Context, c *Consumer) (*session, error) {
+	l, cn, err := openLane(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	st, err := l.consume(ctx, c)
+	if err != nil {
+		c.b.closeLater(l.ch)
+		return nil, err
+	}
+	s := &session{c: c, st: cn, draining: make(chan struct{}), slots: make(chan struct{}, c.cfg.concurrency),
+		lost: make(chan *amqp.Error, 1), cancels: make(chan string, 1),
+		move: make(chan struct{}, 1), moverDone: make(chan struct{}),
+		lanes: []*lane{l}, streams: []*stream{st}}
+	l.cur = st
+	s.head.Store(st)
+	s.active.Store(l)
+	s.join(l)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// serve runs the workers on s until it ends or the consumer stops, and
+// returns why it ended. Every worker has returned when serve does.
+func (s *session) serve() string {
+	c := s.c
+	for range c.cfg.concurrency {
+		s.spawn()
+	}
+	if c.cfg.maxLanes() > 1 {
+		go s.mover()
+	} else {
+		close(s.moverDone)
+	}
+	defer func() {
+		s.drain() // the mover's cue, whatever ended the session
+		<-s.moverDone
+	}()
+	workersDone := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(workersDone)
+	}()
+	select {
+	case <-c.stopping:
+		s.drain()
+		// No new deliveries; in-flight ones still settle on their
+		// channels. The mover, having seen the drain, moves no more.
+		<-s.moverDone
+		s.cancelStreams()
+		select {
+		case <-workersDone:
+			s.releaseUnread(c.abort)
+		case <-c.abort:
+			s.close()  // first: the broker requeues what was not settled,
+			s.cancel() // and a handler cut short can no longer reject it
+			<-workersDone
+		}
+		return "stopped"
+	case e := <-s.lost:
+		// A channel (or the connection) is gone, and with it its
+		// unsettled deliveries: the broker has requeued them. Stop the
+		// work; the other channels are closed with the session.
+		s.dropAcks()
+		s.drain()
+		s.cancel()
+		<-workersDone
+		if e == nil {
+			return "channel closed"
+		}
+		return e.Error()
+	case <-s.cancels:
+		// The broker cancelled the consumer (its queue was deleted): the
+		// channel lives, so in-flight deliveries still settle on it.
+		s.drain()
+		<-workersDone
+		return "consumer cancelled by the broker (queue deleted?)"
+	case <-workersDone:
+		s.drain()
+		return "delivery stream ended"
+	}
+}
+
+// release gives back a delivery of st that was never started, with
+// basic.nack: it is nobody's failure, and RabbitMQ 4.3 does not count such
+// a return toward a quorum queue's delivery limit, as it would a channel
+// closed holding it. On a dead channel the broker has returned it already.
+func (s *session) release(st *stream, raw amqp.Delivery) {
+	_ = st.lane.acks.Give(raw.DeliveryTag, giveRelease)
+	st.lane.held.Add(-1)
+}
+
+// cancelStreams cancels, at Stop, every consumer of s the broker has not
+// confirmed cancelled: the one consumed on, and one a move left behind
+// when the drain cut its cancel short. Each cancel is bounded by the
+// Stop's context; a stream whose cancel fails stays unconfirmed.
+func (s *session) cancelStreams() {
+	c := s.c
+	c.mu.Lock()
+	ctx := c.stopCtx
+	c.mu.Unlock()
+	s.mu.Lock()
+	streams := slices.Clone(s.streams)
+	s.mu.Unlock()
+	for _, st := range streams {
+		s.mu.Lock()
+		done := st.cancelled || st.ended
+		s.mu.Unlock()
+		if done {
+			continue
+		}
+		if c.b.bounded(ctx, func() error { return st.lane.ch.Cancel(c.cfg.tag, false) }, nil) == nil {
+			s.mu.Lock()
+			st.cancelled = true
+			s.mu.Unlock()
+		}
+	}
+}
+
+// releaseUnread gives back what the broker sent and no worker took, once
+// the consumer is cancelled and its workers are done: each stream whose
+// cancel the broker confirmed is read to its end (amqp091 ends it after
+// the cancel-ok, once what came before is read; a stream still consuming
+// would only be sent each message again). A stream not confirmed, one
+// whose end does not come within releaseWait, or an abort, leaves the rest
+// to the channel's close, which returns it too.
+func (s *session) releaseUnread(abort <-chan struct{}) {
+	s.mu.Lock()
+	var streams []*stream
+	for _, st := range s.streams {
+		if st.cancelled && !st.ended {
+			streams = append(streams, st)
+		}
+	}
+	s.mu.Unlock()
+	t := time.NewTimer(releaseWait)
+	defer t.Stop()
+	for _, st := range streams {
+	read:
+		for {
+			select {
+			case raw, ok := <-st.deliveries:
+				if !ok {
+					break read
+				}
+				_ = st.lane.acks.Give(raw.DeliveryTag, giveRelease)
+			case <-t.C:
+				return
+			case <-abort:
+				return
+			}
+		}
+	}
+}
+
+// releaseWait bounds releaseUnread.
+const releaseWait = 2 * time.Second
+
+// spawn adds a worker goroutine; the session's wait group owns it.
+func (s *session) spawn() {
+	s.workers.Add(1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.work()
+	}()
+}
+
+// work takes deliveries one at a time and handles each holding a slot. A
+// worker beyond the concurrency (added while a delivery waited) retires
+// after its delivery.
+func (s *session) work() {
+	c := s.c
+	for {
+		st := s.reading()
+		select {
+		case <-s.draining:
+			s.workers.Add(-1)
+			return
+		case raw, ok := <-st.deliveries:
+			if !ok {
+				if s.streamEnded(st) {
+					continue // left by a move: read the next
+				}
+				s.workers.Add(-1)
+				return
+			}
+			st.lane.held.Add(1)
+			select {
+			case s.slots <- struct{}{}:
+			case <-s.draining:
+				s.release(st, raw) // not started
+				s.workers.Add(-1)
+				return
+			}
+			select {
+			case <-s.draining: // both were ready: draining wins
+				<-s.slots
+				s.release(st, raw)
+				s.workers.Add(-1)
+				return
+			default:
+			}
+			s.handle(st.lane, raw)
+		}
+		if n := s.workers.Load(); n > int32(c.cfg.concurrency) && s.workers.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
+}
+
+func (s *session) handle(l *lane, raw amqp.Delivery) {
+	c := s.c
+	raw.Acknowledger = nil // settlement belongs to the runtime
+	restoreOrigin(&raw)
+	d := &Delivery{envelope: envelope(raw), queue: c.queue, attempt: c.memo.attempt(raw), sub: s, lane: l, c: c, slot: true}
+	ctx := s.ctx
+	hooks := c.b.hooks.delivery
+	for _, h := range hooks {
+		ctx = h.OnDelivery(ctx, d)
+	}
+	err := s.invoke(ctx, d)
+	s.settle(d, err)
+	s.dropHeld(l)
+	if d.slot {
+		<-s.slots
+	}
+	for i := len(hooks) - 1; i >= 0; i-- {
+		hooks[i].OnDeliveryDone(ctx, d, err)
+	}
+}
+
+// wait is Delivery.Wait on a consumer: d waits w without its slot (unless
+// the consumer keeps order) while a new worker takes the slot's place; then
+// it takes a slot again for its next attempt.
+func (s *session) wait(ctx context.Context, d *Delivery, w time.Duration) error {
+	c := s.c
+	free := d.slot && !c.cfg.inOrder
+	if free {
+		// While it waits, this goroutine is no worker: one takes its place.
+		d.slot = false
+		<-s.slots
+		if s.workers.Add(-1) < int32(c.cfg.concurrency) {
+			s.spawn()
+		}
+	}
+	if free && c.cfg.maxLanes() > 1 {
+		s.waitStarts(d.lane)
+		defer s.waitEnds(d.lane)
+	}
+	err := waitFor(ctx, s.draining, w)
+	if free {
+		s.workers.Add(1) // back in its worker loop after this delivery; retires if one too many
+		if err == nil {
+			select {
+			case s.slots <- struct{}{}:
+				d.slot = true
+			case <-s.draining:
+				err = ErrWaitCut
+			case <-ctx.Done():
+				err = ErrWaitCut
+			}
+		}
+	}
+	return err
+}
+
+// waitFor waits w, or until ctx ends or cut closes: then ErrWaitCut.
+func waitFor(ctx context.Context, cut <-chan struct{}, w time.Duration) error {
+	if w <= 0 {
+		if ctx.Err() != nil {
+			return ErrWaitCut
+		}
+		return nil
+	}
+	t := time.NewTimer(w)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+	case <-cut:
+	}
+	return ErrWaitCut
+}
+
+func (s *session) invoke(ctx context.Context, d *Delivery) (err error) {
+	c := s.c
+	defer func() {
+		if r := recover(); r != nil {
+			pe := NewPanicError(r)
+			c.log.Error("acemq.handler.panic", "message_id", d.MessageId, "panic", fmt.Sprint(r), "stack", string(pe.Stack))
+			// A panic that escaped every middleware is never a reject (on a
+			// queue with no dead-letter route that would drop the message):
+			// the message goes back to its queue after the pause.
+			err = Requeue(pe)
+		}
+	}()
+	return c.handler.Handle(ctx, d)
+}
+
+// settle acknowledges or returns d on the channel it came on. A channel
+// that has died since is never replaced by another: the broker has already
+// requeued the delivery.
+func (s *session) settle(d *Delivery, err error) {
+	c := s.c
+	var serr error
+	switch {
+	case err != nil && s.ctx.Err() != nil:
+		// We cut the handler short (lost channel, stop deadline): its
+		// failure is ours, not the message's. Back to the queue, and the
+		// attempt it used remembered for its redelivery. By now the
+		// channel is gone or closing, so it is its close that returns the
+		// message (which RabbitMQ 4.3 counts); the release says what we
+		// would have sent.
+		d.outcome, d.cause = OutcomeRequeue, err
+		c.memo.remember(d)
+		s.requeued(d, "cut short", err)
+		serr = d.lane.acks.Give(d.DeliveryTag, giveRelease)
+	case err == nil:
+		if d.outcome == "" {
+			d.outcome = OutcomeAck
+		}
+		c.memo.forget(d)
+		serr = d.lane.acks.Ack(d.DeliveryTag)
+	case errors.Is(err, ErrRequeue):
+		d.outcome, d.cause = OutcomeRequeue, err
+		c.memo.remember(d)
+		why := "requeued"
+		if pe := (*PanicError)(nil); errors.As(err, &pe) {
+			why = "panic"
+		}
+		s.requeued(d, why, err)
+		if c.cfg.requeuePause > 0 {
+			t := time.NewTimer(c.cfg.requeuePause)
+			select {
+			case <-t.C:
+			case <-s.draining:
+			}
+			t.Stop()
+		}
+		serr = d.lane.acks.Give(d.DeliveryTag, giveRequeue) // counted: the message failed
+	default:
+		d.outcome, d.cause = OutcomeReject, err
+		c.memo.forget(d)
+		c.log.Warn("acemq.message.rejected", "message_id", d.MessageId, "attempt", d.attempt, "error", err)
+		serr = d.lane.acks.Give(d.DeliveryTag, giveReject)
+	}
+	if serr != nil {
+		c.log.Debug("acemq.settle.skipped", "message_id", d.MessageId, "outcome", string(d.outcome), "error", serr)
+	}
+}
+
+// requeued reports a return of d to its queue: each one counts against a
+// quorum queue's delivery limit (RabbitMQ 4.x: 20 by default), past which
+// the broker dead-letters the message or, with no dead-letter route, drops
+// it. The event and its metric make such loops visible.
+func (s *session) requeued(d *Delivery, why string, err error) {
+	c := s.c
+	n, _ := deliveryCount(d.Headers)
+	c.log.Warn(EventRequeued, "message_id", d.MessageId, "attempt", d.attempt, "why", why,
+		"delivery_count", n, "error", err)
+	c.b.hooks.emit(d.sub.ctx, Event{Name: EventRequeued, Queue: c.queue, Attempt: d.attempt, Kind: why, Err: err})
+}
