@@ -22,7 +22,7 @@ func setAside(ctx context.Context, d *mq.Delivery, reason mq.Reason, cause error
 		target, kind, outcome = topology.ParkedQueue(d.Queue()), mq.HopPark, mq.OutcomePark
 	}
 	err := d.Forward(ctx, target, kind, amqp.Table{
-		mq.HeaderAttempt:     attemptValue(d.Attempt() + 1),
+		mq.HeaderAttempt:     mq.AttemptValue(d.Attempt() + 1),
 		mq.HeaderSourceQueue: d.Queue(),
 		mq.HeaderReason:      string(reason),
 		mq.HeaderError:       mq.ErrorText(cause),
@@ -36,13 +36,4 @@ func setAside(ctx context.Context, d *mq.Delivery, reason mq.Reason, cause error
 	}
 	d.SetOutcome(outcome, cause)
 	return nil
-}
-
-// attemptValue is how x-acemq-attempt is written: a signed 32-bit integer,
-// the AMQP integer every client library reads.
-func attemptValue(n int) int32 {
-	if n > 1<<31-1 {
-		return 1<<31 - 1
-	}
-	return int32(n)
 }

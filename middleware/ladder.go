@@ -101,7 +101,7 @@ func (l *ladder) cut(ctx context.Context, d *mq.Delivery, step retry.Step, cause
 		return mq.Requeue(cause)
 	}
 	ferr := d.Forward(ctx, d.Queue(), mq.HopRetry, amqp.Table{
-		mq.HeaderAttempt:     attemptValue(step.Next),
+		mq.HeaderAttempt:     mq.AttemptValue(step.Next),
 		mq.HeaderSourceQueue: d.Queue(),
 	})
 	if ferr != nil {
@@ -115,7 +115,7 @@ func (l *ladder) cut(ctx context.Context, d *mq.Delivery, step retry.Step, cause
 func (l *ladder) toRung(ctx context.Context, d *mq.Delivery, step retry.Step, cause error) error {
 	rung := topology.RetryQueue(d.Queue(), step.Wait)
 	ferr := d.Forward(ctx, rung, mq.HopRetry, amqp.Table{
-		mq.HeaderAttempt:     attemptValue(step.Next),
+		mq.HeaderAttempt:     mq.AttemptValue(step.Next),
 		mq.HeaderSourceQueue: d.Queue(),
 	})
 	switch {

@@ -165,6 +165,13 @@ func AttemptOf(h amqp.Table) int {
 	return int(max(1, min(n, math.MaxInt32)))
 }
 
+// AttemptValue is attempt n as the library writes HeaderAttempt: a signed
+// 32-bit integer, the AMQP integer every client library reads, capped at
+// math.MaxInt32. AttemptOf reads it back as n.
+func AttemptValue(n int) int32 {
+	return int32(min(n, math.MaxInt32))
+}
+
 func floatAttempt(f float64) int64 {
 	if math.IsNaN(f) || f < 1 {
 		return 1
