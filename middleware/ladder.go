@@ -78,7 +78,7 @@ func (l *ladder) Handle(ctx context.Context, d *mq.Delivery) error {
 		case retry.WaitInProcess:
 			d.Logger().DebugContext(ctx, mq.EventRetry, "message_id", d.MessageId, "attempt", d.Attempt(),
 				"kind", "in-process", "wait", step.Wait, "error", err)
-			d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: "in-process", Attempt: d.Attempt(), Wait: step.Wait, Err: err})
+			d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: mq.KindInProcess, Attempt: d.Attempt(), Wait: step.Wait, Err: err})
 			if werr := d.Wait(ctx, step.Wait); werr != nil {
 				return l.cut(ctx, d, step, err)
 			}
@@ -107,7 +107,7 @@ func (l *ladder) cut(ctx context.Context, d *mq.Delivery, step retry.Step, cause
 	if ferr != nil {
 		return mq.Requeue(fmt.Errorf("keep attempt %d through %s: %w", step.Next, d.Queue(), ferr))
 	}
-	d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: "carried", Target: d.Queue(), Attempt: d.Attempt(), Err: cause})
+	d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: mq.KindCarried, Target: d.Queue(), Attempt: d.Attempt(), Err: cause})
 	d.SetOutcome(mq.OutcomeRetry, cause)
 	return nil
 }
@@ -120,7 +120,7 @@ func (l *ladder) toRung(ctx context.Context, d *mq.Delivery, step retry.Step, ca
 	})
 	switch {
 	case ferr == nil:
-		d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: "broker", Target: rung, Attempt: d.Attempt(), Wait: step.Wait, Err: cause})
+		d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: mq.KindBroker, Target: rung, Attempt: d.Attempt(), Wait: step.Wait, Err: cause})
 		d.SetOutcome(mq.OutcomeRetry, cause)
 		return nil
 	case errors.Is(ferr, mq.ErrUnroutable):

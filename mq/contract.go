@@ -74,34 +74,6 @@ const (
 	ReasonRungMissing Reason = "rung-missing"
 )
 
-// Events the contract names. Each is the message of the log record that
-// reports it, so it is greppable and the same in every AceMQ library, and
-// the Name of the Event the hooks see.
-const (
-	// EventRungMissing: a retry's publish to its rung came back unroutable;
-	// the message was set aside in the dead-letter queue instead.
-	EventRungMissing = "acemq.retry.rung.missing"
-	// EventSetAsideFailed: a publish to .dlq or .parked failed; the original
-	// was returned to its queue after a pause, never dropped.
-	EventSetAsideFailed = "acemq.messages.set.aside.failed"
-	// EventRetry: a failed attempt is retried (Event.Kind says in-process
-	// or broker; carried when a wait cut short by Stop is republished to
-	// the queue with its next attempt).
-	EventRetry = "acemq.retry"
-	// EventConnectionLost and EventConnectionRestored report the broker
-	// connection's supervisor at work.
-	EventConnectionLost     = "acemq.connection.lost"
-	EventConnectionRestored = "acemq.connection.restored"
-	// EventConsumerSubscribeFailed: a running consumer could not resubscribe
-	// and will try again.
-	EventConsumerSubscribeFailed = "acemq.consumer.subscribe.failed"
-	// EventRequeued: the library returned a delivery to its queue itself (a
-	// hop that could not be made, a handler or wait cut short, a panic
-	// outside every middleware). Event.Kind says why. On a quorum queue each
-	// return counts against its delivery limit (RabbitMQ 4.x: 20 by default).
-	EventRequeued = "acemq.message.requeued"
-)
-
 // Outcome is what became of a delivery.
 type Outcome string
 

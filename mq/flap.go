@@ -5,24 +5,6 @@ import (
 	"time"
 )
 
-// Events of connections and subscriptions that keep dying.
-const (
-	// EventConnectionFlapping: the connection died within StableAfter of
-	// coming up FlapAlarm times in a row (an endpoint that accepts and then
-	// drops every connection, a load balancer in front of a dead node).
-	// Logged once per streak, with the last error; every redial of the
-	// streak waits the backoff of the attempts so far.
-	EventConnectionFlapping = "acemq.connection.flapping"
-	// EventConsumerPoison: a consumer's connection died of a frame its
-	// client library could not decode, right after the consumer
-	// subscribed, FlapAlarm times in a row: most likely a message at the
-	// head of the queue that another client published and amqp091-go
-	// cannot read (headers nested deeper than 32, a table of more than
-	// 8192 entries). The consumer backs off between resubscribes; the
-	// message has to be removed by other means (see the README).
-	EventConsumerPoison = "acemq.consumer.poison"
-)
-
 // StableAfter is how long a connection or a subscription must stay up to
 // count as healthy: one that ends sooner counts as a failed attempt, so the
 // backoff keeps growing across such flaps instead of starting again at

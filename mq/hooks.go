@@ -3,7 +3,6 @@ package mq
 import (
 	"context"
 	"fmt"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -60,24 +59,6 @@ type AttemptHook interface {
 // EventHook sees the library's notable events (the Event* constants).
 type EventHook interface {
 	OnEvent(ctx context.Context, e Event)
-}
-
-// Event is a notable thing the library did or could not do.
-type Event struct {
-	// Name is one of the Event* constants.
-	Name string
-	// Queue is the consumer's queue.
-	Queue string
-	// Target is the queue a hop was for, when there was one.
-	Target string
-	// Attempt is the attempt that failed, when it applies.
-	Attempt int
-	// Kind qualifies the event: "in-process" or "broker" for EventRetry.
-	Kind string
-	// Wait is the retry wait, for EventRetry.
-	Wait time.Duration
-	// Err is the failure, when there was one.
-	Err error
 }
 
 type hookSet struct {

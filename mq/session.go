@@ -391,7 +391,7 @@ func (s *session) settle(d *Delivery, err error) {
 		// would have sent.
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
-		s.requeued(d, "cut short", err)
+		s.requeued(d, KindCutShort, err)
 		serr = d.lane.acks.Give(d.DeliveryTag, giveRelease)
 	case err == nil:
 		if d.outcome == "" {
@@ -402,9 +402,9 @@ func (s *session) settle(d *Delivery, err error) {
 	case errors.Is(err, ErrRequeue):
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
-		why := "requeued"
+		why := KindRequeue
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
-			why = "panic"
+			why = KindPanic
 		}
 		s.requeued(d, why, err)
 		if c.cfg.requeuePause > 0 {
@@ -431,10 +431,10 @@ func (s *session) settle(d *Delivery, err error) {
 // quorum queue's delivery limit (RabbitMQ 4.x: 20 by default), past which
 // the broker dead-letters the message or, with no dead-letter route, drops
 // it. The event and its metric make such loops visible.
-func (s *session) requeued(d *Delivery, why string, err error) {
+func (s *session) requeued(d *Delivery, why EventKind, err error) {
 	c := s.c
 	n, _ := deliveryCount(d.Headers)
-	c.log.Warn(EventRequeued, "message_id", d.MessageId, "attempt", d.attempt, "why", why,
+	c.log.Warn(EventRequeued, "message_id", d.MessageId, "attempt", d.attempt, "why", string(why),
 		"delivery_count", n, "error", err)
 	c.b.hooks.emit(d.sub.ctx, Event{Name: EventRequeued, Queue: c.queue, Attempt: d.attempt, Kind: why, Err: err})
 }

@@ -27,10 +27,6 @@ var (
 	producerKind = trace.WithSpanKind(trace.SpanKindProducer)
 )
 
-// retryBroker is acemq.retry.kind (and mq.Event.Kind) of a retry through
-// a broker rung; "in-process" is the other.
-const retryBroker = "broker"
-
 // queueStatic is what every delivery from one queue, on one server,
 // shares.
 type queueStatic struct {
@@ -330,9 +326,9 @@ func (ins *Instrumentation) OnEvent(ctx context.Context, e mq.Event) {
 	attrs = appendDestination(attrs, e.Queue)
 	switch e.Name {
 	case mq.EventRetry:
-		attrs = append(attrs, RetryKindKey.String(e.Kind))
+		attrs = append(attrs, RetryKindKey.String(string(e.Kind)))
 	case mq.EventRequeued:
-		attrs = append(attrs, RequeueReasonKey.String(e.Kind))
+		attrs = append(attrs, RequeueReasonKey.String(string(e.Kind)))
 	}
 	c.Add(ctx, 1, metric.WithAttributes(attrs...))
 
@@ -345,7 +341,7 @@ func (ins *Instrumentation) OnEvent(ctx context.Context, e mq.Event) {
 	}
 	ev := []attribute.KeyValue{AttemptKey.Int(e.Attempt)}
 	if e.Name == mq.EventRetry {
-		kw := []attribute.KeyValue{RetryKindKey.String(e.Kind), RetryWaitKey.Int64(e.Wait.Milliseconds())}
+		kw := []attribute.KeyValue{RetryKindKey.String(string(e.Kind)), RetryWaitKey.Int64(e.Wait.Milliseconds())}
 		span.SetAttributes(kw...)
 		ev = append(ev, kw...)
 	}

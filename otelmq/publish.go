@@ -159,7 +159,7 @@ func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.Publishing) con
 			attrs = append(attrs, ReasonKey.String(r))
 		}
 		if p.Hop == mq.HopRetry {
-			attrs = append(attrs, RetryKindKey.String(retryBroker))
+			attrs = append(attrs, RetryKindKey.String(string(mq.KindBroker)))
 			if w, ok := rungWait(p.RoutingKey); ok {
 				attrs = append(attrs, RetryWaitKey.Int64(w.Milliseconds()))
 			}

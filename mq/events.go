@@ -1,0 +1,91 @@
+package mq
+
+import "time"
+
+// Events the contract names. Each is the message of the log record that
+// reports it, so it is greppable and the same in every AceMQ library, and
+// the Name of the Event the hooks see.
+const (
+	// EventRungMissing: a retry's publish to its rung came back unroutable;
+	// the message was set aside in the dead-letter queue instead.
+	EventRungMissing = "acemq.retry.rung.missing"
+	// EventSetAsideFailed: a publish to .dlq or .parked failed; the original
+	// was returned to its queue after a pause, never dropped.
+	EventSetAsideFailed = "acemq.messages.set.aside.failed"
+	// EventRetry: a failed attempt is retried (Event.Kind says in-process
+	// or broker; carried when a wait cut short by Stop is republished to
+	// the queue with its next attempt).
+	EventRetry = "acemq.retry"
+	// EventConnectionLost and EventConnectionRestored report the broker
+	// connection's supervisor at work.
+	EventConnectionLost     = "acemq.connection.lost"
+	EventConnectionRestored = "acemq.connection.restored"
+	// EventConsumerSubscribeFailed: a running consumer could not resubscribe
+	// and will try again.
+	EventConsumerSubscribeFailed = "acemq.consumer.subscribe.failed"
+	// EventRequeued: the library returned a delivery to its queue itself (a
+	// hop that could not be made, a handler or wait cut short, a panic
+	// outside every middleware). Event.Kind says why. On a quorum queue each
+	// return counts against its delivery limit (RabbitMQ 4.x: 20 by default).
+	EventRequeued = "acemq.message.requeued"
+)
+
+// Events of connections and consumers that keep dying.
+const (
+	// EventConnectionFlapping: the connection died within StableAfter of
+	// coming up FlapAlarm times in a row (an endpoint that accepts and then
+	// drops every connection, a load balancer in front of a dead node).
+	// Logged once per streak, with the last error; every redial of the
+	// streak waits the backoff of the attempts so far.
+	EventConnectionFlapping = "acemq.connection.flapping"
+	// EventConsumerPoison: a consumer's connection died of a frame its
+	// client library could not decode, right after the consumer
+	// subscribed, FlapAlarm times in a row: most likely a message at the
+	// head of the queue that another client published and amqp091-go
+	// cannot read (headers nested deeper than 32, a table of more than
+	// 8192 entries). The consumer backs off between resubscribes; the
+	// message has to be removed by other means (see the README).
+	EventConsumerPoison = "acemq.consumer.poison"
+)
+
+// Event is a notable thing the library did or could not do.
+type Event struct {
+	// Name is one of the Event* constants.
+	Name string
+	// Queue is the consumer's queue.
+	Queue string
+	// Target is the queue a hop was for, when there was one.
+	Target string
+	// Attempt is the attempt that failed, when it applies.
+	Attempt int
+	// Kind qualifies the event: how EventRetry retries, why EventRequeued
+	// returned the delivery; empty for the others.
+	Kind EventKind
+	// Wait is the retry wait, for EventRetry.
+	Wait time.Duration
+	// Err is the failure, when there was one.
+	Err error
+}
+
+// EventKind qualifies an Event (Event.Kind).
+type EventKind string
+
+// The kinds of EventRetry and EventRequeued.
+const (
+	// KindInProcess: EventRetry waits in-process (Delivery.Wait) before the
+	// next attempt.
+	KindInProcess EventKind = "in-process"
+	// KindBroker: EventRetry republishes to a broker rung.
+	KindBroker EventKind = "broker"
+	// KindCarried: EventRetry republishes to the queue itself, with its
+	// next attempt, a wait cut short by Stop.
+	KindCarried EventKind = "carried"
+	// KindCutShort: EventRequeued after the consumer cut the handler or
+	// its wait short (a lost channel, a stop deadline).
+	KindCutShort EventKind = "cut short"
+	// KindPanic: EventRequeued after a panic that escaped every middleware.
+	KindPanic EventKind = "panic"
+	// KindRequeue: EventRequeued because the chain returned Requeue (a hop
+	// that could not be made, say).
+	KindRequeue EventKind = "requeued"
+)
