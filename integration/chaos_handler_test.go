@@ -98,7 +98,7 @@ func TestChaosHandlerPanics(t *testing.T) {
 	if n := lg.Count("acemq.handler.panic"); int64(n) != panics.Load() {
 		t.Errorf("%d acemq.handler.panic records for %d panics: each is logged once", n, panics.Load())
 	}
-	rung := topology.RetryQueue(q, time.Second)
+	rung := topology.RungQueue(q, time.Second)
 	for _, qq := range []string{q, rung, topology.DeadLetterQueue(q), topology.ParkedQueue(q)} {
 		if n := testenv.Count(t, b, qq); n != 0 {
 			t.Errorf("%d messages in %s after the run", n, qq)

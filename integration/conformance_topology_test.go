@@ -372,7 +372,7 @@ func TestConformanceStoredArgumentsCanFail(t *testing.T) {
 	if err := b.Declare(ctx, topology.New().Queue(q, topology.Classic(), topology.Retry(p))); err != nil {
 		t.Fatal(err)
 	}
-	rung := conformance.QueueSpec{Name: topology.RetryQueue(q, 40*time.Second), Durable: true}
+	rung := conformance.QueueSpec{Name: topology.RungQueue(q, 40*time.Second), Durable: true}
 	floatTTL := topology.RungArguments(q, 40*time.Second)
 	floatTTL[topology.ArgMessageTTL] = float64(40000)
 	if err := conformanceRedeclare(ctx, b, rung, floatTTL); err == nil {

@@ -69,7 +69,7 @@ func TestConsumerBrokerRungsThenSuccess(t *testing.T) {
 	}
 	testenv.Stop(t, c)                 // anything unsettled would go back to its queue now
 	time.Sleep(300 * time.Millisecond) // and reach its count a moment later
-	for _, name := range []string{q, topology.RetryQueue(q, time.Second), topology.RetryQueue(q, 2*time.Second), topology.DeadLetterQueue(q), topology.ParkedQueue(q)} {
+	for _, name := range []string{q, topology.RungQueue(q, time.Second), topology.RungQueue(q, 2*time.Second), topology.DeadLetterQueue(q), topology.ParkedQueue(q)} {
 		if n := testenv.Count(t, b, name); n != 0 {
 			t.Errorf("%s holds %d messages, want 0", name, n)
 		}
@@ -162,7 +162,7 @@ func TestConsumerExhaustedToDLQ(t *testing.T) {
 	if at, ok := hd[mq.HeaderFailedAt].(time.Time); !ok || at.Before(start.Add(-time.Second)) || at.After(time.Now()) {
 		t.Errorf("%s = %T %v", mq.HeaderFailedAt, hd[mq.HeaderFailedAt], hd[mq.HeaderFailedAt])
 	}
-	for _, name := range []string{q, topology.RetryQueue(q, time.Second), topology.ParkedQueue(q)} {
+	for _, name := range []string{q, topology.RungQueue(q, time.Second), topology.ParkedQueue(q)} {
 		if n := testenv.Count(t, b, name); n != 0 {
 			t.Errorf("%s holds %d messages", name, n)
 		}
@@ -256,10 +256,10 @@ func TestConsumerWithoutDeclare(t *testing.T) {
 		testenv.Publish(t, b, q, mq.Message{Body: []byte("r"), MessageId: "rung-missing-1"})
 		testenv.Eventually(t, 10*time.Second, func() bool { return testenv.Count(t, b, dlq) == 1 }, "a message in %s", dlq)
 		recs := lg.All(mq.EventRungMissing)
-		if len(recs) != 1 || recs[0].Attrs["rung"] != topology.RetryQueue(q, time.Second) {
+		if len(recs) != 1 || recs[0].Attrs["rung"] != topology.RungQueue(q, time.Second) {
 			t.Errorf("%s records: %v", mq.EventRungMissing, recs)
 		}
-		if exists, err := b.QueueExists(testenv.Context(t, 5*time.Second), topology.RetryQueue(q, time.Second)); err != nil || exists {
+		if exists, err := b.QueueExists(testenv.Context(t, 5*time.Second), topology.RungQueue(q, time.Second)); err != nil || exists {
 			t.Errorf("the rung exists (%v, %v): declare=false must declare nothing", exists, err)
 		}
 		got := testenv.GetAll(t, b, dlq)
@@ -303,7 +303,7 @@ func TestConsumerWithoutDeclare(t *testing.T) {
 		if n := calls.n(); n > 2*lg.Count(mq.EventSetAsideFailed)+2 {
 			t.Errorf("%d calls for %d failed set-asides", n, lg.Count(mq.EventSetAsideFailed))
 		}
-		for _, name := range []string{topology.DeadLetterQueue(q), topology.ParkedQueue(q), topology.RetryQueue(q, time.Second)} {
+		for _, name := range []string{topology.DeadLetterQueue(q), topology.ParkedQueue(q), topology.RungQueue(q, time.Second)} {
 			if exists, err := b.QueueExists(testenv.Context(t, 5*time.Second), name); err != nil || exists {
 				t.Errorf("%s exists (%v, %v): declare=false must declare nothing", name, exists, err)
 			}

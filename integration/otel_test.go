@@ -81,7 +81,7 @@ func newOtelRig(t *testing.T, opts ...otelmq.Option) *otelRig {
 func (r *otelRig) queue(suffix ...string) string {
 	r.t.Helper()
 	q := testenv.Name(r.t, suffix...)
-	testenv.Cleanup(r.t, q, topology.DeadLetterQueue(q), topology.ParkedQueue(q), topology.RetryQueue(q, time.Second))
+	testenv.Cleanup(r.t, q, topology.DeadLetterQueue(q), topology.ParkedQueue(q), topology.RungQueue(q, time.Second))
 	if err := r.b.Declare(testenv.Context(r.t, 10*time.Second), topology.New().Queue(q, topology.Classic())); err != nil {
 		r.t.Fatalf("declare %s: %v", q, err)
 	}
@@ -240,7 +240,7 @@ func (r *otelRig) life() (string, []trace.SpanContext) {
 func TestOtelMessageLifeIsOneTrace(t *testing.T) {
 	r := newOtelRig(t)
 	q, calls := r.life()
-	rung := topology.RetryQueue(q, time.Second)
+	rung := topology.RungQueue(q, time.Second)
 	dlq := topology.DeadLetterQueue(q)
 	host, port := otelServer(t)
 	spans := r.spans.Ended()
@@ -402,7 +402,7 @@ func TestOtelLinksOnly(t *testing.T) {
 	spans := r.spans.Ended()
 	publish := otelOne(t, spans, "publish "+q)
 	process := otelNamed(spans, "process "+q)
-	hops := otelNamed(spans, "publish "+topology.RetryQueue(q, time.Second))
+	hops := otelNamed(spans, "publish "+topology.RungQueue(q, time.Second))
 	dead := otelOne(t, spans, "publish "+topology.DeadLetterQueue(q))
 	if len(process) != 3 || len(hops) != 2 {
 		t.Fatalf("%d process spans, %d hops", len(process), len(hops))
@@ -535,10 +535,10 @@ func TestOtelMetrics(t *testing.T) {
 	}
 	sent := []pt{
 		{1, with(pub, dest(q))},
-		{2, with(pub, dest(topology.RetryQueue(q, time.Second)), hop("retry"))},
+		{2, with(pub, dest(topology.RungQueue(q, time.Second)), hop("retry"))},
 		{1, with(pub, dest(topology.DeadLetterQueue(q)), hop("dead-letter"))},
 		{2, with(pub, dest(q2))},
-		{1, with(pub, dest(topology.RetryQueue(q2, time.Second)), hop("retry"), et("unroutable"))},
+		{1, with(pub, dest(topology.RungQueue(q2, time.Second)), hop("retry"), et("unroutable"))},
 		{1, with(pub, dest(topology.DeadLetterQueue(q2)), hop("dead-letter"))},
 		{1, with(pub, dest(topology.ParkedQueue(q2)), hop("park"), et("unroutable"))},
 	}

@@ -42,7 +42,7 @@ func TestConsumeMissingQueueDeclaresNothing(t *testing.T) {
 		t.Fatalf("Consume on a missing queue: %v, want ErrNotFound naming %s", err, q)
 	}
 	ctx := testenv.Context(t, 15*time.Second)
-	for _, derived := range []string{topology.DeadLetterQueue(q), topology.ParkedQueue(q), topology.RetryQueue(q, 40*time.Second)} {
+	for _, derived := range []string{topology.DeadLetterQueue(q), topology.ParkedQueue(q), topology.RungQueue(q, 40*time.Second)} {
 		ok, err := b.QueueExists(ctx, derived)
 		if err != nil {
 			t.Fatal(err)
@@ -162,7 +162,7 @@ func TestFxPublisherOutlivesTheConsumers(t *testing.T) {
 	if n := testenv.Count(t, check, out); n != 1 {
 		t.Fatalf("%d messages in %s, want 1", n, out)
 	}
-	if ok, _ := check.QueueExists(testenv.Context(t, 10*time.Second), topology.RetryQueue(in, 40*time.Second)); !ok {
+	if ok, _ := check.QueueExists(testenv.Context(t, 10*time.Second), topology.RungQueue(in, 40*time.Second)); !ok {
 		t.Errorf("the topology's rung for %s was not declared", in)
 	}
 }

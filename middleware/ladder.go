@@ -113,7 +113,7 @@ func (l *ladder) cut(ctx context.Context, d *mq.Delivery, step retry.Step, cause
 }
 
 func (l *ladder) toRung(ctx context.Context, d *mq.Delivery, step retry.Step, cause error) error {
-	rung := topology.RetryQueue(d.Queue(), step.Wait)
+	rung := topology.RungQueue(d.Queue(), step.Wait)
 	ferr := d.Forward(ctx, rung, mq.HopRetry, amqp.Table{
 		mq.HeaderAttempt:     mq.AttemptValue(step.Next),
 		mq.HeaderSourceQueue: d.Queue(),

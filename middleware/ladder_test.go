@@ -93,7 +93,7 @@ func TestLadderBrokerRungHop(t *testing.T) {
 				t.Fatalf("hops %+v, want one", w.hops)
 			}
 			hp := w.hops[0]
-			if want := topology.RetryQueue("orders", c.wait); hp.queue != want || hp.kind != mq.HopRetry {
+			if want := topology.RungQueue("orders", c.wait); hp.queue != want || hp.kind != mq.HopRetry {
 				t.Errorf("hop to %q as %q, want %q as retry", hp.queue, hp.kind, want)
 			}
 			if v, ok := hp.m.Headers[mq.HeaderAttempt].(int32); !ok || v != c.wantNext {
@@ -205,7 +205,7 @@ func TestCapError(t *testing.T) {
 
 func TestLadderRungMissing(t *testing.T) {
 	w := newWorld()
-	rung := topology.RetryQueue("orders", time.Second)
+	rung := topology.RungQueue("orders", time.Second)
 	w.fail = func(q string) error {
 		if q == rung {
 			return unroutable(q)

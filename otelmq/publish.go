@@ -247,7 +247,7 @@ func headerString(h amqp.Table, key string) string {
 }
 
 // rungWait reads a retry rung's wait from its name, <queue>.retry.<wait>
-// (topology.RetryQueue): 30s, 2m, 2h.
+// (topology.RungQueue): 30s, 2m, 2h.
 func rungWait(rung string) (time.Duration, bool) {
 	i := strings.LastIndex(rung, topology.RetrySegment)
 	if i < 0 {

@@ -101,7 +101,7 @@ func ExampleTopology_Merge() {
 
 func ExampleShort() {
 	for _, d := range []time.Duration{30 * time.Second, 90 * time.Second, 2 * time.Minute, 90 * time.Minute, 2 * time.Hour, 1500 * time.Millisecond} {
-		fmt.Println(d, "→", topology.Short(d), topology.RetryQueue("orders.new", d))
+		fmt.Println(d, "→", topology.Short(d), topology.RungQueue("orders.new", d))
 	}
 	// Output:
 	// 30s → 30s orders.new.retry.30s

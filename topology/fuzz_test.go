@@ -69,7 +69,7 @@ func (s *shadow) merge(o *shadow) {
 
 func (s *shadow) retry(q string, p retry.Policy) {
 	for _, r := range p.BrokerRungs() {
-		s.rungs[topology.RetryQueue(q, r)] = r.Milliseconds()
+		s.rungs[topology.RungQueue(q, r)] = r.Milliseconds()
 	}
 }
 

@@ -45,9 +45,9 @@ func DeadLetterQueue(q string) string { return q + DeadLetterSuffix }
 // ParkedQueue is where q's messages go when a person must look at them.
 func ParkedQueue(q string) string { return q + ParkedSuffix }
 
-// RetryQueue is the broker rung of q that waits d: RetryQueue("orders.new",
+// RungQueue is the broker rung of q that waits d: RungQueue("orders.new",
 // 30*time.Second) is "orders.new.retry.30s".
-func RetryQueue(q string, d time.Duration) string { return q + RetrySegment + Short(d) }
+func RungQueue(q string, d time.Duration) string { return q + RetrySegment + Short(d) }
 
 // Short writes a duration as the shortest thing that reads as one, in whole
 // seconds (truncated): 30s, 90s, 2m, 90m, 2h. Anything under a second is 0s.

@@ -60,7 +60,7 @@ func CheckNames(v Names) []string {
 		eq("the dead-letter queue of "+q.Queue, topology.DeadLetterQueue(q.Queue), q.DeadLetter)
 		eq("the parked queue of "+q.Queue, topology.ParkedQueue(q.Queue), q.Parked)
 		for _, r := range q.Rungs {
-			eq(fmt.Sprintf("the %d ms rung of %s", r.Ms, q.Queue), topology.RetryQueue(q.Queue, ms(r.Ms)), r.Name)
+			eq(fmt.Sprintf("the %d ms rung of %s", r.Ms, q.Queue), topology.RungQueue(q.Queue, ms(r.Ms)), r.Name)
 		}
 	}
 	return out
