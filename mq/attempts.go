@@ -211,7 +211,7 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 	d.calls++
 	if len(a.hooks) == 0 {
 		err = a.next.Handle(ctx, d)
-		d.finished(err)
+		endAttempt(d, err)
 		return err
 	}
 	for _, h := range a.hooks {
@@ -219,7 +219,7 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			d.finished(errPanicked)
+			endAttempt(d, errPanicked)
 			pe := NewPanicError(r)
 			for i := len(a.hooks) - 1; i >= 0; i-- {
 				a.hooks[i].OnAttemptDone(ctx, d, pe)
@@ -228,21 +228,21 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 		}
 	}()
 	err = a.next.Handle(ctx, d)
-	d.finished(err)
+	endAttempt(d, err)
 	for i := len(a.hooks) - 1; i >= 0; i-- {
 		a.hooks[i].OnAttemptDone(ctx, d, err)
 	}
 	return err
 }
 
-// finished notes that the attempt the handler just returned from counts as
+// endAttempt notes that the attempt the handler just returned from counts as
 // used — unless the consumer cut it short (lost channel, stop deadline):
 // then its redelivery is the same attempt again.
 //
 // It is also where a success becomes the ack outcome, so the middleware
 // around the handler reads OutcomeAck before the runtime settles.
-func (d *Delivery) finished(err error) {
-	if d.sub == nil || d.sub.ctx.Err() == nil {
+func endAttempt(d *Delivery, err error) {
+	if !d.runtime().cutShort() {
 		d.used = d.attempt
 	}
 	if err == nil && d.outcome == "" {

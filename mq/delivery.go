@@ -24,17 +24,43 @@ type Delivery struct {
 	calls   int
 	outcome Outcome
 	cause   error
-	sub     *session
-	lane    *lane // the channel it came on, where it is settled
-	c       *Consumer
-	slot    bool // holds one of its subscription's slots
-	used    int  // the last attempt that ran to its end (see finished)
+	from    deliverer // who delivered it: a consumer's session, or a stand-in
+	lane    *lane     // the channel it came on, where it is settled
+	slot    bool      // holds one of its session's slots
+	used    int       // the last attempt that ran to its end (see endAttempt)
+}
 
-	// Test seams (package mqtest sets them through internal/seam).
-	forward func(ctx context.Context, queue string, kind HopKind, m Message) error
-	log     *slog.Logger
-	emit    func(ctx context.Context, e Event)
-	wait    func(ctx context.Context, w time.Duration) error
+// deliverer is what a Delivery asks of whoever delivered it, as an
+// amqp091-go delivery asks its Acknowledger: a consumer's session
+// implements it, and a delivery built outside any consumer (package mqtest,
+// through internal/seam) gets a stand-in that does what its test says.
+type deliverer interface {
+	// hop publishes a hop's copy m to queue (Delivery.Forward).
+	hop(ctx context.Context, queue string, kind HopKind, m Message) error
+	// event reports e to the EventHooks (Delivery.Emit).
+	event(ctx context.Context, e Event)
+	// logger is the consumer's logger.
+	logger() *slog.Logger
+	// wait waits w before d's next attempt (Delivery.Wait).
+	wait(ctx context.Context, d *Delivery, w time.Duration) error
+	// drains is closed when the consumer stops or the channel is lost.
+	drains() <-chan struct{}
+	// server is host:port of the connection, "" if none.
+	server() string
+	// login is the user name the connection logged in with, "" if none.
+	login() string
+	// cutShort reports whether the consumer has cut its handlers short
+	// (a lost channel, a stop deadline).
+	cutShort() bool
+}
+
+// runtime is d.from; a zero Delivery (made with new) behaves as one
+// built outside any consumer with no test options.
+func (d *Delivery) runtime() deliverer {
+	if d.from == nil {
+		return standIn{}
+	}
+	return d.from
 }
 
 // envelope is amqp.Delivery without its methods: its fields are promoted
@@ -68,23 +94,10 @@ func (d *Delivery) Cause() error { return d.cause }
 // Draining is closed when the delivery's consumer starts stopping or the
 // channel it came on is lost: a middleware waiting in-process should stop
 // waiting and return Requeue.
-func (d *Delivery) Draining() <-chan struct{} {
-	if d.sub == nil {
-		return nil
-	}
-	return d.sub.draining
-}
+func (d *Delivery) Draining() <-chan struct{} { return d.runtime().drains() }
 
 // Logger is the consumer's logger.
-func (d *Delivery) Logger() *slog.Logger {
-	switch {
-	case d.log != nil:
-		return d.log
-	case d.c != nil:
-		return d.c.log
-	}
-	return slog.Default()
-}
+func (d *Delivery) Logger() *slog.Logger { return d.runtime().logger() }
 
 // Message copies the delivery for republishing: body and properties
 // unchanged, headers copied.
@@ -106,13 +119,7 @@ func (d *Delivery) Forward(ctx context.Context, queue string, kind HopKind, set 
 	for k, v := range set {
 		m.Headers[k] = v
 	}
-	switch {
-	case d.forward != nil:
-		return d.forward(ctx, queue, kind, m)
-	case d.c == nil:
-		return ErrClosed
-	}
-	return d.c.hops().publish(ctx, queue, m, kind)
+	return d.runtime().hop(ctx, queue, kind, m)
 }
 
 // Emit reports an event to the broker's EventHooks.
@@ -120,21 +127,11 @@ func (d *Delivery) Emit(ctx context.Context, e Event) {
 	if e.Queue == "" {
 		e.Queue = d.queue
 	}
-	switch {
-	case d.emit != nil:
-		d.emit(ctx, e)
-	case d.c != nil:
-		d.c.b.hooks.emit(ctx, e)
-	}
+	d.runtime().event(ctx, e)
 }
 
 // Server is host:port of the connection the delivery came on.
-func (d *Delivery) Server() string {
-	if d.sub == nil {
-		return ""
-	}
-	return d.sub.st.server
-}
+func (d *Delivery) Server() string { return d.runtime().server() }
 
 // ErrWaitCut is what Delivery.Wait returns when the wait was cut short:
 // the consumer is stopping, the delivery's channel was lost, or ctx ended.
@@ -149,13 +146,7 @@ var ErrWaitCut = errors.New("mq: in-process wait cut short")
 // lost or ctx ends. This is how the retry ladder waits; outside a consumer
 // it simply sleeps.
 func (d *Delivery) Wait(ctx context.Context, w time.Duration) error {
-	switch {
-	case d.wait != nil:
-		return d.wait(ctx, w)
-	case d.c == nil || d.sub == nil:
-		return waitFor(ctx, nil, w)
-	}
-	return d.sub.wait(ctx, d, w)
+	return d.runtime().wait(ctx, d, w)
 }
 
 // HopMessage is the copy a hop publishes: Message, less a per-message
@@ -172,7 +163,7 @@ func (d *Delivery) HopMessage() Message {
 	m.Expiration = ""
 	delete(m.Headers, "CC")
 	delete(m.Headers, "BCC")
-	if m.UserId != "" && (d.c == nil || m.UserId != d.c.b.login()) {
+	if m.UserId != "" && m.UserId != d.runtime().login() {
 		m.UserId = ""
 	}
 	if _, ok := m.Headers[HeaderOriginalExchange]; !ok {

@@ -3,10 +3,12 @@ package mq_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -146,4 +148,30 @@ func (h recHook) OnAttemptDone(_ context.Context, d *mq.Delivery, err error) {
 		s += " " + err.Error()
 	}
 	*h.trail = append(*h.trail, s)
+}
+
+// A Delivery made with new, outside any consumer and without mqtest,
+// behaves as a test delivery with no options: it logs to slog.Default,
+// cannot hop, has no server and nothing that drains it, and Wait sleeps.
+func TestZeroDeliveryStandsAlone(t *testing.T) {
+	d := new(mq.Delivery)
+	if d.Logger() != slog.Default() {
+		t.Error("Logger of a zero Delivery is not slog.Default()")
+	}
+	if err := d.Forward(context.Background(), "q", mq.HopRetry, nil); !errors.Is(err, mq.ErrClosed) {
+		t.Errorf("Forward of a zero Delivery = %v, want ErrClosed", err)
+	}
+	if d.Server() != "" || d.Draining() != nil {
+		t.Errorf("zero Delivery: Server %q, Draining %v", d.Server(), d.Draining())
+	}
+	d.Emit(context.Background(), mq.Event{Name: mq.EventRetry}) // no hooks: nothing to see, nothing to panic
+	start := time.Now()
+	if err := d.Wait(context.Background(), 20*time.Millisecond); err != nil || time.Since(start) < 20*time.Millisecond {
+		t.Errorf("Wait of a zero Delivery = %v after %v", err, time.Since(start))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := d.Wait(ctx, time.Hour); !errors.Is(err, mq.ErrWaitCut) {
+		t.Errorf("Wait with an ended context = %v, want ErrWaitCut", err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -289,7 +290,7 @@ func (s *session) handle(l *lane, raw amqp.Delivery) {
 	c := s.c
 	raw.Acknowledger = nil // settlement belongs to the runtime
 	restoreOrigin(&raw)
-	d := &Delivery{envelope: envelope(raw), queue: c.queue, attempt: c.memo.attempt(raw), sub: s, lane: l, c: c, slot: true}
+	d := &Delivery{envelope: envelope(raw), queue: c.queue, attempt: c.memo.attempt(raw), from: s, lane: l, slot: true}
 	ctx := s.ctx
 	hooks := c.b.hooks.delivery
 	for _, h := range hooks {
@@ -436,5 +437,24 @@ func (s *session) requeued(d *Delivery, why EventKind, err error) {
 	n, _ := deliveryCount(d.Headers)
 	c.log.Warn(EventRequeued, "message_id", d.MessageId, "attempt", d.attempt, "why", string(why),
 		"delivery_count", n, "error", err)
-	c.b.hooks.emit(d.sub.ctx, Event{Name: EventRequeued, Queue: c.queue, Attempt: d.attempt, Kind: why, Err: err})
+	c.b.hooks.emit(s.ctx, Event{Name: EventRequeued, Queue: c.queue, Attempt: d.attempt, Kind: why, Err: err})
 }
+
+// The session is its deliveries' deliverer.
+var _ deliverer = (*session)(nil)
+
+func (s *session) hop(ctx context.Context, queue string, kind HopKind, m Message) error {
+	return s.c.hops().publish(ctx, queue, m, kind)
+}
+
+func (s *session) event(ctx context.Context, e Event) { s.c.b.hooks.emit(ctx, e) }
+
+func (s *session) logger() *slog.Logger { return s.c.log }
+
+func (s *session) drains() <-chan struct{} { return s.draining }
+
+func (s *session) server() string { return s.st.server }
+
+func (s *session) login() string { return s.c.b.login() }
+
+func (s *session) cutShort() bool { return s.ctx.Err() != nil }

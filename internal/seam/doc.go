@@ -4,7 +4,10 @@
 // consumer's middleware chain exactly as Broker.Consume does.
 //
 // What it owns: a registry of functions keyed by their type, which mq fills
-// in its init, and the Delivery of test seams those functions take. It
+// in its init (a Delivery constructor and two chain builders), and the
+// Delivery of test choices the constructor takes. A Delivery itself holds
+// no test state: mq hands it a stand-in for the consumer's session that
+// does what those choices say. It
 // must not import mq (mq imports it) and must hold no logic of its own: every
 // function in it is mq's.
 package seam
