@@ -13,7 +13,7 @@ import (
 const (
 	ackDelay   = 5 * time.Millisecond
 	aboveDelay = 50 * time.Millisecond
-	// leftDelay is aboveDelay on a channel the subscription has moved
+	// leftDelay is aboveDelay on a channel the session has moved
 	// from: nothing new comes there, so acks held above its waiting
 	// deliveries take no room from any window, and once those are settled
 	// one multiple ack covers them all.
@@ -42,8 +42,8 @@ type acker struct {
 	since   time.Time        // when pending last went from 0 to 1
 	timer   *time.Timer
 	closed  bool
-	left    bool // on a channel the subscription moved from (leftDelay)
-	// stuck, if set, is asked (with mu held) to move the subscription on
+	left    bool // on a channel the session moved from (leftDelay)
+	// stuck, if set, is asked (with mu held) to move the session on
 	// when acks pile up above a hole; true if it will.
 	stuck func() bool
 }
@@ -96,7 +96,7 @@ func (a *acker) Ack(tag uint64) error {
 	}
 	a.advanceLocked()
 	if a.stuck != nil && !a.left && a.pending >= a.flushAt/4 && a.stuck() {
-		// The subscription moves on: from now on the acks here wait for
+		// The session moves on: from now on the acks here wait for
 		// the holes below them instead of going one by one.
 		a.left = true
 	}
@@ -128,7 +128,7 @@ func (a *acker) Give(tag uint64, how giveBack) error {
 	return ferr
 }
 
-// Leave marks the channel as one the subscription moved from (true) or
+// Leave marks the channel as one the session moved from (true) or
 // consumes on again (false).
 func (a *acker) Leave(left bool) {
 	a.mu.Lock()

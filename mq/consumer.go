@@ -39,47 +39,12 @@ type Consumer struct {
 	subscribed atomic.Bool // consuming now: Broker.Check reads it
 }
 
-var consumerSeq atomic.Uint64
-
 // Consume subscribes h, wrapped in the consumer's middleware, to queue, and
 // returns once the first subscribe succeeded: a missing queue or refused
 // access fails here, with the reason named. The consumer then runs until
 // Stop (or Broker.Close).
 func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...ConsumerOption) (*Consumer, error) {
-	cfg := consumerConfig{requeuePause: DefaultRequeuePause, maxWaiting: -1}
-	for _, o := range opts {
-		if o != nil {
-			o.applyConsumer(&cfg)
-		}
-	}
-	if queue == "" {
-		cfg.errs = append(cfg.errs, errors.New("the queue name is empty"))
-	}
-	cfg.errs = append(cfg.errs, CheckName("queue name", queue), CheckName("consumer tag", cfg.tag))
-	if h == nil {
-		cfg.errs = append(cfg.errs, errors.New("the handler is nil"))
-	}
-	if cfg.concurrency == 0 {
-		cfg.concurrency = DefaultConcurrency
-	}
-	if cfg.prefetch == 0 {
-		cfg.prefetch = max(DefaultPrefetch, cfg.concurrency)
-	}
-	if cfg.prefetch < cfg.concurrency {
-		cfg.errs = append(cfg.errs, fmt.Errorf("prefetch %d is below the concurrency %d: handlers would sit idle", cfg.prefetch, cfg.concurrency))
-	}
-	if cfg.tag == "" {
-		cfg.tag = fmt.Sprintf("%s.%s.%d", b.cfg.ConnectionName, queue, consumerSeq.Add(1))
-		if len(cfg.tag) > 255 {
-			cfg.tag = cfg.tag[len(cfg.tag)-255:]
-		}
-	}
-	if cfg.maxWaiting < 0 {
-		cfg.maxWaiting = DefaultMaxWaiting
-	}
-	if cfg.inOrder {
-		cfg.maxWaiting = 0 // nothing waits without its worker
-	}
+	cfg := consumerConfigOf(b.cfg.ConnectionName, queue, h, opts)
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, fmt.Errorf("mq: consume %q: %w", queue, err)
 	}
@@ -233,9 +198,9 @@ func (c *Consumer) run(sub *session) {
 	}
 }
 
-// interrupted is called by a consumer whose subscription ended (why) and
+// interrupted is called by a consumer whose session ended (why) and
 // returns how long to wait before resubscribing: the backoff of the
-// subscription's flaps so far. A streak of flaps caused by undecodable
+// session's flaps so far. A streak of flaps caused by undecodable
 // frames is reported once as EventConsumerPoison.
 func (c *Consumer) interrupted(g *flapGuard, why string) time.Duration {
 	flaps := g.down(time.Now())

@@ -1,8 +1,10 @@
 package mq
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -149,16 +151,59 @@ func AckEach() ConsumerOption {
 
 // qos is what each of the consumer's channels asks of basic.qos: the
 // window for the deliveries being handled plus room for the few that may
-// wait in-process on it before the subscription moves (lanes.go), which
+// wait in-process on it before the session moves (lanes.go), which
 // the broker counts as unacknowledged too.
 func (cfg *consumerConfig) qos() int {
 	return min(cfg.prefetch+min(cfg.maxWaiting, laneWaiters), math.MaxUint16)
 }
 
-// maxLanes is how many channels a subscription may hold.
+// maxLanes is how many channels a session may hold.
 func (cfg *consumerConfig) maxLanes() int {
 	if cfg.maxWaiting == 0 {
 		return 1
 	}
 	return 1 + (cfg.maxWaiting+laneWaiters-1)/laneWaiters
+}
+
+var consumerSeq atomic.Uint64
+
+// consumerConfigOf applies opts to the defaults of a consumer of queue on
+// a broker whose connections are called conn, and notes in errs what is
+// wrong with the result.
+func consumerConfigOf(conn, queue string, h Handler, opts []ConsumerOption) consumerConfig {
+	cfg := consumerConfig{requeuePause: DefaultRequeuePause, maxWaiting: -1}
+	for _, o := range opts {
+		if o != nil {
+			o.applyConsumer(&cfg)
+		}
+	}
+	if queue == "" {
+		cfg.errs = append(cfg.errs, errors.New("the queue name is empty"))
+	}
+	cfg.errs = append(cfg.errs, CheckName("queue name", queue), CheckName("consumer tag", cfg.tag))
+	if h == nil {
+		cfg.errs = append(cfg.errs, errors.New("the handler is nil"))
+	}
+	if cfg.concurrency == 0 {
+		cfg.concurrency = DefaultConcurrency
+	}
+	if cfg.prefetch == 0 {
+		cfg.prefetch = max(DefaultPrefetch, cfg.concurrency)
+	}
+	if cfg.prefetch < cfg.concurrency {
+		cfg.errs = append(cfg.errs, fmt.Errorf("prefetch %d is below the concurrency %d: handlers would sit idle", cfg.prefetch, cfg.concurrency))
+	}
+	if cfg.tag == "" {
+		cfg.tag = fmt.Sprintf("%s.%s.%d", conn, queue, consumerSeq.Add(1))
+		if len(cfg.tag) > 255 {
+			cfg.tag = cfg.tag[len(cfg.tag)-255:]
+		}
+	}
+	if cfg.maxWaiting < 0 {
+		cfg.maxWaiting = DefaultMaxWaiting
+	}
+	if cfg.inOrder {
+		cfg.maxWaiting = 0 // nothing waits without its worker
+	}
+	return cfg
 }

@@ -33,7 +33,7 @@
 //     middleware, settles each delivery on the channel it came on, survives
 //     reconnects and drains on Stop. It owns what a delivery needs while it
 //     waits in-process (Delivery.Wait frees the worker; once a few wait on
-//     the channel consumed on, the subscription moves to another channel of
+//     the channel consumed on, the session moves to another channel of
 //     the same connection, so the waiting ones hold up no healthy ack and no
 //     room in the window: lanes.go), how acknowledgements are coalesced into
 //     multiple acks that never cover a delivery still in hand (AckEach
@@ -42,8 +42,8 @@
 //     a delivery it returned itself), and the copy a hop publishes
 //     (Delivery.HopMessage: the origin kept, nothing that would make it
 //     vanish, multiply or be refused). Each consumer has one goroutine,
-//     which serves one subscription after another until Stop (or
-//     Broker.Close) or it gives up; a subscription's workers (the
+//     which serves one session after another until Stop (or
+//     Broker.Close) or it gives up; a session's workers (the
 //     concurrency, plus one in place of each delivery waiting in-process)
 //     and its mover have returned before the next one starts, the watcher
 //     of each of its channels ends with that channel, and an acker's flush

@@ -15,7 +15,7 @@ const StableAfter = 5 * time.Second
 // EventConsumerPoison).
 const FlapAlarm = 3
 
-// flapGuard counts the flaps of one connection or subscription.
+// flapGuard counts the flaps of one connection or consumer session.
 type flapGuard struct {
 	upAt   time.Time
 	flaps  int // in a row: ends within StableAfter of coming up
