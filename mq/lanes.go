@@ -403,12 +403,3 @@ func (s *session) spareLane(life context.Context) error {
 func (s *session) refreshFreeLocked() {
 	s.free.Store(s.pickLocked(s.active.Load(), false) != nil)
 }
-
-func (s *session) isDraining() bool {
-	select {
-	case <-s.draining:
-		return true
-	default:
-		return false
-	}
-}

@@ -48,6 +48,15 @@ type session struct {
 
 func (s *session) drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
+func (s *session) isDraining() bool {
+	select {
+	case <-s.draining:
+		return true
+	default:
+		return false
+	}
+}
+
 // close gives the channels up, after sending the acknowledgements still
 // due on them (on a channel already dead that send fails, and the broker
 // has requeued those deliveries anyway).
