@@ -1,0 +1,493 @@
+package mq
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// pubChannel is one channel of a publisher: its writer and settler
+// goroutines and its return bookkeeping. Confirms need none: each publish
+// is settled by its own deferred confirmation.
+type pubChannel struct {
+	ch       *amqp.Channel
+	st       *conn
+	exchange string
+	over     chan struct{} // closed when the watcher saw the channel end
+
+	wkick chan struct{} // something was queued (see writer)
+	wdone chan struct{} // closed when the writer ended
+	skick chan struct{} // something was written (see settler)
+	sdone chan struct{} // closed when the settler ended
+
+	smu sync.Mutex
+	sq  []*pubReq // written, their callers not yet woken, in the order written
+
+	mu       sync.Mutex
+	wq       []*pubReq              // queued for the writer, in the order numbered
+	wclosed  bool                   // the writer ended: nothing more is queued
+	wrote    chan struct{}          // closed after the writer's current run (see wroteLocked)
+	live     map[fingerprint]uint64 // the number of the mandatory publish in flight for each fingerprint (in q)
+	q        []returnable           // mandatory publishes in flight, in the order sent; q[0] is number base
+	arr      []returnable           // q's array, from its start: reused, so a steady flow allocates nothing
+	base     uint64
+	closeErr *amqp.Error
+
+	nacks    atomic.Int32 // nacks since the last ack
+	nacked   atomic.Bool  // nacked retireAfterNacks times in a row: retire the channel
+	inflight atomic.Int64 // sent, answer not yet read
+	retiring atomic.Bool  // no new publishes: close when inflight reaches 0
+	shut     sync.Once
+	broker   *Broker
+}
+
+// retireAfterNacks is how many nacks in a row retire a publisher's channel.
+// A channel can get stuck nacking (measured on RabbitMQ 3.10: a quorum
+// queue whose leader died as the channel first published to it nacked
+// every later publish on that channel, while a fresh channel got through);
+// a single nack, from a queue that rejects publishes when full, is not
+// worth a new channel.
+const retireAfterNacks = 2
+
+// retire closes pc once nothing is in flight on it.
+func (pc *pubChannel) retire(b *Broker) {
+	pc.broker = b
+	pc.retiring.Store(true)
+	if pc.inflight.Load() == 0 {
+		pc.shutLater()
+	}
+}
+
+// landed is called as each publish's answer is read.
+func (pc *pubChannel) landed() {
+	if pc.inflight.Add(-1) == 0 && pc.retiring.Load() {
+		pc.shutLater()
+	}
+}
+
+func (pc *pubChannel) shutLater() {
+	pc.shut.Do(func() { pc.broker.closeLater(pc.ch) })
+}
+
+// States of a pubReq. Its caller and pc's writer each move it on with a
+// compare-and-swap, so exactly one of them decides whether it is sent.
+const (
+	reqQueued  int32 = iota // waiting in pc.wq
+	reqTaken                // the writer is writing it
+	reqWritten              // written: dc or err is set
+	reqGaveUp               // its caller left before the writer took it: never sent
+	reqLeft                 // its caller left while the writer wrote it: the writer settles it
+)
+
+// pubReq is one publish queued on a channel for its writer goroutine.
+// Its caller parks once, on done, which is signalled (once) when the
+// publish is settled (confirmed, nacked, or its channel ended: dc is done,
+// or about to be when the channel ended) or its write failed (err). A
+// caller that received from done returns the pubReq to reqPool for the next
+// publish; one that left (its ctx ended) leaves it to the collector.
+type pubReq struct {
+	pc    *pubChannel
+	key   string
+	pub   amqp.Publishing
+	seq   uint64 // mandatory: its place in pc's queue of returnable publishes
+	state atomic.Int32
+	dc    *amqp.DeferredConfirmation // set by the writer before reqWritten
+	err   error                      // likewise
+	done  chan struct{}              // buffered: the one signal never blocks
+}
+
+// reqPool recycles the pubReqs (and their done channels) of settled
+// publishes.
+var reqPool = sync.Pool{New: func() any { return &pubReq{done: make(chan struct{}, 1)} }}
+
+func newReq(pc *pubChannel, key string, pub *amqp.Publishing) *pubReq {
+	r := reqPool.Get().(*pubReq)
+	r.pc, r.key, r.pub = pc, key, *pub
+	return r
+}
+
+// recycle returns r to reqPool; only its caller, after receiving from done.
+func (r *pubReq) recycle() {
+	r.pc, r.key, r.pub, r.seq, r.dc, r.err = nil, "", amqp.Publishing{}, 0, nil, nil
+	r.state.Store(reqQueued)
+	reqPool.Put(r)
+}
+
+// signal wakes r's caller; once per pubReq.
+func (r *pubReq) signal() { r.done <- struct{}{} }
+
+// enqueue queues r for pc's writer, numbering it among the returnable
+// publishes when mandatory, in the order it will be sent. Not queued: busy
+// is the confirmation of a publish in flight with r's fingerprint, or
+// wrote closes once the writer wrote its run (one with r's fingerprint is
+// queued, not sent yet); both nil means the writer ended.
+func (pc *pubChannel) enqueue(r *pubReq, mandatory bool) (busy *amqp.DeferredConfirmation, wrote chan struct{}, ok bool) {
+	pc.mu.Lock()
+	if pc.wclosed {
+		pc.mu.Unlock()
+		return nil, nil, false
+	}
+	if mandatory {
+		seq, busy, ok := pc.tryAddLocked(fingerprint{r.key, r.pub.MessageId})
+		if !ok {
+			if busy == nil {
+				wrote = pc.wroteLocked()
+			}
+			pc.mu.Unlock()
+			return busy, wrote, false
+		}
+		r.seq = seq
+	}
+	pc.wq = append(pc.wq, r)
+	pc.mu.Unlock()
+	kick(pc.wkick)
+	return nil, nil, true
+}
+
+// enqueueRun queues a batch's run of publishes (rs, in order) as far as it
+// can without two equal fingerprints in flight, and returns how many it
+// queued; -1 when the writer ended.
+func (pc *pubChannel) enqueueRun(rs []*pubReq, mandatory bool) int {
+	pc.mu.Lock()
+	if pc.wclosed {
+		pc.mu.Unlock()
+		return -1
+	}
+	n := 0
+	for _, r := range rs {
+		if mandatory {
+			seq, _, ok := pc.tryAddLocked(fingerprint{r.key, r.pub.MessageId})
+			if !ok {
+				break
+			}
+			r.seq = seq
+		}
+		pc.wq = append(pc.wq, r)
+		n++
+	}
+	pc.mu.Unlock()
+	if n > 0 {
+		kick(pc.wkick)
+	}
+	return n
+}
+
+// wroteLocked returns a channel closed once the writer wrote its current
+// run, or a never-sent publish left the queue; pc.mu is held.
+func (pc *pubChannel) wroteLocked() chan struct{} {
+	if pc.wrote == nil {
+		pc.wrote = make(chan struct{})
+	}
+	return pc.wrote
+}
+
+// wakeWroteLocked wakes the publishes waiting for a fingerprint to be
+// sent or dropped; pc.mu is held.
+func (pc *pubChannel) wakeWroteLocked() {
+	if pc.wrote != nil {
+		close(pc.wrote)
+		pc.wrote = nil
+	}
+}
+
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// writer writes the queued publishes, everything queued at once, until
+// the channel ends; then it fails what is still queued, and queues no
+// more. Writing on a goroutine of the channel's own keeps every caller
+// bounded by its ctx even when the socket stopped draining: the write then
+// finishes or fails later, and its outcome is nobody's.
+func (pc *pubChannel) writer(mandatory bool) {
+	defer close(pc.wdone)
+	var run []*pubReq
+	var sent []*pubReq
+	for {
+		select {
+		case <-pc.wkick:
+		case <-pc.over:
+			pc.mu.Lock()
+			pc.wclosed = true
+			run, pc.wq = pc.wq, nil
+			pc.wakeWroteLocked()
+			pc.mu.Unlock()
+			for _, r := range run {
+				if r.state.CompareAndSwap(reqQueued, reqTaken) {
+					pc.wrote1(r, nil, amqp.ErrClosed, mandatory)
+				}
+			}
+			return
+		}
+		yielded := false
+		for {
+			pc.mu.Lock()
+			run, pc.wq = pc.wq, run[:0]
+			pc.mu.Unlock()
+			if len(run) == 0 {
+				if yielded {
+					break
+				}
+				// Let the publishers that are runnable (woken by their
+				// confirms, say) queue their next publish first: one
+				// yield is cheaper than parking and being woken for a
+				// run of one or two.
+				yielded = true
+				runtime.Gosched()
+				continue
+			}
+			yielded = false
+			sent = pc.writeRun(run, sent[:0], mandatory)
+			clear(run)
+			pc.settleLater(sent)
+			clear(sent)
+			pc.mu.Lock()
+			pc.wakeWroteLocked()
+			pc.mu.Unlock()
+		}
+	}
+}
+
+// writeRun writes run in one go (one write to the socket for the whole
+// run, see socket.cork) and returns, appended to sent, the publishes it
+// wrote, for the settler.
+func (pc *pubChannel) writeRun(run, sent []*pubReq, mandatory bool) []*pubReq {
+	pc.st.netc.cork()
+	for _, r := range run {
+		if !r.state.CompareAndSwap(reqQueued, reqTaken) {
+			continue // its caller gave up first: never sent
+		}
+		dc, err := pc.ch.PublishWithDeferredConfirm(pc.exchange, r.key, mandatory, false, r.pub)
+		if mandatory {
+			pc.sent(r.seq, dc) // before the next publish: see onReturn
+		}
+		if pc.wrote1(r, dc, err, mandatory) {
+			sent = append(sent, r)
+		}
+	}
+	pc.st.netc.uncork()
+	return sent
+}
+
+// wrote1 records the write of r and reports whether it went out (the
+// settler then signals r.done at its confirm); otherwise r.done is signalled
+// now. A publish whose caller left mid-write is settled here.
+func (pc *pubChannel) wrote1(r *pubReq, dc *amqp.DeferredConfirmation, err error, mandatory bool) bool {
+	ok := err == nil && dc != nil
+	if ok {
+		pc.inflight.Add(1)
+	}
+	r.dc, r.err = dc, err
+	if !r.state.CompareAndSwap(reqTaken, reqWritten) { // its caller left mid-write
+		switch {
+		case ok:
+			if mandatory {
+				pc.abandon(r.seq)
+			}
+			pc.landed()
+		case mandatory:
+			pc.done(r.seq)
+		}
+	}
+	if !ok {
+		r.signal()
+	}
+	return ok
+}
+
+// settleLater hands written publishes to the settler.
+func (pc *pubChannel) settleLater(rs []*pubReq) {
+	if len(rs) == 0 {
+		return
+	}
+	pc.smu.Lock()
+	pc.sq = append(pc.sq, rs...)
+	pc.smu.Unlock()
+	kick(pc.skick)
+}
+
+// settler wakes each publish's caller once its confirmation is done, in
+// the order they were written: it waits on the oldest and then wakes every
+// one settled by then (a multiple ack settles many at once), so a caller
+// parks once per publish and the settler once per run of confirms. When
+// the channel ends it wakes every caller at once (their confirmations are
+// settled as the channel's end reaches amqp091-go's bookkeeping; each
+// caller waits for its own then). It ends after the writer, with nothing
+// left to settle.
+func (pc *pubChannel) settler() {
+	defer close(pc.sdone)
+	var wake []*pubReq
+	over := false
+	for {
+		pc.smu.Lock()
+		if len(pc.sq) == 0 {
+			pc.smu.Unlock()
+			select {
+			case <-pc.skick:
+			case <-pc.wdone:
+				pc.smu.Lock()
+				n := len(pc.sq)
+				pc.smu.Unlock()
+				if n == 0 {
+					return
+				}
+			}
+			continue
+		}
+		head := pc.sq[0].dc
+		pc.smu.Unlock()
+		if !over {
+			select {
+			case <-head.Done():
+			case <-pc.over:
+				over = true
+			}
+		}
+		pc.smu.Lock()
+		n := 0
+		for n < len(pc.sq) && (over || isDone(pc.sq[n].dc)) {
+			n++
+		}
+		wake = append(wake[:0], pc.sq[:n]...)
+		m := copy(pc.sq, pc.sq[n:])
+		clear(pc.sq[m:])
+		pc.sq = pc.sq[:m]
+		pc.smu.Unlock()
+		for _, r := range wake {
+			r.signal()
+		}
+		clear(wake)
+	}
+}
+
+func (pc *pubChannel) ended() bool {
+	select {
+	case <-pc.over:
+		return true
+	default:
+		return pc.ch.IsClosed()
+	}
+}
+
+// waitDone waits for the channel's watcher to end; false if ctx ended
+// first.
+func (pc *pubChannel) waitDone(ctx context.Context) bool {
+	select {
+	case <-pc.over:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// watch records returns and the channel's end. See Publisher.channel for
+// the two return listeners.
+func (pc *pubChannel) watch(closes chan *amqp.Error, r1, r2 chan amqp.Return) {
+	defer close(pc.over)
+	for {
+		select {
+		case r, ok := <-r1:
+			if !ok {
+				r1 = nil
+				continue
+			}
+			pc.onReturn(r)
+			<-r2
+		case e, ok := <-closes:
+			if !ok {
+				return
+			}
+			pc.mu.Lock()
+			pc.closeErr = e
+			pc.mu.Unlock()
+		}
+	}
+}
+
+// endErr is what the channel's end means for a publish it did not
+// confirm: a channel exception caused by the publishes (the exchange does
+// not exist, say) is final; a lost connection or a closed channel means
+// send again.
+func (pc *pubChannel) endErr() error {
+	pc.mu.Lock()
+	e := pc.closeErr
+	pc.mu.Unlock()
+	if e == nil || !channelLevel(e) || pc.st.isLost() {
+		return errResend
+	}
+	return &sharedRefusal{brokerError(publishOp(pc.exchange), e)}
+}
+
+// flight is one publish sent and not yet settled.
+type flight struct {
+	pc        *pubChannel
+	dc        *amqp.DeferredConfirmation
+	seq       uint64 // mandatory publishes: its place in pc's queue of returnable publishes
+	mandatory bool
+}
+
+// await waits for f's confirm and says what became of it: nil, ErrNacked,
+// ErrUnroutable, a refusal that ended the channel, errResend when the
+// channel ended first, or ctx's error.
+func (f flight) await(ctx context.Context) error {
+	defer f.pc.landed()
+	if isDone(f.dc) { // settled already: that wins over an ended ctx
+		return f.settled(ctx)
+	}
+	select {
+	case <-f.dc.Done():
+		return f.settled(ctx)
+	case <-ctx.Done():
+		if f.mandatory {
+			f.pc.abandon(f.seq)
+		}
+		return f.pc.st.blockedErr(fmt.Errorf("no confirm yet: %w", ctx.Err()))
+	}
+}
+
+// settled reads the outcome of a flight whose deferred confirmation is
+// done. amqp091-go settles deferred confirmations exactly by delivery tag
+// (unlike the Confirmation values NotifyPublish hands over, where a nack
+// that comes ahead of an ack with multiple set is reported as an ack), and
+// it hands a basic.return to every return listener before it reads the
+// basic.ack that follows: the watcher has recorded the return by then.
+func (f flight) settled(ctx context.Context) error {
+	returned := f.mandatory && f.pc.done(f.seq)
+	if f.dc.Acked() {
+		f.pc.nacks.Store(0)
+		if returned {
+			return ErrUnroutable
+		}
+		return nil
+	}
+	if !f.pc.ch.IsClosed() {
+		if f.pc.nacks.Add(1) >= retireAfterNacks {
+			f.pc.nacked.Store(true)
+		}
+		return ErrNacked
+	}
+	// The channel ended, which settles everything pending as not acked:
+	// that says nothing about the message. A channel exception (the
+	// exchange does not exist) may have been caused by this publish or by
+	// another in flight beside it; a lost connection or a closed channel
+	// means send again.
+	if !f.pc.waitDone(ctx) {
+		return fmt.Errorf("no confirm yet: %w", ctx.Err())
+	}
+	return f.pc.endErr()
+}
+
+// sharedRefusal is a channel exception that ended a channel with more than
+// one publish in flight: it may be another publish's.
+type sharedRefusal struct{ err error }
+
+func (e *sharedRefusal) Error() string { return e.err.Error() }
+
+func (e *sharedRefusal) Unwrap() error { return e.err }
