@@ -229,8 +229,7 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 		return nil, err
 	}
 	pc = &pubChannel{ch: ch, st: st, exchange: p.exchange, over: make(chan struct{}),
-		wkick: make(chan struct{}, 1), wdone: make(chan struct{}), skick: make(chan struct{}, 1), sdone: make(chan struct{}),
-		live: map[fingerprint]uint64{}}
+		wkick: make(chan struct{}, 1), wdone: make(chan struct{}), skick: make(chan struct{}, 1), sdone: make(chan struct{})}
 	// Two unbuffered return listeners: amqp091-go hands a return to
 	// each in turn, so it cannot go on to the ack that follows before
 	// the watcher took the second, which it does only once the first

@@ -28,13 +28,10 @@ type pubChannel struct {
 	sq  []*pubReq // written, their callers not yet woken, in the order written
 
 	mu       sync.Mutex
-	wq       []*pubReq              // queued for the writer, in the order numbered
-	wclosed  bool                   // the writer ended: nothing more is queued
-	wrote    chan struct{}          // closed after the writer's current run (see wroteLocked)
-	live     map[fingerprint]uint64 // the number of the mandatory publish in flight for each fingerprint (in q)
-	q        []returnable           // mandatory publishes in flight, in the order sent; q[0] is number base
-	arr      []returnable           // q's array, from its start: reused, so a steady flow allocates nothing
-	base     uint64
+	wq       []*pubReq     // queued for the writer, in the order numbered
+	wclosed  bool          // the writer ended: nothing more is queued
+	wrote    chan struct{} // closed after the writer's current run (see wroteLocked)
+	returns  returnQueue   // mandatory publishes in flight
 	closeErr *amqp.Error
 
 	nacks    atomic.Int32 // nacks since the last ack
@@ -121,31 +118,31 @@ func (r *pubReq) recycle() {
 func (r *pubReq) signal() { r.done <- struct{}{} }
 
 // enqueue queues r for pc's writer, numbering it among the returnable
-// publishes when mandatory, in the order it will be sent. Not queued: busy
-// is the confirmation of a publish in flight with r's fingerprint, or
-// wrote closes once the writer wrote its run (one with r's fingerprint is
-// queued, not sent yet); both nil means the writer ended.
-func (pc *pubChannel) enqueue(r *pubReq, mandatory bool) (busy *amqp.DeferredConfirmation, wrote chan struct{}, ok bool) {
+// publishes when mandatory, in the order it will be sent. Not queued: wait
+// closes once the publish in flight with r's fingerprint is confirmed, or
+// once the writer wrote its run (when that publish is queued, not sent
+// yet); nil means the writer ended.
+func (pc *pubChannel) enqueue(r *pubReq, mandatory bool) (wait <-chan struct{}, ok bool) {
 	pc.mu.Lock()
 	if pc.wclosed {
 		pc.mu.Unlock()
-		return nil, nil, false
+		return nil, false
 	}
 	if mandatory {
-		seq, busy, ok := pc.tryAddLocked(fingerprint{r.key, r.pub.MessageId})
+		seq, busy, ok := pc.returns.add(fingerprint{r.key, r.pub.MessageId})
 		if !ok {
 			if busy == nil {
-				wrote = pc.wroteLocked()
+				busy = pc.wroteLocked()
 			}
 			pc.mu.Unlock()
-			return busy, wrote, false
+			return busy, false
 		}
 		r.seq = seq
 	}
 	pc.wq = append(pc.wq, r)
 	pc.mu.Unlock()
 	kick(pc.wkick)
-	return nil, nil, true
+	return nil, true
 }
 
 // enqueueRun queues a batch's run of publishes (rs, in order) as far as it
@@ -160,7 +157,7 @@ func (pc *pubChannel) enqueueRun(rs []*pubReq, mandatory bool) int {
 	n := 0
 	for _, r := range rs {
 		if mandatory {
-			seq, _, ok := pc.tryAddLocked(fingerprint{r.key, r.pub.MessageId})
+			seq, _, ok := pc.returns.add(fingerprint{r.key, r.pub.MessageId})
 			if !ok {
 				break
 			}
@@ -192,6 +189,48 @@ func (pc *pubChannel) wakeWroteLocked() {
 		close(pc.wrote)
 		pc.wrote = nil
 	}
+}
+
+// sent records publish seq's write (dc nil: it was not sent).
+func (pc *pubChannel) sent(seq uint64, dc *amqp.DeferredConfirmation) {
+	pc.mu.Lock()
+	if dc == nil {
+		pc.returns.unsent(seq)
+	} else {
+		pc.returns.sent(seq, dc.Done())
+	}
+	pc.mu.Unlock()
+}
+
+// wasReturned reports whether publish seq came back with a basic.return,
+// now that its outcome is read, and lets the return queue forget it.
+func (pc *pubChannel) wasReturned(seq uint64) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	returned, freed := pc.returns.read(seq)
+	if freed {
+		pc.wakeWroteLocked() // a publish with its fingerprint may wait for it
+	}
+	return returned
+}
+
+// unsent lets the return queue forget publish seq, which was never sent
+// (its write failed, or its caller gave up first).
+func (pc *pubChannel) unsent(seq uint64) { pc.wasReturned(seq) }
+
+// abandon marks publish seq as no longer awaited (its context ended); see
+// returnQueue.abandon.
+func (pc *pubChannel) abandon(seq uint64) {
+	pc.mu.Lock()
+	pc.returns.abandon(seq)
+	pc.mu.Unlock()
+}
+
+// onReturn credits a basic.return to the publish that caused it.
+func (pc *pubChannel) onReturn(r amqp.Return) {
+	pc.mu.Lock()
+	pc.returns.returned(fingerprint{r.RoutingKey, r.MessageId})
+	pc.mu.Unlock()
 }
 
 func kick(c chan struct{}) {
@@ -293,7 +332,7 @@ func (pc *pubChannel) wrote1(r *pubReq, dc *amqp.DeferredConfirmation, err error
 			}
 			pc.landed()
 		case mandatory:
-			pc.done(r.seq)
+			pc.unsent(r.seq)
 		}
 	}
 	if !ok {
@@ -459,7 +498,7 @@ func (f flight) await(ctx context.Context) error {
 // it hands a basic.return to every return listener before it reads the
 // basic.ack that follows: the watcher has recorded the return by then.
 func (f flight) settled(ctx context.Context) error {
-	returned := f.mandatory && f.pc.done(f.seq)
+	returned := f.mandatory && f.pc.wasReturned(f.seq)
 	if f.dc.Acked() {
 		f.pc.nacks.Store(0)
 		if returned {

@@ -244,36 +244,22 @@ func (p *Publisher) write(ctx context.Context, key string, cp *checkedPublish) (
 			return nil, fmt.Errorf("mq: publish to %s: %w", p.dest(key), err)
 		}
 		r := newReq(pc, key, &cp.pub)
-		busy, wrote, ok := pc.enqueue(r, p.mandatory)
+		wait, ok := pc.enqueue(r, p.mandatory)
 		if ok {
 			return r, nil
 		}
 		switch {
-		case busy != nil || wrote != nil:
+		case wait != nil:
 			// A publish with the same routing key and message id is in
 			// flight (or queued): a return could not be told apart. Wait
 			// for its confirm (or its write), then go again.
-			var err error
-			if busy != nil {
-				err = waitConfirm(ctx, busy, pc)
-			} else {
-				err = waitClosed(ctx, wrote, pc)
-			}
-			if err != nil {
+			if err := waitClosed(ctx, wait, pc); err != nil {
 				return nil, fmt.Errorf("mq: publish to %s: %w (nothing was sent: waiting for a publish with the same message id)", p.dest(key), err)
 			}
 		case !pc.waitDone(ctx): // the channel's writer ended: go again once the channel has
 			return nil, fmt.Errorf("mq: publish to %s: %w (nothing was sent)", p.dest(key), ctx.Err())
 		}
 	}
-}
-
-// waitConfirm waits for dc (nil: none to wait for), the end of pc, or ctx.
-func waitConfirm(ctx context.Context, dc *amqp.DeferredConfirmation, pc *pubChannel) error {
-	if dc == nil {
-		return ctx.Err()
-	}
-	return waitClosed(ctx, dc.Done(), pc)
 }
 
 // waitClosed waits for c to close, the end of pc, or ctx.
@@ -311,7 +297,7 @@ func (p *Publisher) outcome(ctx context.Context, key string, r *pubReq) error {
 	}
 	if werr != nil || dc == nil {
 		if p.mandatory {
-			pc.done(seq) // never sent
+			pc.unsent(seq)
 		}
 		if werr == nil { // cannot happen: the channel is in confirm mode
 			return fmt.Errorf("mq: publish to %s: the channel is not in confirm mode", p.dest(key))
@@ -349,7 +335,7 @@ func (p *Publisher) leave(ctx context.Context, key string, r *pubReq) error {
 		// rather than hold it in the queue (behind a stalled socket, say).
 		r.pub = amqp.Publishing{}
 		if p.mandatory {
-			pc.done(r.seq) // never sent
+			pc.unsent(r.seq)
 		}
 		return pc.st.blockedErr(fmt.Errorf("mq: publish to %s: %w (nothing was sent)", p.dest(key), ctx.Err()))
 	case r.state.CompareAndSwap(reqTaken, reqLeft):

@@ -1,7 +1,7 @@
 package mq
 
-// White-box tests of the publisher's write queue: no broker needed (no
-// writer runs; the test plays its part).
+// White-box tests of a publisher's channel: no broker needed (no writer
+// runs; the test plays its part).
 
 import (
 	"context"
@@ -14,8 +14,7 @@ import (
 
 func queueOnly() (*Publisher, *pubChannel) {
 	p := &Publisher{mandatory: true}
-	pc := &pubChannel{over: make(chan struct{}), wkick: make(chan struct{}, 1),
-		live: map[fingerprint]uint64{}}
+	pc := &pubChannel{over: make(chan struct{}), wkick: make(chan struct{}, 1)}
 	return p, pc
 }
 
@@ -27,13 +26,13 @@ func TestQueuedPublishGivingUpFreesItsFingerprint(t *testing.T) {
 	p, pc := queueOnly()
 	pub := &amqp.Publishing{MessageId: "same"}
 	first := newReq(pc, "q", pub)
-	if _, _, ok := pc.enqueue(first, true); !ok {
+	if _, ok := pc.enqueue(first, true); !ok {
 		t.Fatal("first publish not queued")
 	}
 	second := newReq(pc, "q", pub)
-	busy, wrote, ok := pc.enqueue(second, true)
-	if ok || busy != nil || wrote == nil {
-		t.Fatalf("second publish with the same fingerprint: queued %v, busy %v, wrote %v; want to wait for the first's write", ok, busy, wrote)
+	wrote, ok := pc.enqueue(second, true)
+	if ok || wrote == nil {
+		t.Fatalf("second publish with the same fingerprint: queued %v, wait %v; want to wait for the first's write", ok, wrote)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -46,7 +45,7 @@ func TestQueuedPublishGivingUpFreesItsFingerprint(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("the waiting publish was not woken when the first left the queue unsent")
 	}
-	if _, _, ok := pc.enqueue(second, true); !ok {
+	if _, ok := pc.enqueue(second, true); !ok {
 		t.Fatal("the second publish is still refused after the first left unsent")
 	}
 	// The writer skips the one that left; its body is let go already.
@@ -61,7 +60,7 @@ func TestQueuedPublishGivingUpFreesItsFingerprint(t *testing.T) {
 func TestLeavingMidWrite(t *testing.T) {
 	p, pc := queueOnly()
 	r := newReq(pc, "q", &amqp.Publishing{MessageId: "m"})
-	if _, _, ok := pc.enqueue(r, true); !ok {
+	if _, ok := pc.enqueue(r, true); !ok {
 		t.Fatal("not queued")
 	}
 	if !r.state.CompareAndSwap(reqQueued, reqTaken) { // the writer takes it
@@ -80,7 +79,43 @@ func TestLeavingMidWrite(t *testing.T) {
 	if pc.inflight.Load() != 0 {
 		t.Errorf("in flight %d after the writer settled the one that left; want 0", pc.inflight.Load())
 	}
-	if len(pc.q) != 1 || !pc.q[0].abandoned {
-		t.Errorf("the return queue forgot a publish whose confirm may still come: %+v", pc.q)
+	if q := pc.returns.q; len(q) != 1 || !q[0].abandoned {
+		t.Errorf("the return queue forgot a publish whose confirm may still come: %+v", q)
+	}
+}
+
+// The watcher records a return before it lets amqp091-go go on (the second
+// listener's send completes only then), and keeps the channel's end.
+func TestWatcher(t *testing.T) {
+	pc := &pubChannel{over: make(chan struct{}), exchange: "ex",
+		st: &conn{c: &amqp.Connection{}, lost: make(chan struct{})}}
+	closes := make(chan *amqp.Error, 1)
+	r1, r2 := make(chan amqp.Return), make(chan amqp.Return)
+	go pc.watch(closes, r1, r2)
+	pc.mu.Lock()
+	seq, _, _ := pc.returns.add(fingerprint{"k", "id"})
+	pc.mu.Unlock()
+	pc.sent(seq, &amqp.DeferredConfirmation{})
+	r := amqp.Return{RoutingKey: "k", MessageId: "id"}
+	r1 <- r
+	r2 <- r // as amqp091-go's notifyAll does: each listener in turn
+	pc.mu.Lock()
+	returned := pc.returns.q[seq-pc.returns.base].returned
+	pc.mu.Unlock()
+	if !returned {
+		t.Fatal("the return was not recorded before the second listener took it")
+	}
+	closes <- &amqp.Error{Code: 404, Reason: "NOT_FOUND - no exchange 'ex'", Server: true}
+	close(closes)
+	close(r1)
+	close(r2)
+	<-pc.over
+	err := pc.endErr()
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("end by a channel exception: %v; want ErrNotFound", err)
+	}
+	close(pc.st.lost) // the same, with the connection gone: send again
+	if err := pc.endErr(); err != errResend {
+		t.Fatalf("end with the connection: %v; want a resend", err)
 	}
 }
