@@ -229,7 +229,7 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 		return nil, err
 	}
 	pc = &pubChannel{ch: ch, st: st, exchange: p.exchange, over: make(chan struct{}),
-		wkick: make(chan struct{}, 1), wdone: make(chan struct{}), skick: make(chan struct{}, 1), sdone: make(chan struct{})}
+		writeKick: make(chan struct{}, 1), writeDone: make(chan struct{}), wakeKick: make(chan struct{}, 1), wakeDone: make(chan struct{})}
 	// Two unbuffered return listeners: amqp091-go hands a return to
 	// each in turn, so it cannot go on to the ack that follows before
 	// the watcher took the second, which it does only once the first
@@ -239,14 +239,14 @@ func (p *Publisher) channel(ctx context.Context) (*pubChannel, error) {
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	go pc.watch(closes, r1, r2)
 	go pc.writer(p.mandatory)
-	go pc.settler()
+	go pc.waker()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		_ = ch.Close()
 		<-pc.over
-		<-pc.wdone
-		<-pc.sdone
+		<-pc.writeDone
+		<-pc.wakeDone
 		return nil, ErrClosed
 	}
 	p.live.Store(pc)

@@ -27,7 +27,7 @@
 //   - Publisher: confirmed, pipelined publishing with mandatory returns
 //     correlated to the publish that caused them, republished after a
 //     connection loss until its context ends (at-least-once). Each of its
-//     channels has a writer and a settler goroutine, which end with the
+//     channels has a writer and a waker goroutine, which end with the
 //     channel; a publish refused beside others is sent again alone.
 //   - Consumer: the runtime that subscribes, runs a handler wrapped in
 //     middleware, settles each delivery on the channel it came on, survives

@@ -2,7 +2,6 @@ package mq
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -10,29 +9,29 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// pubChannel is one channel of a publisher: its writer and settler
+// pubChannel is one channel of a publisher: its writer and waker
 // goroutines and its return bookkeeping. Confirms need none: each publish
-// is settled by its own deferred confirmation.
+// is answered by its own deferred confirmation.
 type pubChannel struct {
 	ch       *amqp.Channel
 	st       *conn
 	exchange string
 	over     chan struct{} // closed when the watcher saw the channel end
 
-	wkick chan struct{} // something was queued (see writer)
-	wdone chan struct{} // closed when the writer ended
-	skick chan struct{} // something was written (see settler)
-	sdone chan struct{} // closed when the settler ended
+	writeKick chan struct{} // something was queued (see writer)
+	writeDone chan struct{} // closed when the writer ended
+	wakeKick  chan struct{} // something was written (see waker)
+	wakeDone  chan struct{} // closed when the waker ended
 
-	smu sync.Mutex
-	sq  []*pubReq // written, their callers not yet woken, in the order written
+	wakeMu sync.Mutex
+	wakeQ  []*pubReq // written, their callers not yet woken, in the order written
 
-	mu       sync.Mutex
-	wq       []*pubReq     // queued for the writer, in the order numbered
-	wclosed  bool          // the writer ended: nothing more is queued
-	wrote    chan struct{} // closed after the writer's current run (see wroteLocked)
-	returns  returnQueue   // mandatory publishes in flight
-	closeErr *amqp.Error
+	mu          sync.Mutex
+	writeQ      []*pubReq     // queued for the writer, in the order numbered
+	writeClosed bool          // the writer ended: nothing more is queued
+	wrote       chan struct{} // closed after the writer's current run (see wroteLocked)
+	returns     returnQueue   // mandatory publishes in flight
+	closeErr    *amqp.Error
 
 	nacks    atomic.Int32 // nacks since the last ack
 	nacked   atomic.Bool  // nacked retireAfterNacks times in a row: retire the channel
@@ -73,16 +72,16 @@ func (pc *pubChannel) shutLater() {
 // States of a pubReq. Its caller and pc's writer each move it on with a
 // compare-and-swap, so exactly one of them decides whether it is sent.
 const (
-	reqQueued  int32 = iota // waiting in pc.wq
+	reqQueued  int32 = iota // waiting in pc.writeQ
 	reqTaken                // the writer is writing it
 	reqWritten              // written: dc or err is set
 	reqGaveUp               // its caller left before the writer took it: never sent
-	reqLeft                 // its caller left while the writer wrote it: the writer settles it
+	reqLeft                 // its caller left while the writer wrote it: the writer finishes it
 )
 
 // pubReq is one publish queued on a channel for its writer goroutine.
 // Its caller parks once, on done, which is signalled (once) when the
-// publish is settled (confirmed, nacked, or its channel ended: dc is done,
+// publish is answered (confirmed, nacked, or its channel ended: dc is done,
 // or about to be when the channel ended) or its write failed (err). A
 // caller that received from done returns the pubReq to reqPool for the next
 // publish; one that left (its ctx ended) leaves it to the collector.
@@ -97,7 +96,7 @@ type pubReq struct {
 	done  chan struct{}              // buffered: the one signal never blocks
 }
 
-// reqPool recycles the pubReqs (and their done channels) of settled
+// reqPool recycles the pubReqs (and their done channels) of answered
 // publishes.
 var reqPool = sync.Pool{New: func() any { return &pubReq{done: make(chan struct{}, 1)} }}
 
@@ -124,7 +123,7 @@ func (r *pubReq) signal() { r.done <- struct{}{} }
 // yet); nil means the writer ended.
 func (pc *pubChannel) enqueue(r *pubReq, mandatory bool) (wait <-chan struct{}, ok bool) {
 	pc.mu.Lock()
-	if pc.wclosed {
+	if pc.writeClosed {
 		pc.mu.Unlock()
 		return nil, false
 	}
@@ -139,9 +138,9 @@ func (pc *pubChannel) enqueue(r *pubReq, mandatory bool) (wait <-chan struct{}, 
 		}
 		r.seq = seq
 	}
-	pc.wq = append(pc.wq, r)
+	pc.writeQ = append(pc.writeQ, r)
 	pc.mu.Unlock()
-	kick(pc.wkick)
+	kick(pc.writeKick)
 	return nil, true
 }
 
@@ -150,7 +149,7 @@ func (pc *pubChannel) enqueue(r *pubReq, mandatory bool) (wait <-chan struct{}, 
 // queued; -1 when the writer ended.
 func (pc *pubChannel) enqueueRun(rs []*pubReq, mandatory bool) int {
 	pc.mu.Lock()
-	if pc.wclosed {
+	if pc.writeClosed {
 		pc.mu.Unlock()
 		return -1
 	}
@@ -163,12 +162,12 @@ func (pc *pubChannel) enqueueRun(rs []*pubReq, mandatory bool) int {
 			}
 			r.seq = seq
 		}
-		pc.wq = append(pc.wq, r)
+		pc.writeQ = append(pc.writeQ, r)
 		n++
 	}
 	pc.mu.Unlock()
 	if n > 0 {
-		kick(pc.wkick)
+		kick(pc.writeKick)
 	}
 	return n
 }
@@ -246,16 +245,16 @@ func kick(c chan struct{}) {
 // bounded by its ctx even when the socket stopped draining: the write then
 // finishes or fails later, and its outcome is nobody's.
 func (pc *pubChannel) writer(mandatory bool) {
-	defer close(pc.wdone)
+	defer close(pc.writeDone)
 	var run []*pubReq
 	var sent []*pubReq
 	for {
 		select {
-		case <-pc.wkick:
+		case <-pc.writeKick:
 		case <-pc.over:
 			pc.mu.Lock()
-			pc.wclosed = true
-			run, pc.wq = pc.wq, nil
+			pc.writeClosed = true
+			run, pc.writeQ = pc.writeQ, nil
 			pc.wakeWroteLocked()
 			pc.mu.Unlock()
 			for _, r := range run {
@@ -268,7 +267,7 @@ func (pc *pubChannel) writer(mandatory bool) {
 		yielded := false
 		for {
 			pc.mu.Lock()
-			run, pc.wq = pc.wq, run[:0]
+			run, pc.writeQ = pc.writeQ, run[:0]
 			pc.mu.Unlock()
 			if len(run) == 0 {
 				if yielded {
@@ -285,7 +284,7 @@ func (pc *pubChannel) writer(mandatory bool) {
 			yielded = false
 			sent = pc.writeRun(run, sent[:0], mandatory)
 			clear(run)
-			pc.settleLater(sent)
+			pc.wakeLater(sent)
 			clear(sent)
 			pc.mu.Lock()
 			pc.wakeWroteLocked()
@@ -296,7 +295,7 @@ func (pc *pubChannel) writer(mandatory bool) {
 
 // writeRun writes run in one go (one write to the socket for the whole
 // run, see socket.cork) and returns, appended to sent, the publishes it
-// wrote, for the settler.
+// wrote, for the waker.
 func (pc *pubChannel) writeRun(run, sent []*pubReq, mandatory bool) []*pubReq {
 	pc.st.netc.cork()
 	for _, r := range run {
@@ -316,8 +315,8 @@ func (pc *pubChannel) writeRun(run, sent []*pubReq, mandatory bool) []*pubReq {
 }
 
 // wrote1 records the write of r and reports whether it went out (the
-// settler then signals r.done at its confirm); otherwise r.done is signalled
-// now. A publish whose caller left mid-write is settled here.
+// waker then signals r.done at its confirm); otherwise r.done is signalled
+// now. A publish whose caller left mid-write is finished here.
 func (pc *pubChannel) wrote1(r *pubReq, dc *amqp.DeferredConfirmation, err error, mandatory bool) bool {
 	ok := err == nil && dc != nil
 	if ok {
@@ -341,47 +340,47 @@ func (pc *pubChannel) wrote1(r *pubReq, dc *amqp.DeferredConfirmation, err error
 	return ok
 }
 
-// settleLater hands written publishes to the settler.
-func (pc *pubChannel) settleLater(rs []*pubReq) {
+// wakeLater hands written publishes to the waker.
+func (pc *pubChannel) wakeLater(rs []*pubReq) {
 	if len(rs) == 0 {
 		return
 	}
-	pc.smu.Lock()
-	pc.sq = append(pc.sq, rs...)
-	pc.smu.Unlock()
-	kick(pc.skick)
+	pc.wakeMu.Lock()
+	pc.wakeQ = append(pc.wakeQ, rs...)
+	pc.wakeMu.Unlock()
+	kick(pc.wakeKick)
 }
 
-// settler wakes each publish's caller once its confirmation is done, in
+// waker wakes each publish's caller once its confirmation is done, in
 // the order they were written: it waits on the oldest and then wakes every
-// one settled by then (a multiple ack settles many at once), so a caller
-// parks once per publish and the settler once per run of confirms. When
+// one answered by then (a multiple ack answers many at once), so a caller
+// parks once per publish and the waker once per run of confirms. When
 // the channel ends it wakes every caller at once (their confirmations are
-// settled as the channel's end reaches amqp091-go's bookkeeping; each
-// caller waits for its own then). It ends after the writer, with nothing
-// left to settle.
-func (pc *pubChannel) settler() {
-	defer close(pc.sdone)
+// done as the channel's end reaches amqp091-go's bookkeeping; each caller
+// waits for its own then). It ends after the writer, with nobody left to
+// wake.
+func (pc *pubChannel) waker() {
+	defer close(pc.wakeDone)
 	var wake []*pubReq
 	over := false
 	for {
-		pc.smu.Lock()
-		if len(pc.sq) == 0 {
-			pc.smu.Unlock()
+		pc.wakeMu.Lock()
+		if len(pc.wakeQ) == 0 {
+			pc.wakeMu.Unlock()
 			select {
-			case <-pc.skick:
-			case <-pc.wdone:
-				pc.smu.Lock()
-				n := len(pc.sq)
-				pc.smu.Unlock()
+			case <-pc.wakeKick:
+			case <-pc.writeDone:
+				pc.wakeMu.Lock()
+				n := len(pc.wakeQ)
+				pc.wakeMu.Unlock()
 				if n == 0 {
 					return
 				}
 			}
 			continue
 		}
-		head := pc.sq[0].dc
-		pc.smu.Unlock()
+		head := pc.wakeQ[0].dc
+		pc.wakeMu.Unlock()
 		if !over {
 			select {
 			case <-head.Done():
@@ -389,16 +388,16 @@ func (pc *pubChannel) settler() {
 				over = true
 			}
 		}
-		pc.smu.Lock()
+		pc.wakeMu.Lock()
 		n := 0
-		for n < len(pc.sq) && (over || isDone(pc.sq[n].dc)) {
+		for n < len(pc.wakeQ) && (over || isDone(pc.wakeQ[n].dc)) {
 			n++
 		}
-		wake = append(wake[:0], pc.sq[:n]...)
-		m := copy(pc.sq, pc.sq[n:])
-		clear(pc.sq[m:])
-		pc.sq = pc.sq[:m]
-		pc.smu.Unlock()
+		wake = append(wake[:0], pc.wakeQ[:n]...)
+		m := copy(pc.wakeQ, pc.wakeQ[n:])
+		clear(pc.wakeQ[m:])
+		pc.wakeQ = pc.wakeQ[:m]
+		pc.wakeMu.Unlock()
 		for _, r := range wake {
 			r.signal()
 		}
@@ -450,83 +449,24 @@ func (pc *pubChannel) watch(closes chan *amqp.Error, r1, r2 chan amqp.Return) {
 	}
 }
 
-// endErr is what the channel's end means for a publish it did not
-// confirm: a channel exception caused by the publishes (the exchange does
-// not exist, say) is final; a lost connection or a closed channel means
-// send again.
-func (pc *pubChannel) endErr() error {
+// endAnswer is what the channel's end says about a publish it did not
+// confirm (see judge); the watcher has seen the end.
+func (pc *pubChannel) endAnswer() answer {
 	pc.mu.Lock()
 	e := pc.closeErr
 	pc.mu.Unlock()
-	if e == nil || !channelLevel(e) || pc.st.isLost() {
-		return errResend
-	}
-	return &sharedRefusal{brokerError(publishOp(pc.exchange), e)}
+	return answer{closed: true, end: e, lost: pc.st.isLost()}
 }
 
-// flight is one publish sent and not yet settled.
-type flight struct {
-	pc        *pubChannel
-	dc        *amqp.DeferredConfirmation
-	seq       uint64 // mandatory publishes: its place in pc's queue of returnable publishes
-	mandatory bool
-}
-
-// await waits for f's confirm and says what became of it: nil, ErrNacked,
-// ErrUnroutable, a refusal that ended the channel, errResend when the
-// channel ended first, or ctx's error.
-func (f flight) await(ctx context.Context) error {
-	defer f.pc.landed()
-	if isDone(f.dc) { // settled already: that wins over an ended ctx
-		return f.settled(ctx)
-	}
-	select {
-	case <-f.dc.Done():
-		return f.settled(ctx)
-	case <-ctx.Done():
-		if f.mandatory {
-			f.pc.abandon(f.seq)
+// count keeps the channel's run of nacks: retireAfterNacks in a row
+// retire it.
+func (pc *pubChannel) count(k pubKind) {
+	switch k {
+	case pubConfirmed, pubReturned:
+		pc.nacks.Store(0)
+	case pubNacked:
+		if pc.nacks.Add(1) >= retireAfterNacks {
+			pc.nacked.Store(true)
 		}
-		return f.pc.st.blockedErr(fmt.Errorf("no confirm yet: %w", ctx.Err()))
 	}
 }
-
-// settled reads the outcome of a flight whose deferred confirmation is
-// done. amqp091-go settles deferred confirmations exactly by delivery tag
-// (unlike the Confirmation values NotifyPublish hands over, where a nack
-// that comes ahead of an ack with multiple set is reported as an ack), and
-// it hands a basic.return to every return listener before it reads the
-// basic.ack that follows: the watcher has recorded the return by then.
-func (f flight) settled(ctx context.Context) error {
-	returned := f.mandatory && f.pc.wasReturned(f.seq)
-	if f.dc.Acked() {
-		f.pc.nacks.Store(0)
-		if returned {
-			return ErrUnroutable
-		}
-		return nil
-	}
-	if !f.pc.ch.IsClosed() {
-		if f.pc.nacks.Add(1) >= retireAfterNacks {
-			f.pc.nacked.Store(true)
-		}
-		return ErrNacked
-	}
-	// The channel ended, which settles everything pending as not acked:
-	// that says nothing about the message. A channel exception (the
-	// exchange does not exist) may have been caused by this publish or by
-	// another in flight beside it; a lost connection or a closed channel
-	// means send again.
-	if !f.pc.waitDone(ctx) {
-		return fmt.Errorf("no confirm yet: %w", ctx.Err())
-	}
-	return f.pc.endErr()
-}
-
-// sharedRefusal is a channel exception that ended a channel with more than
-// one publish in flight: it may be another publish's.
-type sharedRefusal struct{ err error }
-
-func (e *sharedRefusal) Error() string { return e.err.Error() }
-
-func (e *sharedRefusal) Unwrap() error { return e.err }

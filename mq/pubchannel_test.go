@@ -14,7 +14,7 @@ import (
 
 func queueOnly() (*Publisher, *pubChannel) {
 	p := &Publisher{mandatory: true}
-	pc := &pubChannel{over: make(chan struct{}), wkick: make(chan struct{}, 1)}
+	pc := &pubChannel{over: make(chan struct{}), writeKick: make(chan struct{}, 1)}
 	return p, pc
 }
 
@@ -49,13 +49,13 @@ func TestQueuedPublishGivingUpFreesItsFingerprint(t *testing.T) {
 		t.Fatal("the second publish is still refused after the first left unsent")
 	}
 	// The writer skips the one that left; its body is let go already.
-	if first.pub.Body != nil || len(pc.wq) != 2 {
-		t.Fatalf("queue holds %d (want 2: the writer drops the one that left); its body kept: %v", len(pc.wq), first.pub.Body != nil)
+	if first.pub.Body != nil || len(pc.writeQ) != 2 {
+		t.Fatalf("queue holds %d (want 2: the writer drops the one that left); its body kept: %v", len(pc.writeQ), first.pub.Body != nil)
 	}
 }
 
 // A caller that leaves while the writer is writing its publish says the
-// message may or may not arrive; the writer then settles it alone: counted
+// message may or may not arrive; the writer then finishes it alone: counted
 // landed, and kept in the return queue until its confirm.
 func TestLeavingMidWrite(t *testing.T) {
 	p, pc := queueOnly()
@@ -74,10 +74,10 @@ func TestLeavingMidWrite(t *testing.T) {
 	dc := &amqp.DeferredConfirmation{}
 	pc.sent(r.seq, dc)
 	if !pc.wrote1(r, dc, nil, true) {
-		t.Fatal("a written publish was not handed to the settler")
+		t.Fatal("a written publish was not handed to the waker")
 	}
 	if pc.inflight.Load() != 0 {
-		t.Errorf("in flight %d after the writer settled the one that left; want 0", pc.inflight.Load())
+		t.Errorf("in flight %d after the writer finished the one that left; want 0", pc.inflight.Load())
 	}
 	if q := pc.returns.q; len(q) != 1 || !q[0].abandoned {
 		t.Errorf("the return queue forgot a publish whose confirm may still come: %+v", q)
@@ -110,12 +110,12 @@ func TestWatcher(t *testing.T) {
 	close(r1)
 	close(r2)
 	<-pc.over
-	err := pc.endErr()
-	if !errors.Is(err, ErrNotFound) {
-		t.Fatalf("end by a channel exception: %v; want ErrNotFound", err)
+	o := judge(pc.exchange, pc.endAnswer())
+	if o.kind != pubRefused || !errors.Is(o.err, ErrNotFound) {
+		t.Fatalf("end by a channel exception: %v %v; want refused with ErrNotFound", o.kind, o.err)
 	}
 	close(pc.st.lost) // the same, with the connection gone: send again
-	if err := pc.endErr(); err != errResend {
-		t.Fatalf("end with the connection: %v; want a resend", err)
+	if o := judge(pc.exchange, pc.endAnswer()); o.kind != pubResend {
+		t.Fatalf("end with the connection: %v %v; want a resend", o.kind, o.err)
 	}
 }

@@ -10,10 +10,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// errResend tells a waiting publish that its channel died with the
-// connection before the broker confirmed it: send it again on the next one.
-var errResend = errors.New("mq: channel lost before confirm")
-
 // PublisherOption configures a Publisher.
 type PublisherOption interface{ applyPublisher(*Publisher) }
 
@@ -148,13 +144,13 @@ func (p *Publisher) publishHooked(ctx context.Context, key string, m Message, ho
 // were shown and the context for endHooks. m's headers are copied first,
 // so a hook's writes never reach the caller's table, and its defaults are
 // applied first, so hooks see the message id.
-func (p *Publisher) startHooks(ctx context.Context, key string, m Message, hop HopKind) (amqp.Publishing, *Publishing, context.Context) {
+func (p *Publisher) startHooks(ctx context.Context, key string, m Message, hop HopKind) (amqp.Publishing, *PublishInfo, context.Context) {
 	m.Headers = cloneHeaders(m.Headers)
 	if m.Headers == nil {
 		m.Headers = amqp.Table{}
 	}
 	pub := m.publishing()
-	info := &Publishing{Exchange: p.exchange, RoutingKey: key, Mandatory: p.mandatory, Hop: hop, Message: &m, Server: p.server()}
+	info := &PublishInfo{Exchange: p.exchange, RoutingKey: key, Mandatory: p.mandatory, Hop: hop, Message: &m, Server: p.server()}
 	for _, h := range p.b.hooks.publish {
 		ctx = h.OnPublish(ctx, info)
 	}
@@ -164,7 +160,7 @@ func (p *Publisher) startHooks(ctx context.Context, key string, m Message, hop H
 
 // endHooks tells every publish hook, in reverse order, how the publish
 // startHooks began ended.
-func (p *Publisher) endHooks(hctx context.Context, info *Publishing, err error) {
+func (p *Publisher) endHooks(hctx context.Context, info *PublishInfo, err error) {
 	for i := len(p.b.hooks.publish) - 1; i >= 0; i-- {
 		p.b.hooks.publish[i].OnPublishDone(hctx, info, err)
 	}
@@ -202,15 +198,23 @@ func (p *Publisher) send(ctx context.Context, key string, cp *checkedPublish) er
 		if err != nil {
 			return err
 		}
-		err = p.outcome(ctx, key, r)
-		if err == errResend {
-			continue
+		if err, again := p.conclude(ctx, key, cp, p.await(ctx, key, r)); !again {
+			return err
 		}
-		if shared, ok := err.(*sharedRefusal); ok {
-			return p.wrap(key, p.solo(ctx, key, *cp, shared))
-		}
-		return err
 	}
+}
+
+// conclude is what a publish returns for outcome o: again when it must be
+// written again (its channel ended before its answer); a refusal that may
+// have been another publish's is resolved by sending it again alone.
+func (p *Publisher) conclude(ctx context.Context, key string, cp *checkedPublish, o pubOutcome) (err error, again bool) {
+	switch o.kind {
+	case pubResend:
+		return nil, true
+	case pubRefused:
+		return p.wrap(key, p.solo(ctx, key, *cp, o.err)), false
+	}
+	return o.err, false
 }
 
 func (p *Publisher) dest(key string) string {
@@ -273,20 +277,20 @@ func waitClosed(ctx context.Context, c <-chan struct{}, pc *pubChannel) error {
 	return nil
 }
 
-// outcome waits for a queued publish to be settled and says what became
-// of it: nil, a final error (wrapped), errResend when it must be written
-// again, or a *sharedRefusal.
-func (p *Publisher) outcome(ctx context.Context, key string, r *pubReq) error {
+// await waits for a queued publish's answer and returns its outcome,
+// errors complete with the destination (but for a refusal, which conclude
+// reads).
+func (p *Publisher) await(ctx context.Context, key string, r *pubReq) pubOutcome {
 	pc := r.pc
 	got := true
 	select {
 	case <-r.done:
 	case <-ctx.Done():
 		select {
-		case <-r.done: // settled already: that wins over an ended ctx
+		case <-r.done: // answered already: that wins over an ended ctx
 		default:
 			if err := p.leave(ctx, key, r); err != nil {
-				return err
+				return failed(err)
 			}
 			got = false // written: its outcome is read below, an ended ctx included
 		}
@@ -295,33 +299,30 @@ func (p *Publisher) outcome(ctx context.Context, key string, r *pubReq) error {
 	if got {
 		r.recycle()
 	}
-	if werr != nil || dc == nil {
+	var o pubOutcome
+	switch {
+	case werr == nil && dc == nil: // cannot happen: the channel is in confirm mode
 		if p.mandatory {
 			pc.unsent(seq)
 		}
-		if werr == nil { // cannot happen: the channel is in confirm mode
-			return fmt.Errorf("mq: publish to %s: the channel is not in confirm mode", p.dest(key))
+		return failed(fmt.Errorf("mq: publish to %s: the channel is not in confirm mode", p.dest(key)))
+	case werr != nil:
+		if p.mandatory {
+			pc.unsent(seq)
 		}
-		if !pc.ended() && !pc.st.isLost() && isCallerError(werr) {
-			// amqp091-go refused to write it; the connection is intact.
-			return fmt.Errorf("mq: publish to %s: %w: %w", p.dest(key), ErrInvalid, werr)
+		o = judge(p.exchange, answer{writeErr: werr, closed: pc.ended(), lost: pc.st.isLost()})
+		// Before a resend, wait for the channel's end: the next write
+		// goes to a fresh one (the connection may be coming back).
+		if o.kind == pubResend && !pc.waitDone(ctx) {
+			return failed(fmt.Errorf("mq: publish to %s: %w (after %v)", p.dest(key), ctx.Err(), werr))
 		}
-		// The channel died under us, or its connection did (a write error
-		// comes before the reader notices the loss). Wait for the channel's
-		// end, then try on a fresh one: the connection may be coming back.
-		if !pc.waitDone(ctx) {
-			return fmt.Errorf("mq: publish to %s: %w (after %v)", p.dest(key), ctx.Err(), werr)
-		}
-		return errResend
+	default:
+		o = flight{pc: pc, dc: dc, seq: seq, mandatory: p.mandatory}.await(ctx)
 	}
-	err := flight{pc: pc, dc: dc, seq: seq, mandatory: p.mandatory}.await(ctx)
-	if err == errResend {
-		return err
+	if o.kind != pubRefused {
+		o.err = p.wrap(key, o.err)
 	}
-	if _, ok := err.(*sharedRefusal); ok {
-		return err
-	}
-	return p.wrap(key, err)
+	return o
 }
 
 // leave gives up waiting for r as ctx ended, and returns the error that
@@ -426,8 +427,8 @@ func (p *Publisher) close(ctx context.Context) {
 		_ = p.b.bounded(ctx, func() error {
 			_ = c.ch.Close()
 			<-c.over
-			<-c.wdone
-			<-c.sdone
+			<-c.writeDone
+			<-c.wakeDone
 			return nil
 		}, nil)
 	}
@@ -479,7 +480,7 @@ func (e *BatchError) Unwrap() []error {
 // sent again, all together, as with Publish.
 func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []Message) error {
 	type hooked struct {
-		info *Publishing
+		info *PublishInfo
 		hctx context.Context
 	}
 	checked := make([]checkedPublish, len(msgs)) // what a resend sends again: the same id, timestamp and headers
@@ -545,13 +546,10 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 				continue
 			}
 			reqs[i] = nil
-			err := p.outcome(ctx, routingKey, r)
-			if err == errResend {
+			err, resend := p.conclude(ctx, routingKey, &checked[i], p.await(ctx, routingKey, r))
+			if resend {
 				again = append(again, i)
 				continue
-			}
-			if shared, ok := err.(*sharedRefusal); ok {
-				err = p.wrap(routingKey, p.solo(ctx, routingKey, checked[i], shared))
 			}
 			errs[i] = err
 		}

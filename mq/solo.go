@@ -13,12 +13,13 @@ import (
 const maxSolos = 8
 
 // solo sends a publish again alone, on a throwaway confirm-mode channel,
-// after its channel was refused with it in flight: its outcome there is
-// its own. When ctx ends first, the error says the message's fate is
-// unknown (it may have been taken before the refusal).
-func (p *Publisher) solo(ctx context.Context, key string, cp checkedPublish, shared *sharedRefusal) error {
+// after its channel was refused (shared, the refusal) with it in flight:
+// its outcome there is its own, a refusal included. When ctx ends first,
+// the error says the message's fate is unknown (it may have been taken
+// before the refusal).
+func (p *Publisher) solo(ctx context.Context, key string, cp checkedPublish, shared error) error {
 	unknown := func(err error) error {
-		return fmt.Errorf("the broker closed the channel (%v) with this publish in flight beside others, and sending it again alone did not finish: its fate is unknown: %w", shared.err, err)
+		return fmt.Errorf("the broker closed the channel (%v) with this publish in flight beside others, and sending it again alone did not finish: its fate is unknown: %w", shared, err)
 	}
 	select {
 	case p.solos <- struct{}{}:
@@ -27,32 +28,34 @@ func (p *Publisher) solo(ctx context.Context, key string, cp checkedPublish, sha
 	}
 	defer func() { <-p.solos }()
 	for {
-		err := p.soloOnce(ctx, key, cp)
-		if err != errResend {
-			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-				return unknown(err)
-			}
-			return err
+		o := p.soloOnce(ctx, key, cp)
+		if o.kind == pubResend {
+			continue
 		}
+		if o.kind == pubFailed && ctx.Err() != nil && errors.Is(o.err, ctx.Err()) {
+			return unknown(o.err)
+		}
+		return o.err
 	}
 }
 
-func (p *Publisher) soloOnce(ctx context.Context, key string, cp checkedPublish) error {
+// soloOnce sends cp on a channel of its own and returns its outcome.
+func (p *Publisher) soloOnce(ctx context.Context, key string, cp checkedPublish) pubOutcome {
 	if err := ctx.Err(); err != nil {
-		return err
+		return failed(err)
 	}
 	ch, st, err := p.b.confirmChannel(ctx)
 	if err != nil {
-		return err
+		return failed(err)
 	}
 	defer p.b.closeLater(ch)
 	if err := cp.fitsFrame(st.frameMax()); err != nil {
-		return err
+		return failed(err)
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	if err := st.waitUnblocked(ctx); err != nil {
-		return err
+		return failed(err)
 	}
 	var dc *amqp.DeferredConfirmation
 	err = p.b.bounded(ctx, func() (err error) {
@@ -61,34 +64,33 @@ func (p *Publisher) soloOnce(ctx context.Context, key string, cp checkedPublish)
 	}, nil)
 	if err != nil {
 		if ctx.Err() != nil {
-			return err
+			return failed(err)
 		}
-		return errResend
+		// The same message went out on the pipelined channel, so this is
+		// the channel or the connection ending: judge says resend.
+		return judge(p.exchange, answer{writeErr: err, closed: ch.IsClosed(), lost: st.isLost()})
 	}
 	select {
 	case <-dc.Done():
 	case <-ctx.Done():
-		return st.blockedErr(fmt.Errorf("no confirm yet: %w", ctx.Err()))
+		return failed(st.blockedErr(fmt.Errorf("no confirm yet: %w", ctx.Err())))
 	}
-	if dc.Acked() {
+	a := answer{acked: dc.Acked()}
+	switch {
+	case a.acked:
 		select {
 		case <-returns:
-			return ErrUnroutable
+			a.returned = true
 		default:
-			return nil
 		}
+	case ch.IsClosed():
+		a.closed = true
+		select {
+		case a.end = <-closes:
+		case <-ctx.Done():
+			return failed(fmt.Errorf("no confirm yet: %w", ctx.Err()))
+		}
+		a.lost = st.isLost()
 	}
-	if !ch.IsClosed() {
-		return ErrNacked
-	}
-	var e *amqp.Error
-	select {
-	case e = <-closes:
-	case <-ctx.Done():
-		return fmt.Errorf("no confirm yet: %w", ctx.Err())
-	}
-	if e == nil || !channelLevel(e) || st.isLost() {
-		return errResend
-	}
-	return brokerError(publishOp(p.exchange), e)
+	return judge(p.exchange, a)
 }
