@@ -60,7 +60,7 @@ fuzz: broker
 
 ## bench: raw amqp091-go vs this library on the local broker, same run, rounds
 ## alternating: msgs/s, ratio to raw, client and broker CPU per message; prints
-## the README's table (BENCHFLAGS passes flags on, e.g. -rounds 7); then the
+## docs/performance.md's table (BENCHFLAGS passes flags on, e.g. -rounds 7); then the
 ## middleware chain and the per-delivery tracing cost without a broker
 bench: broker
 	$(GO) run ./internal/cmd/benchreport $(BENCHFLAGS)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -106,7 +107,7 @@ func serve(ctx context.Context, body []byte) error {
 
 var _ = serve
 
-// README: Dead-letter console, mounted on a service's admin server.
+// docs/console.md: the console, mounted on a service's admin server.
 func mountConsole(ctx context.Context, broker *mq.Broker, admin *http.ServeMux) error {
 	con, err := ops.NewConsole(broker, ops.ConsoleOptions{Queues: []string{"orders"}, BasePath: "/dlq"})
 	if err != nil {
@@ -174,8 +175,9 @@ func snippets(t *testing.T, path string) [][]string {
 	return out
 }
 
-// TestREADMEIsMirrored: every Go snippet of the README is in this file,
-// line for line, so the README's code compiles as written.
+// TestREADMEIsMirrored: every Go snippet of the README and of the docs it
+// links to is in this file, line for line, so their code compiles as
+// written.
 func TestREADMEIsMirrored(t *testing.T) {
 	src, err := os.ReadFile("example_test.go")
 	if err != nil {
@@ -187,13 +189,19 @@ func TestREADMEIsMirrored(t *testing.T) {
 			here = append(here, l)
 		}
 	}
-	blocks := snippets(t, "README.md")
-	if len(blocks) < 4 {
-		t.Fatalf("found %d Go snippets in README.md, want at least 4", len(blocks))
+	docs, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i, b := range blocks {
-		if !containsRun(here, b) {
-			t.Errorf("README Go snippet %d (starting %q) is not mirrored verbatim in example_test.go", i+1, b[0])
+	for _, path := range append([]string{"README.md"}, docs...) {
+		blocks := snippets(t, path)
+		if path == "README.md" && len(blocks) < 4 {
+			t.Fatalf("found %d Go snippets in README.md, want at least 4", len(blocks))
+		}
+		for i, b := range blocks {
+			if !containsRun(here, b) {
+				t.Errorf("%s Go snippet %d (starting %q) is not mirrored verbatim in example_test.go", path, i+1, b[0])
+			}
 		}
 	}
 }

@@ -1,18 +1,23 @@
 // Package fxmodule wires AceMQ into a go.uber.org/fx application: it
-// provides the *mq.Broker, collects topology fragments, consumers and
+// provides the [*mq.Broker], collects topology fragments, consumers and
 // shared middleware through value groups, and drives connection, declaration
 // and consumers from the app's lifecycle.
 //
-// What it owns: the fx wiring, and the checks only a whole app's wiring
-// can make (the retry policy written once, every consumer's queue declared
-// or present, shared middleware placed by order). Everything else it does
-// is a call into packages mq, topology and middleware that a service
-// without fx makes itself (mq.New, Broker.Start, Broker.Declare,
-// Broker.Consume, middleware.Standard, Consumer.Stop, Broker.Close); see
-// examples/plain. ReadyHandler is Broker.Check over HTTP, for any broker.
+// # What it owns
 //
-// What it must not touch: it provides nothing it does not own (no logger,
-// no TracerProvider, no MeterProvider) and bundles no other module.
+// The fx wiring, and the checks only a whole app's wiring can make (the
+// retry policy written once, every consumer's queue declared or present,
+// shared middleware placed by order). Everything else it does is a call
+// into packages mq, topology and middleware that a service without fx
+// makes itself ([mq.New], [mq.Broker.Start], [mq.Broker.Declare],
+// [mq.Broker.Consume], [middleware.Standard], [mq.Consumer.Stop],
+// [mq.Broker.Close]); see examples/plain. [ReadyHandler] is
+// [mq.Broker.Check] over HTTP, for any broker.
+//
+// # What it must not touch
+//
+// It provides nothing it does not own (no logger, no TracerProvider, no
+// MeterProvider) and bundles no other module.
 //
 // # Use
 //
@@ -33,7 +38,7 @@
 //		fxmodule.WithMiddleware(10, audit, metrics), // around every consumer, audit outermost
 //	)
 //
-// Module requires an mq.Config from the app. It takes, when the app has
+// [Module] requires an mq.Config from the app. It takes, when the app has
 // them, a *slog.Logger (used when Config.Logger is nil), a
 // trace.TracerProvider and a metric.MeterProvider: given either provider,
 // the broker is instrumented with otelmq (a provider that is not given
@@ -42,7 +47,7 @@
 //
 // # Value groups
 //
-// The helpers hide the group tags: AsTopology and AsConsumer take
+// The helpers hide the group tags: [AsTopology] and [AsConsumer] take
 // constructors (any function fx can call, parameter objects welcome) that
 // return a *topology.Topology fragment or a Consumer, optionally with an
 // error. A constructor returning any other type fails fx.New with an error
@@ -55,7 +60,7 @@
 // order, so the module sorts what it gets (fragments by their printout,
 // consumers by queue): declaration and start go the same way on every run.
 //
-// WithMiddleware wraps every consumer's handler in the middleware given,
+// [WithMiddleware] wraps every consumer's handler in the middleware given,
 // outside each consumer's own (Consumer.Standard, Consumer.Options). It may
 // be given by several modules; each call says its order (lower is further
 // out), because order never comes from the order fx feeds a group in. Two
@@ -73,7 +78,7 @@
 //
 // # Publishers and health
 //
-// AsPublisher provides a publisher to an exchange as an interface type the
+// [AsPublisher] provides a publisher to an exchange as an interface type the
 // app names, so a test supplies a fake (mqtest.Publisher). Publishers are
 // closed with the broker, after every consumer has drained.
 // ReadyHandler serves /readyz from Broker.Check: connected, not blocked,

@@ -2,17 +2,9 @@ package mq
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
-	"net"
-	"net/url"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,23 +39,6 @@ type Broker struct {
 
 	calls      sync.WaitGroup // goroutines of bounded calls and background channel closes (see spawn)
 	callsEnded bool           // Close waits for calls: spawn starts no more
-}
-
-// conn is one generation of the connection.
-type conn struct {
-	c      *amqp.Connection
-	netc   *socket // the TCP connection under c: closing it aborts everything on c
-	closes chan *amqp.Error
-	blocks chan amqp.Blocking
-	gen    uint64
-	url    string // redacted
-	server string // host:port
-	lost   chan struct{}
-
-	blocked   atomic.Bool // unblocked != nil, read without the lock on every publish
-	blockMu   sync.Mutex
-	unblocked chan struct{} // non-nil while the broker blocks publishing
-	reason    string
 }
 
 // New returns a Broker for cfg. It does not connect: Start does.
@@ -138,139 +113,6 @@ func (b *Broker) Start(ctx context.Context) error {
 	return nil
 }
 
-// dialUntil tries the URLs in turn until one connects or ctx ends.
-func (b *Broker) dialUntil(ctx context.Context) (*conn, error) {
-	var last error
-	for attempt := 0; ; attempt++ {
-		c, err := b.dialNext(ctx)
-		if err == nil {
-			return c, nil
-		}
-		last = err
-		if permanent(err) {
-			return nil, err
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		if round := (attempt + 1) / len(b.cfg.URLs); (attempt+1)%len(b.cfg.URLs) == 0 {
-			// Every URL was tried once more: back off before the next round.
-			if !sleep(ctx, b.backoff(round-1)) {
-				break
-			}
-		}
-	}
-	return nil, fmt.Errorf("mq: could not connect to %s before the deadline: %w (last error: %v)",
-		b.urlList(), ctx.Err(), last)
-}
-
-func (b *Broker) urlList() string {
-	s := ""
-	for i, u := range b.cfg.URLs {
-		if i > 0 {
-			s += ", "
-		}
-		s += Redact(u)
-	}
-	return s
-}
-
-// permanent reports whether a dial error will not go away by trying again
-// soon: refused credentials or a virtual host the user may not open.
-func permanent(err error) bool {
-	if errors.Is(err, amqp.ErrCredentials) || errors.Is(err, amqp.ErrVhost) || errors.Is(err, amqp.ErrSASL) {
-		return true
-	}
-	// A certificate the client does not trust, or a TLS client talking to a
-	// plain listener, will not be different a second from now either.
-	var cve *tls.CertificateVerificationError
-	var rhe tls.RecordHeaderError
-	if errors.As(err, &cve) || errors.As(err, &rhe) {
-		return true
-	}
-	var ae *amqp.Error
-	return errors.As(err, &ae) && (ae.Code == codeAccessRefused || ae.Code == 530)
-}
-
-// dialNext dials the next URL in the rotation once.
-func (b *Broker) dialNext(ctx context.Context) (*conn, error) {
-	b.mu.Lock()
-	raw := b.cfg.URLs[b.next%len(b.cfg.URLs)]
-	b.next++
-	b.gen++
-	gen := b.gen
-	b.mu.Unlock()
-
-	red := Redact(raw)
-	ac, netc, server, err := b.dial(ctx, raw)
-	if err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) && (ae.Server || ae.Code == codeAccessRefused) {
-			// A refusal (403: credentials, SASL or vhost, which amqp091-go
-			// reports as client-side errors; 530 and the like from the
-			// broker): errors.Is matches it by reply code, as for every
-			// other refusal. A lost socket (501 EOF) is not one.
-			return nil, &BrokerError{Op: "connect to " + red, Code: ae.Code, Reason: ae.Reason, Err: err}
-		}
-		return nil, fmt.Errorf("mq: dial %s: %w", red, err)
-	}
-	c := &conn{c: ac, netc: netc, gen: gen, url: red, server: server, lost: make(chan struct{})}
-	// Registered the moment the connection is open (not when the
-	// supervisor gets to it), so a connection.blocked the broker sends
-	// right after open is seen.
-	c.blocks = ac.NotifyBlocked(make(chan amqp.Blocking, 4))
-	c.closes = ac.NotifyClose(make(chan *amqp.Error, 1))
-	netc.release() // see socket: frames after open-ok reach amqp091-go only now
-	b.frameSize.Store(int64(c.frameMax()))
-	return c, nil
-}
-
-// tlsConfig returns, for an amqps:// URL, the TLS configuration to dial
-// with — Config.TLS, or else the one the URL's cacertfile, certfile,
-// keyfile and server_name_indication describe, as amqp091-go would build
-// it, with the URL's host as server name when none is set — and the URL
-// as amqp:// with its port spelled out. Other URLs come back as they are.
-func (b *Broker) tlsConfig(raw string) (*tls.Config, string, error) {
-	uri, err := amqp.ParseURI(raw)
-	if err != nil || uri.Scheme != "amqps" {
-		return nil, raw, nil // amqp091-go reports a URL it cannot parse
-	}
-	var cfg *tls.Config
-	if b.cfg.TLS != nil {
-		cfg = b.cfg.TLS.Clone()
-	} else {
-		cfg = &tls.Config{ServerName: uri.ServerName, MinVersion: tls.VersionTLS12}
-		if uri.CACertFile != "" {
-			pem, err := os.ReadFile(uri.CACertFile)
-			if err != nil {
-				return nil, "", fmt.Errorf("mq: read CA certificate: %w", err)
-			}
-			cfg.RootCAs = x509.NewCertPool()
-			cfg.RootCAs.AppendCertsFromPEM(pem)
-		}
-		if uri.CertFile != "" && uri.KeyFile != "" {
-			cert, err := tls.LoadX509KeyPair(uri.CertFile, uri.KeyFile)
-			if err != nil {
-				return nil, "", fmt.Errorf("mq: load client certificate: %w", err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
-		}
-	}
-	if cfg.ServerName == "" {
-		cfg.ServerName = uri.Host
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, raw, nil
-	}
-	u.Scheme = "amqp"
-	u.Host = net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
-	return cfg, u.String(), nil
-}
-
-// frameMax is the frame_max negotiated on c.
-func (c *conn) frameMax() int { return c.c.Config.FrameSize }
-
 // frameMax is the frame_max of the last connection dialled, which is the
 // live one while there is one, or amqp091-go's default before the first:
 // what a hop is fitted to. It takes no lock: every hop publish asks.
@@ -286,113 +128,6 @@ func (b *Broker) frameMax() int {
 // the broker would have given up on the connection too.
 func (b *Broker) stallAfter() time.Duration {
 	return max(2*b.cfg.Heartbeat, time.Second)
-}
-
-// dial opens one AMQP connection; the TCP connect, TLS and AMQP handshakes
-// all end at ctx's end or after DialTimeout, whichever comes first.
-func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, *socket, string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, nil, "", err
-	}
-	// TLS is done here rather than by amqp091-go, so that the open gate
-	// (see gate) sits above it and sees plain frames: amqp091-go is given
-	// the URL as amqp:// with its port spelled out.
-	tlsCfg, dialURL, err := b.tlsConfig(raw)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	var (
-		mu     sync.Mutex
-		netc   *socket
-		server string
-	)
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if netc != nil {
-			_ = netc.Close()
-		}
-	})
-	props := amqp.NewConnectionProperties()
-	props.SetClientConnectionName(b.cfg.ConnectionName)
-	props["product"] = "AceMQ for Go"
-	props["version"] = Version
-	acfg := amqp.Config{
-		Heartbeat:  b.cfg.Heartbeat,
-		Properties: props,
-		Locale:     "en_US",
-		Dial: func(network, addr string) (net.Conn, error) {
-			deadline := time.Now().Add(b.cfg.DialTimeout)
-			if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-				deadline = d
-			}
-			d := net.Dialer{Deadline: deadline}
-			c, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			sc := newSocket(c, b.stallAfter())
-			_ = sc.SetDeadline(deadline)
-			mu.Lock()
-			netc, server = sc, addr
-			mu.Unlock()
-			var top net.Conn = sc
-			if tlsCfg != nil {
-				tc := tls.Client(sc, tlsCfg)
-				if err := tc.HandshakeContext(ctx); err != nil {
-					_ = sc.Close()
-					return nil, err
-				}
-				top = tc
-			}
-			// Under mu: the AfterFunc's Close reads sc.gate (to open it).
-			g := newGate(top)
-			mu.Lock()
-			sc.gate = g
-			mu.Unlock()
-			return g, nil
-		},
-	}
-	ac, err := amqp.DialConfig(dialURL, acfg)
-	if !stop() && err == nil { // ctx ended as the handshake finished
-		mu.Lock()
-		if netc != nil {
-			_ = netc.Close() // the AfterFunc closed it: this only opens the gate
-		}
-		mu.Unlock()
-		_ = ac.Close()
-		return nil, nil, "", ctx.Err()
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, nil, "", fmt.Errorf("%w (%v)", ctx.Err(), err)
-		}
-		return nil, nil, "", err
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	return ac, netc, server, nil
-}
-
-func (b *Broker) backoff(n int) time.Duration {
-	d := b.cfg.ReconnectMin
-	for i := 0; i < n && d < b.cfg.ReconnectMax; i++ {
-		d *= 2
-	}
-	d = min(d, b.cfg.ReconnectMax)
-	// Jitter: somewhere in [d/2, d], so a fleet does not redial in step.
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // setStateLocked publishes c (nil: no connection) and wakes every waiter.
@@ -497,75 +232,6 @@ func (b *Broker) watch(c *conn) error {
 	}
 }
 
-func (c *conn) setBlocked(active bool, reason string) {
-	c.blockMu.Lock()
-	defer c.blockMu.Unlock()
-	switch {
-	case active && c.unblocked == nil:
-		c.unblocked, c.reason = make(chan struct{}), reason
-		c.blocked.Store(true)
-	case !active && c.unblocked != nil:
-		close(c.unblocked)
-		c.unblocked, c.reason = nil, ""
-		c.blocked.Store(false)
-	}
-	if c.netc != nil {
-		c.netc.blocked.Store(c.unblocked != nil)
-	}
-}
-
-// waitUnblocked waits while the broker blocks publishing on c (a resource
-// alarm), bounded by ctx.
-func (c *conn) waitUnblocked(ctx context.Context) error {
-	if !c.blocked.Load() {
-		return nil
-	}
-	c.blockMu.Lock()
-	ch, reason := c.unblocked, c.reason
-	c.blockMu.Unlock()
-	if ch == nil {
-		return nil
-	}
-	select {
-	case <-ch:
-		return nil
-	case <-c.lost:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("mq: the broker blocks publishing (%s): %w", reason, ctx.Err())
-	}
-}
-
-// blockedErr adds the broker's reason to err when the broker blocks this
-// connection: a call that ran out of time then says why.
-func (c *conn) blockedErr(err error) error {
-	if c == nil || !c.blocked.Load() {
-		return err
-	}
-	reason, blocked := c.blockState()
-	if !blocked {
-		return err
-	}
-	return fmt.Errorf("mq: the broker blocks publishing (%s): %w", reason, err)
-}
-
-// blockState reports whether the broker blocks publishing on c, and the
-// reason it gave.
-func (c *conn) blockState() (reason string, blocked bool) {
-	c.blockMu.Lock()
-	defer c.blockMu.Unlock()
-	return c.reason, c.unblocked != nil
-}
-
-func (c *conn) isLost() bool {
-	select {
-	case <-c.lost:
-		return true
-	default:
-		return c.c.IsClosed()
-	}
-}
-
 // current waits for a live connection, bounded by ctx.
 func (b *Broker) current(ctx context.Context) (*conn, error) {
 	for {
@@ -613,119 +279,6 @@ func (b *Broker) Blocked() bool {
 	}
 	_, blocked := st.blockState()
 	return blocked
-}
-
-// Channel hands out a new channel on the live connection (waiting for one,
-// bounded by ctx). The caller owns it: it is nobody else's, it does not
-// survive a reconnect, and the caller must close it. Publishers, consumers,
-// declarations and inspection all get their own this way.
-func (b *Broker) Channel(ctx context.Context) (*amqp.Channel, error) {
-	ch, _, err := b.channel(ctx)
-	return ch, err
-}
-
-func (b *Broker) channel(ctx context.Context) (*amqp.Channel, *conn, error) {
-	for {
-		st, err := b.current(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		var ch *amqp.Channel
-		err = b.bounded(ctx, func() (err error) {
-			ch, err = st.c.Channel()
-			return err
-		}, func() {
-			if ch != nil {
-				_ = ch.Close()
-			}
-		})
-		if err == nil {
-			return ch, st, nil
-		}
-		if ctx.Err() != nil {
-			// A blocked connection stops answering channel.open too.
-			return nil, nil, st.blockedErr(fmt.Errorf("mq: open channel: %w", err))
-		}
-		if !st.isLost() && !errors.Is(err, amqp.ErrClosed) && !isNetError(err) {
-			return nil, nil, brokerError("open channel", err)
-		}
-		// The connection went as we asked (a write that failed on the
-		// socket means it is going, even before the supervisor has seen
-		// it); wait for the next one.
-		select {
-		case <-st.lost:
-		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("mq: open channel: %w", ctx.Err())
-		}
-	}
-}
-
-// bounded runs fn, which makes amqp091-go calls that take no context, so
-// that ctx bounds the wait: those calls return on a network gone quiet only
-// when the heartbeat declares the connection dead, after up to three
-// intervals. When ctx ends first, bounded returns ctx's error and fn
-// carries on, on a goroutine the broker owns, until the broker answers or
-// the connection dies (Close aborts it); abandoned then runs on that
-// goroutine, to undo what fn did (close the channel it opened). A ctx that
-// never ends costs no goroutine.
-func (b *Broker) bounded(ctx context.Context, fn func() error, abandoned func()) error {
-	if ctx.Done() == nil {
-		return fn()
-	}
-	if err := ctx.Err(); err != nil {
-		if abandoned != nil && !b.spawn(abandoned) { // fn never ran: undo what led to it
-			abandoned()
-		}
-		return err
-	}
-	var claimed atomic.Bool // by the goroutine to deliver fn's result, or by the caller to give up
-	res := make(chan error, 1)
-	if !b.spawn(func() {
-		err := fn()
-		if claimed.CompareAndSwap(false, true) {
-			res <- err
-			return
-		}
-		if abandoned != nil {
-			abandoned()
-		}
-	}) {
-		return fn() // closed: the connection is gone, fn returns at once
-	}
-	select {
-	case err := <-res:
-		return err
-	case <-ctx.Done():
-		if claimed.CompareAndSwap(false, true) {
-			return ctx.Err()
-		}
-		return <-res // fn finished as ctx ended: its result stands
-	}
-}
-
-// closeLater closes a throwaway channel on a goroutine the broker owns:
-// nobody needs to wait for the broker's close-ok.
-func (b *Broker) closeLater(ch *amqp.Channel) {
-	if !b.spawn(func() { _ = ch.Close() }) {
-		_ = ch.Close()
-	}
-}
-
-// spawn runs fn on a goroutine Close waits for, unless Close is already
-// waiting; then it reports false and starts nothing.
-func (b *Broker) spawn(fn func()) bool {
-	b.mu.Lock()
-	if b.callsEnded {
-		b.mu.Unlock()
-		return false
-	}
-	b.calls.Add(1)
-	b.mu.Unlock()
-	go func() {
-		defer b.calls.Done()
-		fn()
-	}()
-	return true
 }
 
 // closeGrace is how long Close waits for its goroutines to end once its
@@ -839,14 +392,6 @@ func (b *Broker) stateNow() *conn {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.state
-}
-
-// isNetError reports whether err came from the socket itself (a broken
-// pipe, a reset, a closed connection): amqp091-go shuts such a connection
-// down, so the caller waits for the next one rather than failing.
-func isNetError(err error) bool {
-	var ne *net.OpError
-	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)
 }
 
 // login is the user name the broker's connections log in with (the first

@@ -85,23 +85,17 @@ func WithRequeuePause(d time.Duration) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) { c.requeuePause = max(d, 0) })
 }
 
-// WithMaxWaiting sets how many deliveries may wait in-process for their
-// next attempt (Delivery.Wait) without taking room from the prefetch
-// window. Default DefaultMaxWaiting (256). A waiting delivery frees its
-// worker but stays unacknowledged on the channel it came on, and RabbitMQ
-// makes every ack on that channel walk past it and counts it against the
-// consumer's basic.qos (which it applies only to consumers that subscribe
-// after it is set). So once 16 deliveries wait on the channel the consumer
-// consumes on, it subscribes again on another channel of the same
-// connection and cancels the first consumer: the waiting deliveries are
-// settled where they came, the rest of the queue comes on a channel with
-// nothing waiting in front of it, and a channel whose deliveries are all
-// settled is used again. The consumer holds at most 1 + n/16 channels and
-// asks each for the prefetch plus 16. Past that, waiting deliveries pile up
-// on the channel consumed on and take their room from its window: the
-// broker sends less until a wait ends, and when every delivery in the
-// window waits, the consumer idles until the first wait is over. 0 keeps
-// one channel and asks for exactly the prefetch.
+// WithMaxWaiting sets how many deliveries may wait in-process at once for
+// their next attempt (Delivery.Wait) without slowing the rest of the
+// queue. Default DefaultMaxWaiting (256). A waiting delivery frees its
+// worker, and up to n of them take no room from the prefetch window: the
+// queue flows around them at full speed. Past n, each further waiting
+// delivery takes its room from the window, so the broker sends less until
+// a wait ends, and when every delivery in the window waits, the consumer
+// idles until the first wait is over. 0 gives waits no room of their own.
+// To keep waiting deliveries out of the window the consumer uses a few
+// more channels of the same connection (at most 1 + n/16); DESIGN.md
+// ("Waiting in-process") says how.
 func WithMaxWaiting(n int) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) {
 		if n < 0 {

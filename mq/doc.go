@@ -1,62 +1,85 @@
 // Package mq is the broker core of AceMQ for Go: the connection to RabbitMQ
-// and everything that goes through it.
-//
-// What it owns:
-//
-//   - Broker: one supervised connection. Start dials (honouring its
-//     context); a supervisor redials with capped, jittered backoff through
-//     every configured URL until Close, with fresh connection and channel
-//     objects each time (amqp091-go's experimental Config.Recovery is never
-//     used: it reuses channel objects, so an old delivery tag can be acked on
-//     the new channel). Channels are handed out, never shared: each
-//     publisher and consumer has its own, and every declaration or
-//     inspection runs on a throwaway channel, so a refusal kills only that.
-//     It owns the socket under each connection (socket.go): a write that
-//     moves no byte for two heartbeat intervals ends the connection, a
-//     publisher's run of writes goes out in one system call, and frames
-//     after the handshake wait until the connection's listeners are in
-//     place (so TLS is done by this package, above that socket, not by
-//     amqp091-go). A connection that keeps dying soon after it came up
-//     backs off as a failed attempt (flap.go), and Check says whether the
-//     service is ready (health.go).
-//   - Declare and inspection (QueueExists, MessageCount, DeleteQueue).
-//   - The validator (validate.go): every name, property and table the
-//     library sends is checked at the call against what the wire and
-//     amqp091-go's reader accept, so a bad value fails its own call with
-//     ErrInvalid and never the frame, the channel or the connection.
-//   - Publisher: confirmed, pipelined publishing with mandatory returns
-//     correlated to the publish that caused them, republished after a
-//     connection loss until its context ends (at-least-once). Each of its
-//     channels has a writer and a settler goroutine, which end with the
-//     channel; a publish refused beside others is sent again alone.
-//   - Consumer: the runtime that subscribes, runs a handler wrapped in
-//     middleware, settles each delivery on the channel it came on, survives
-//     reconnects and drains on Stop. It owns what a delivery needs while it
-//     waits in-process (Delivery.Wait frees the worker; once a few wait on
-//     the channel consumed on, the session moves to another channel of
-//     the same connection, so the waiting ones hold up no healthy ack and no
-//     room in the window: lanes.go), how acknowledgements are coalesced into
-//     multiple acks that never cover a delivery still in hand (AckEach
-//     turns that off), the attempt a delivery is (its header, the broker's
-//     delivery count past two returns, and what the consumer remembers of
-//     a delivery it returned itself), and the copy a hop publishes
-//     (Delivery.HopMessage: the origin kept, nothing that would make it
-//     vanish, multiply or be refused). Each consumer has one goroutine,
-//     which serves one session after another until Stop (or
-//     Broker.Close) or it gives up; a session's workers (the
-//     concurrency, plus one in place of each delivery waiting in-process)
-//     and its mover have returned before the next one starts, the watcher
-//     of each of its channels ends with that channel, and an acker's flush
-//     timer is stopped when its channel is given up.
-//   - The types every other package builds on: Handler, HandlerFunc,
-//     Middleware, Delivery, Message, the instrumentation hooks, the
-//     contract's header names and events.
-//
-// What it must not touch: the built-in middleware (package middleware),
-// OpenTelemetry (package otelmq) and fx (package fxmodule) all sit above it
-// and plug in through Middleware and the hook interfaces. mq does not import
+// and everything that goes through it. Middleware (package middleware),
+// OpenTelemetry (package otelmq) and fx (package fxmodule) sit above it and
+// plug in through [Middleware] and the hook interfaces; mq imports none of
 // them, so the core is usable on its own.
 //
-// Credentials never appear in what this package logs or returns: URLs are
-// redacted before they are printed.
+//	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
+//	...
+//	err = b.Publisher("").Publish(ctx, "orders.new", mq.Message{Body: body})
+//	c, err := b.Consume(ctx, "orders.new", handler, middleware.Standard(policy))
+//
+// How it works inside, file by file, is in DESIGN.md at the module's root.
+//
+// # Connection
+//
+// A [Broker] owns one supervised connection. [Broker.Start] dials
+// (honouring its context) through every URL of its [Config]; once started, a
+// supervisor redials a lost connection with capped, jittered backoff until
+// [Broker.Close], with fresh connection and channel objects each time
+// (amqp091-go's experimental Config.Recovery is never used: it reuses
+// channel objects, so an old delivery tag could be acked on the new
+// channel). A connection that keeps dying soon after it came up backs off
+// as a failed attempt ([StableAfter]). Channels are handed out, never
+// shared: each publisher and consumer has its own, and every declaration or
+// inspection ([Broker.Declare], [Broker.QueueExists], [Broker.MessageCount],
+// [Broker.DeleteQueue]) runs on a throwaway channel, so a refusal kills only
+// that. [Broker.Channel] hands one to code of your own.
+//
+// The library owns the socket under each connection: a write that moves no
+// byte for two heartbeat intervals ends the connection, so no call waits on
+// a dead socket, and every call takes a context and returns by its end. TLS
+// for amqps:// is done by this package ([Config].TLS or the URL's
+// parameters), not by amqp091-go. [Broker.Check] says whether the service is
+// ready; [Broker.Blocked] whether the broker blocks publishing.
+//
+// # Publishing
+//
+// A [Publisher] publishes to one exchange, confirmed, pipelined and
+// mandatory: [Publisher.Publish] returns nil once the broker confirmed the
+// message and routed it to a queue, [ErrUnroutable] when no queue took it
+// (see [AllowUnroutable]), [ErrNacked] when the broker refused it. A publish
+// in flight when the connection dies is sent again on the next one
+// (at-least-once). [Publisher.PublishBatch] sends many and waits for all.
+// Code that publishes depends on [Sender], which mqtest fakes.
+//
+// Every name, property and table the library sends is checked at the call
+// against what the wire and amqp091-go's reader accept ([CheckName],
+// [CheckTable]): a bad value fails its own call with [ErrInvalid] and never
+// the frame, the channel or the connection.
+//
+// # Consuming
+//
+// [Broker.Consume] runs a [Handler] wrapped in [Middleware] on a queue:
+// the [Consumer] subscribes, settles each [Delivery] on the channel it came
+// on, survives reconnects (running its middleware's [Subscriber] hooks
+// again) and drains on [Consumer.Stop]. The handler's error decides the
+// outcome: nil acknowledges, [Requeue] returns the message to its queue
+// after a pause, any other error that reaches the runtime rejects it without
+// requeue. Options: [WithPrefetch], [WithConcurrency], [WithMiddleware],
+// [WithMaxWaiting], [InOrder], [AckEach], [WithRequeuePause],
+// [WithGiveUpAfter], [WithConsumerTag].
+//
+// A delivery can wait in-process for its next attempt ([Delivery.Wait]),
+// which frees its worker for the rest of the queue, and the library's own
+// republishes (retry rungs, dead letters, parking) go through
+// [Delivery.Forward], which keeps the message's origin and drops what would
+// make the copy vanish, multiply or be refused ([Delivery.HopMessage]).
+// [Delivery.Attempt] numbers the attempts across in-process waits, broker
+// rungs and restarts ([AttemptOf] reads the header).
+//
+// # Hooks and events
+//
+// [WithHooks] installs instrumentation: values implementing [PublishHook]
+// (each publish, as a [PublishInfo]), [DeliveryHook], [AttemptHook] and
+// [EventHook] (the contract's events, [Event]). Each event is also the
+// message of the log record that reports it, so it is greppable and the
+// same in every AceMQ library.
+//
+// # Errors
+//
+// Errors match sentinels with errors.Is ([ErrClosed], [ErrUnroutable],
+// [ErrNacked], [ErrInvalid], [ErrNotFound], …); a refusal by the broker is
+// a [*BrokerError] with its reply code ([ReplyCode]). Credentials never
+// appear in what this package logs or returns ([Redact]).
 package mq

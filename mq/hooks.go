@@ -18,14 +18,14 @@ type PublishHook interface {
 	// OnPublish runs before the message is sent. It may add headers to
 	// p.Message (trace context, say). The context it returns is the one
 	// OnPublishDone gets.
-	OnPublish(ctx context.Context, p *Publishing) context.Context
-	// OnPublishDone runs once the publish is settled: confirmed (err nil),
+	OnPublish(ctx context.Context, p *PublishInfo) context.Context
+	// OnPublishDone runs once the publish has its outcome: confirmed (err nil),
 	// nacked, returned, or given up.
-	OnPublishDone(ctx context.Context, p *Publishing, err error)
+	OnPublishDone(ctx context.Context, p *PublishInfo, err error)
 }
 
-// Publishing is one publish as hooks see it.
-type Publishing struct {
+// PublishInfo is one publish as a PublishHook sees it.
+type PublishInfo struct {
 	Exchange   string
 	RoutingKey string
 	Mandatory  bool

@@ -1,29 +1,36 @@
 // Package mqtest tests handlers without a broker and without real time.
 //
-// New runs a handler through exactly the middleware chain Broker.Consume
-// builds from the same consumer options (middleware.Standard included),
-// against an in-memory recorder of the library's hops and a fake clock: an
-// in-process retry wait advances the clock instead of sleeping, a hop to a
-// retry rung, .dlq or .parked is recorded with its headers instead of
-// published, and Run follows a message through its rungs to wherever it
-// ends, so every path of the retry ladder is asserted in microseconds.
-//
 //	c := mqtest.New(t, "shipping.orders", ship, middleware.Standard(policy))
 //	r := c.Deliver(mq.Message{Body: []byte(`{"id":"o-1"}`)})
 //	// r.Outcome, r.Attempts, r.Waits, r.Hops[0].Queue, r.Hops[0].Reason()
 //
-// Publisher is a fake mq.Sender that records what it is asked to publish,
-// for code handed a publisher (fxmodule.AsPublisher, typed.Publish).
-// NewDelivery and Attempts build single deliveries and the attempt counter
-// for testing a middleware of one's own.
+// # A consumer without a broker
 //
-// What it owns: the fakes only; every decision is the real middleware's.
-// What it does not do: it runs no Subscribe or Stop hooks (nothing is
-// declared; a policy the retry ladder would refuse fails New), opens no
-// connection and settles nothing on a channel: Result.Outcome is what the
-// consumer runtime would do with the chain's result.
+// [New] runs a handler through exactly the middleware chain
+// [mq.Broker.Consume] builds from the same consumer options
+// (middleware.Standard included), against an in-memory recorder of the
+// library's hops and a fake clock: an in-process retry wait advances the
+// clock instead of sleeping, a hop to a retry rung, .dlq or .parked is
+// recorded with its headers instead of published ([Hop]), and
+// [Consumer.Run] follows a message through its rungs to wherever it ends, so
+// every path of the retry ladder is asserted in microseconds. [Result] is
+// what became of one delivery.
 //
-// What it must not touch: it imports mq only (through internal/seam for
-// the delivery's test seams, which mq does not export), never middleware,
-// otelmq or fxmodule, so any of their tests may use it.
+// # Other fakes
+//
+// [Publisher] is a fake [mq.Sender] that records what it is asked to
+// publish, for code handed a publisher (fxmodule.AsPublisher,
+// typed.Publish). [NewDelivery] and [Attempts] build single deliveries and
+// the attempt counter for testing a middleware of one's own.
+//
+// # Limits
+//
+// It owns the fakes only; every decision is the real middleware's. It runs
+// no Subscribe or Stop hooks (nothing is declared; a policy the retry
+// ladder would refuse fails New), opens no connection and settles nothing
+// on a channel: Result.Outcome is what the consumer runtime would do with
+// the chain's result.
+//
+// It imports mq only (through internal/seam for what mq does not export),
+// never middleware, otelmq or fxmodule, so any of their tests may use it.
 package mqtest

@@ -6,21 +6,25 @@
 // shell around it; a service can build the same calls into its own admin
 // endpoints.
 //
-// What it owns: Count, Peek (PeekMatching with a Filter), Replay (with
-// ReplayOptions.Filter), Purge, Delete (messages a Filter matches), the
+// # What it owns
+//
+// [Count], [Peek] ([PeekMatching] with a [Filter]), [Replay] (with
+// [ReplayOptions].Filter), [Purge], [Delete] (messages a Filter matches), the
 // reading of the contract's headers (x-acemq-attempt, -reason, -error,
 // -failed-at, -source-queue, the replay headers) from a message as an
-// operator sees it, and the Console: its HTTP handler and server (Listen,
+// operator sees it, and the [Console]: its HTTP handler and server (Listen,
 // Serve), its access rules (token, loopback, CSRF), its reads of the
 // management API (queue names and types, GET only) and the replays it
 // runs on goroutines of its own, which Close stops and waits for.
 //
-// What it must not touch: the consumer runtime and the built-in middleware,
-// and, through the console, the broker's settings or any source queue
-// beyond publishing replays to it (it reads, deletes from and purges
+// # What it must not touch
+//
+// The consumer runtime and the built-in middleware, and, through the
+// console, the broker's settings or any source queue beyond publishing
+// replays to it (it reads, deletes from and purges
 // <q>.dlq and <q>.parked only). It works on raw channels handed out by
-// mq.Broker.Channel (one per call, never shared) and publishes through an
-// mq.Publisher, so every move is confirmed like the library's own hops.
+// [mq.Broker.Channel] (one per call, never shared) and publishes through an
+// [mq.Publisher], so every move is confirmed like the library's own hops.
 //
 // # Filters, purge and delete
 //

@@ -231,7 +231,7 @@ func BenchmarkPublish(b *testing.B) {
 			b.ReportAllocs()
 			cpuPerOp(b, func() {
 				m := mq.Message{MessageId: "m", Headers: amqp.Table{}}
-				p := &mq.Publishing{RoutingKey: "orders", Mandatory: true, Message: &m, Server: "rabbit.example:5672"}
+				p := &mq.PublishInfo{RoutingKey: "orders", Mandatory: true, Message: &m, Server: "rabbit.example:5672"}
 				ctx := ins.OnPublish(context.Background(), p)
 				ins.OnPublishDone(ctx, p, nil)
 			})

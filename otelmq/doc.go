@@ -4,11 +4,11 @@
 //	ins := otelmq.New() // the global TracerProvider, MeterProvider and propagator
 //	b := mq.New(cfg, mq.WithHooks(ins))
 //
-// What it owns:
+// # What it owns
 //
-//   - Instrumentation, one value implementing all four of mq's hook
-//     interfaces (mq.PublishHook, mq.DeliveryHook, mq.AttemptHook,
-//     mq.EventHook). Installed with mq.WithHooks, it sees every publish (the
+//   - [Instrumentation], one value implementing all four of mq's hook
+//     interfaces ([mq.PublishHook], [mq.DeliveryHook], [mq.AttemptHook],
+//     [mq.EventHook]). Installed with [mq.WithHooks], it sees every publish (the
 //     library's own hops included), every delivery, every call of the
 //     application's handler and the library's events.
 //   - The trace of a message's whole life, in one trace: a PRODUCER span
@@ -20,19 +20,21 @@
 //     that made it. The application's publish writes the message's
 //     creation context (traceparent/tracestate, through the propagator); a
 //     hop never overwrites it, and writes its own span context to
-//     x-acemq-hop-traceparent (mq.HeaderHopTraceparent) instead.
+//     x-acemq-hop-traceparent ([mq.HeaderHopTraceparent]) instead.
 //     Each process span is a child of the creation context and links to
 //     the hop that caused the delivery (a link to the creation context
-//     would only repeat the parent). WithLinksOnly starts a new trace per
+//     would only repeat the parent). [WithLinksOnly] starts a new trace per
 //     delivery, linked to both, for retries that wait hours.
 //   - Metrics: the messaging conventions' messaging.client.sent.messages,
 //     messaging.client.consumed.messages, messaging.client.operation.duration
 //     and messaging.process.duration, and AceMQ's acemq.retries,
 //     acemq.message.outcomes, acemq.retry.rung.missing,
 //     acemq.messages.set.aside.failed and acemq.message.requeues.
-//   - HeaderCarrier, a propagation.TextMapCarrier over AMQP headers, and
-//     LogHandler, a slog.Handler wrapper that adds trace_id and span_id.
-//   - ErrorType, the stable error.type names it reports (see there).
+//   - [HeaderCarrier], a propagation.TextMapCarrier over AMQP headers, and
+//     [LogHandler], a slog.Handler wrapper that adds trace_id and span_id.
+//   - [ErrorType], the stable error.type names it reports (see there).
+//
+// # Attributes
 //
 // Attributes follow the messaging semantic conventions
 // (go.opentelemetry.io/otel/semconv/v1.43.0), with messaging.system
@@ -44,7 +46,9 @@
 // log field carries a message body or a credential: server.address is the
 // host the connection went to, never its URL.
 //
-// Cost, measured (BenchmarkAttempts here, with two bare-SDK floors beside
+// # Cost
+//
+// Measured (BenchmarkAttempts here, with two bare-SDK floors beside
 // it; the tracing group of `make bench`): with the SDK and every trace
 // sampled, 11 allocations per delivery, all but one of them the SDK's own
 // work on the span (the span, its attributes, its snapshot, the
@@ -64,7 +68,9 @@
 // message's ids to that span, and server.port is on publish spans and in
 // the metrics only.
 //
-// What it must not touch: connections, channels, settlement and the
+// # What it must not touch
+//
+// Connections, channels, settlement and the
 // failure handling (packages mq and middleware). It observes through the
 // hooks only, and the only thing it writes is trace context into the
 // headers of a message about to be published. mq does not import it.

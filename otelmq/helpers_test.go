@@ -62,7 +62,7 @@ func (r *rig) publish(ctx context.Context, exchange, key string, m mq.Message, h
 	if m.MessageId == "" {
 		m.MessageId = mq.NewMessageID()
 	}
-	p := &mq.Publishing{Exchange: exchange, RoutingKey: key, Mandatory: exchange == "", Hop: hop, Message: &m, Server: server}
+	p := &mq.PublishInfo{Exchange: exchange, RoutingKey: key, Mandatory: exchange == "", Hop: hop, Message: &m, Server: server}
 	hctx := r.ins.OnPublish(ctx, p)
 	r.ins.OnPublishDone(hctx, p, err)
 	if err == nil {

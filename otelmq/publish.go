@@ -124,7 +124,7 @@ func (c *publishCtx) Value(key any) any {
 // A hop whose context has no span (a replay tool) is made a child of the
 // message's creation context, or in links-only mode a new trace linked to
 // it.
-func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.Publishing) context.Context {
+func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.PublishInfo) context.Context {
 	dest := p.Exchange
 	if dest == "" {
 		dest = p.RoutingKey
@@ -201,7 +201,7 @@ func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.Publishing) con
 // OnPublishDone ends the publish span (status Error and error.type when
 // the publish was not confirmed) and records messaging.client.sent.messages
 // and messaging.client.operation.duration.
-func (ins *Instrumentation) OnPublishDone(ctx context.Context, p *mq.Publishing, err error) {
+func (ins *Instrumentation) OnPublishDone(ctx context.Context, p *mq.PublishInfo, err error) {
 	st, _ := ctx.Value(publishCtxKey{}).(*publishCtx)
 	if st == nil {
 		return

@@ -416,7 +416,7 @@ func TestPublishFailure(t *testing.T) {
 
 func TestEmptyDestinationAndNilMessage(t *testing.T) {
 	r := newRig(t)
-	p := &mq.Publishing{}
+	p := &mq.PublishInfo{}
 	r.ins.OnPublishDone(r.ins.OnPublish(context.Background(), p), p, nil)
 	one(t, r.spans.Ended(), "publish amq.default")
 	// Hooks tolerate contexts they did not make.
@@ -429,7 +429,7 @@ func TestEmptyDestinationAndNilMessage(t *testing.T) {
 
 func TestDefaultsAreTheGlobals(t *testing.T) {
 	ins := otelmq.New(nil, otelmq.WithTracerProvider(nil), otelmq.WithMeterProvider(nil), otelmq.WithPropagators(nil))
-	p := &mq.Publishing{RoutingKey: "q", Message: &mq.Message{Headers: amqp.Table{}}}
+	p := &mq.PublishInfo{RoutingKey: "q", Message: &mq.Message{Headers: amqp.Table{}}}
 	ins.OnPublishDone(ins.OnPublish(context.Background(), p), p, nil)
 	if len(p.Message.Headers) != 0 {
 		t.Errorf("the global (no-op) propagator wrote %v", p.Message.Headers)
@@ -449,7 +449,7 @@ func TestConcurrentUse(t *testing.T) {
 			defer wg.Done()
 			for j := range 50 {
 				m := mq.Message{Headers: amqp.Table{}}
-				p := &mq.Publishing{RoutingKey: "q", Message: &m, Server: server}
+				p := &mq.PublishInfo{RoutingKey: "q", Message: &m, Server: server}
 				r.ins.OnPublishDone(r.ins.OnPublish(context.Background(), p), p, nil)
 				d := mqtest.NewDelivery("q", amqp.Delivery{Headers: m.Headers, DeliveryTag: uint64(i*100 + j)})
 				ctx := r.ins.OnDelivery(context.Background(), d)
@@ -683,7 +683,7 @@ func TestConcurrentPublishesKeepTheirOwnAttributes(t *testing.T) {
 				if (w*each+i)%3 == 0 {
 					m.MessageId = "m-" + n
 				}
-				p := &mq.Publishing{RoutingKey: "rk-" + n, Message: &m, Server: server}
+				p := &mq.PublishInfo{RoutingKey: "rk-" + n, Message: &m, Server: server}
 				if (w*each+i)%2 == 0 {
 					m.Headers[mq.HeaderAttempt] = int32(2)
 					m.Headers[mq.HeaderReason] = "exhausted"

@@ -1,10 +1,10 @@
 // Command benchreport measures AceMQ for Go against raw amqp091-go on the
-// same broker, in the same run, and prints the README's performance table:
-// for every contestant its throughput, the ratio to the raw baseline of its
-// group, the client's CPU time per message (this process, from getrusage),
-// the broker's CPU time per message (the beam.smp process, from
-// /proc/<pid>/stat) and the client's heap allocations per message. `make
-// bench` runs it.
+// same broker, in the same run, and prints the performance table of
+// docs/performance.md: for every contestant its throughput, the ratio to
+// the raw baseline of its group, the client's CPU time per message (this
+// process, from getrusage), the broker's CPU time per message (the
+// beam.smp process, from /proc/<pid>/stat) and the client's heap
+// allocations per message. `make bench` runs it.
 //
 // Rounds alternate the contestants of a group, the one going first
 // rotating round by round, so drift on a busy machine hits all alike; every
