@@ -166,3 +166,42 @@ func TestExampleServiceShipsEveryOrder(t *testing.T) {
 		t.Fatal("the service did not stop on SIGTERM")
 	}
 }
+
+// The README's "Without fx", in full (examples/plain): four orders shipped,
+// the flaky one on its third attempt, the malformed one parked, and
+// nothing left behind.
+func TestExamplePlainHandlesItsOrders(t *testing.T) {
+	ctx := testenv.Context(t, 90*time.Second)
+	bin := exampleBinary(t, ctx, "../examples/plain")
+	prefix := testenv.Name(t) + "."
+	queue := prefix + "plain.orders"
+	testenv.CleanupDerived(t, queue, retry.Waits(100*time.Millisecond, 200*time.Millisecond))
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "AMQP_URL="+testenv.URL(), "PLAIN_PREFIX="+prefix)
+	raw, err := cmd.CombinedOutput()
+	text := regexp.MustCompile("\x1b\\[[0-9;]*m").ReplaceAllString(string(raw), "")
+	if err != nil {
+		t.Fatalf("the example failed: %v\n%s", err, text)
+	}
+	for _, want := range []string{
+		"order shipped order=order-1 attempt=1",
+		"order shipped order=flaky-2 attempt=3",
+		"order shipped order=order-3 attempt=1",
+		"order shipped order=order-5 attempt=1",
+		"outcome=park",
+		"done parked=1",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the output does not show %q:\n%s", want, text)
+		}
+	}
+	if n := strings.Count(text, "order shipped"); n != 4 {
+		t.Errorf("%d orders shipped, want 4", n)
+	}
+	b := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
+	for _, q := range []string{queue, queue + ".dlq", queue + ".parked"} {
+		if ok, err := b.QueueExists(ctx, q); err != nil || ok {
+			t.Errorf("queue %s left behind (exists=%v, err=%v)", q, ok, err)
+		}
+	}
+}

@@ -10,5 +10,8 @@
 //	curl localhost:8080/readyz
 //
 // AMQP_URL picks the broker (default amqp://guest:guest@127.0.0.1:5672/),
-// LISTEN the HTTP address (default 127.0.0.1:8080).
+// LISTEN the HTTP address (default 127.0.0.1:8080), SERVICE_PREFIX a prefix
+// for every name. order.shipped is an event: nobody in this service takes
+// it, and the publisher to the topic exchange allows that
+// (fxmodule.AsPublisher; docs/contract.md, "Events and commands").
 package main
