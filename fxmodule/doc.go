@@ -82,6 +82,13 @@
 // and commands"). Publishers are closed with the broker, after every
 // consumer has drained.
 //
+// # The dead-letter console
+//
+// WithConsole provides an *ops.Console that watches every queue the merged
+// topology gives a .dlq or .parked, logs operator actions to the module's
+// logger and closes at stop before the broker; the service mounts it on
+// its own admin server (the module serves nothing itself).
+//
 // # Testing
 //
 // Package fxmoduletest runs a Consumer through exactly the chain the module

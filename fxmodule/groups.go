@@ -123,8 +123,7 @@ func AsPublisher[P any](exchange string, opts ...mq.PublisherOption) fx.Option {
 	}
 	opts = slices.Clone(opts)
 	return fx.Provide(func(p publisherParams) P {
-		frags := slices.DeleteFunc(slices.Clone(p.Topologies), func(t *topology.Topology) bool { return t == nil })
-		return any(p.Broker.Publisher(exchange, PublisherOptions(topology.New().Merge(frags...), exchange, opts...)...)).(P)
+		return any(p.Broker.Publisher(exchange, PublisherOptions(merged(p.Topologies), exchange, opts...)...)).(P)
 	})
 }
 

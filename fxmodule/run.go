@@ -58,12 +58,10 @@ func newRunner(p runParams) (*runner, error) {
 	var errs []error
 	// fx hands a value group over in a random order. Sort, so declaration
 	// and start go the same way on every run.
-	frags := slices.DeleteFunc(slices.Clone(p.Topologies), func(t *topology.Topology) bool { return t == nil })
-	slices.SortStableFunc(frags, func(a, b *topology.Topology) int { return strings.Compare(a.String(), b.String()) })
+	r.topo = merged(p.Topologies)
 	consumers := slices.Clone(p.Consumers)
 	slices.SortStableFunc(consumers, func(a, b Consumer) int { return strings.Compare(a.Queue, b.Queue) })
-	if len(frags) > 0 {
-		r.topo = topology.New().Merge(frags...)
+	if r.topo != nil {
 		if err := r.topo.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("fxmodule: the merged topology is invalid: %w", err))
 		}
