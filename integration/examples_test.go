@@ -106,9 +106,12 @@ func TestExampleServiceShipsEveryOrder(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatalf("the service did not listen\n%s", out.String())
 	}
-	if resp, err := http.Get(base + "/readyz"); err != nil || resp.StatusCode != http.StatusOK {
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(base + "/readyz")
+	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("readyz: %v %v\n%s", resp, err, out.String())
 	}
+	resp.Body.Close()
 	shipped := []string{"o-1", "o-2", "o-3"}
 	for _, body := range []string{
 		`{"id":"o-1","address":"1 Main St","items":2}`,
@@ -116,7 +119,7 @@ func TestExampleServiceShipsEveryOrder(t *testing.T) {
 		`{"id":"o-3","address":"3 Main St","items":10}`,
 		`{"id":"o-4","items":1}`,
 	} {
-		resp, err := http.Post(base+"/orders", "application/json", strings.NewReader(body))
+		resp, err := client.Post(base+"/orders", "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
