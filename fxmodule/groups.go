@@ -97,7 +97,7 @@ type middlewareSet struct {
 }
 
 // AsPublisher provides a publisher to exchange as P, an interface type
-// the app names (a test supplies a fake of it instead, mqtest.Publisher
+// the app names (a test supplies a fake of it instead, fxmoduletest.Publisher
 // say):
 //
 //	type OrderEvents interface{ mq.Sender }

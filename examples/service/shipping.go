@@ -47,7 +47,7 @@ type Shipped struct {
 }
 
 // OrderEvents publishes to orders-events (fxmodule.AsPublisher provides
-// it; a test gives an mqtest.Publisher).
+// it; a test gives fxmoduletest.Publisher, which routes as the broker would).
 type OrderEvents interface{ mq.Sender }
 
 // Carrier books a parcel.
