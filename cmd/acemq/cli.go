@@ -12,9 +12,11 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/alecthomas/kong"
@@ -107,14 +109,11 @@ func (e *codedError) Error() string { return e.err.Error() }
 func (e *codedError) Unwrap() error { return e.err }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
-	jsonOut := false
-	for _, a := range args {
-		if a == "--json" {
-			jsonOut = true
-		}
-	}
+	// --json is known before parsing, so a usage error is JSON too; once
+	// parsed, the flag's value decides (kong takes --json=true, =1, …).
+	jsonOut := jsonFlag(args)
 	fail := func(code int, err error, result any) int {
-		fmt.Fprintln(stderr, "acemq: "+oneLine(err.Error()))
+		fmt.Fprintln(stderr, "acemq: "+printable(oneLine(err.Error())))
 		if jsonOut {
 			writeJSON(stdout, withError(result, err, code))
 		}
@@ -148,6 +147,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return fail(exitUsage, fmt.Errorf("%v (see acemq --help)", err), nil)
 	}
 
+	jsonOut = c.JSON
 	tty := isTerminal(stderr)
 	log := slog.New(slog.DiscardHandler)
 	if c.Verbose {
@@ -180,7 +180,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	err = kctx.Run(e)
 	for _, w := range e.warnings {
-		fmt.Fprintln(stderr, "acemq: warning: "+w)
+		fmt.Fprintln(stderr, "acemq: warning: "+printable(w))
 	}
 	if jsonOut && len(e.warnings) > 0 {
 		e.result = withWarnings(e.result, e.warnings)
@@ -260,6 +260,57 @@ func dialReason(err error) string {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// jsonFlag reads --json from args the way kong will parse it: --json, or
+// --json=<bool> (true, 1, false, 0, …), before a "--" that ends the flags.
+func jsonFlag(args []string) bool {
+	on := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--json" {
+			on = true
+		} else if v, ok := strings.CutPrefix(a, "--json="); ok {
+			on, _ = strconv.ParseBool(v)
+		}
+	}
+	return on
+}
+
+// printable shows s with every control character (C0, DEL, C1) and every
+// invalid byte escaped as Go writes it (\x1b, \u009b), so nothing that
+// came from the wire (a message id, a header's name, an error text) can
+// move the cursor, retitle the window or ring the bell of the terminal it
+// is printed on. Printable text, spaces included, is left as it is.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var sb strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&sb, `\x%02x`, s[i])
+		case unicode.IsControl(r) && r < 0x100:
+			fmt.Fprintf(&sb, `\x%02x`, r)
+		case unicode.IsControl(r):
+			fmt.Fprintf(&sb, `\u%04x`, r)
+		default:
+			sb.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return sb.String()
+}
 
 func writeJSON(w io.Writer, v any) {
 	if v == nil {
@@ -464,15 +515,16 @@ func peekRow(m ops.Peeked) peekJSON {
 }
 
 func printPeeked(w io.Writer, m ops.Peeked) {
-	fmt.Fprintf(w, "#%d  message-id=%s", m.Position, orNone(m.MessageId))
+	fmt.Fprintf(w, "#%d  message-id=%s", m.Position, printable(orNone(m.MessageId)))
 	if m.ContentType != "" {
-		fmt.Fprintf(w, "  content-type=%s", m.ContentType)
+		fmt.Fprintf(w, "  content-type=%s", printable(m.ContentType))
 	}
 	if !m.Timestamp.IsZero() {
 		fmt.Fprintf(w, "  timestamp=%s", m.Timestamp.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "  redelivered=%t\n", m.Redelivered)
-	row := func(k, v string) { fmt.Fprintf(w, "    %-16s %s\n", k+":", v) }
+	// Every name and value here may have come from the wire.
+	row := func(k, v string) { fmt.Fprintf(w, "    %-16s %s\n", printable(k)+":", printable(v)) }
 	if m.AttemptsUsed >= 0 {
 		row("attempts used", fmt.Sprint(m.AttemptsUsed))
 	} else {
@@ -653,7 +705,7 @@ func printReplay(w io.Writer, res ops.ReplayResult) {
 		fmt.Fprintf(w, "  %d message(s) did not match the filter and stay in %s\n", res.Unmatched, res.From)
 	}
 	for _, s := range res.Skipped {
-		fmt.Fprintf(w, "  left in %s: message %s: %v\n", res.From, orNone(s.MessageId), s.Err)
+		fmt.Fprintf(w, "  left in %s: message %s: %s\n", printable(res.From), printable(orNone(s.MessageId)), printable(oneLine(s.Err.Error())))
 	}
 	if res.Duplicates > 0 {
 		fmt.Fprintf(w, "  %d message(s) are now in their target and still in %s (ack lost after the republish)\n", res.Duplicates, res.From)
