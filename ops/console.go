@@ -290,6 +290,22 @@ func (c *Console) admit(w http.ResponseWriter, r *http.Request) bool {
 			http.Error(w, "this console answers loopback clients only (it has no access token)", http.StatusForbidden)
 			return false
 		}
+		// A page of another site whose name the attacker made resolve to
+		// 127.0.0.1 (DNS rebinding) connects from loopback too; its
+		// requests carry that name as their Host (and Origin).
+		if !loopbackHost(r.Host) {
+			c.log.Warn("acemq.console.host.refused", "host", r.Host, "path", r.URL.Path)
+			http.Error(w, "this console answers requests to a loopback address or localhost only (it has no access token)", http.StatusForbidden)
+			return false
+		}
+		if o := r.Header.Get("Origin"); o != "" {
+			u, err := url.Parse(o)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !loopbackHost(u.Host) {
+				c.log.Warn("acemq.console.origin.refused", "origin", o, "path", r.URL.Path)
+				http.Error(w, "this console answers pages of a loopback address or localhost only (it has no access token)", http.StatusForbidden)
+				return false
+			}
+		}
 		return true
 	}
 	if q := r.URL.Query().Get("token"); q != "" && r.Method == http.MethodGet {
@@ -313,6 +329,23 @@ func (c *Console) admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	http.Error(w, "this console needs its access token: open it once with ?token=...", http.StatusUnauthorized)
 	return false
+}
+
+// loopbackHost reports whether a Host header (host or host:port) names a
+// loopback address (127.0.0.0/8, ::1) or localhost: names no other site
+// can make a browser send to this console.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else {
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func sameSecret(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
