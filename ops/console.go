@@ -748,6 +748,11 @@ func (c *Console) look(ctx context.Context, queue string, offset int, pick func(
 	ctx, cancel := context.WithTimeout(ctx, lookTimeout)
 	defer cancel()
 	held, err := browse(ctx, c.b, queue, c.opts.MaxScan, time.Second, sc.visit)
+	if errors.Is(err, errNotClassic) {
+		s := sc.done(held)
+		s.Quorum = true
+		return s, nil
+	}
 	s := sc.done(held)
 	if err == nil && sc.keep && s.Scanned == held {
 		c.mu.Lock()

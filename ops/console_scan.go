@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -36,11 +37,19 @@ func browse(ctx context.Context, b *mq.Broker, queue string, limit int, idle tim
 	}
 	h := &holding{ch: ch}
 	defer h.close() // returns every message delivered, in place
-	if err := ch.Qos(n, 0, false); err != nil {
+	// The prefetch is the channel's (global), which is the same for the
+	// one consumer the channel has, and which a quorum queue or a stream
+	// refuses at basic.consume, before it delivers anything: the look
+	// learns the queue's type without reading a message.
+	if err := ch.Qos(n, 0, true); err != nil {
 		return info.Messages, fmt.Errorf("ops: browse %q: %w", queue, refusal("qos", err))
 	}
 	ds, err := ch.Consume(queue, browseTag, false, false, false, false, nil)
 	if err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotImplemented {
+			return info.Messages, fmt.Errorf("ops: browse %q: %w (%s)", queue, errNotClassic, ae.Reason)
+		}
 		return info.Messages, fmt.Errorf("ops: browse %q: %w", queue, refusal(fmt.Sprintf("consume from queue %q", queue), err))
 	}
 	// Stopped early, the look leaves deliveries it never read on the
@@ -87,6 +96,11 @@ func browse(ctx context.Context, b *mq.Broker, queue string, limit int, idle tim
 	}
 	return info.Messages, nil
 }
+
+// errNotClassic is browse's error for a queue that refused a consumer on
+// a channel with a global prefetch: a quorum queue or a stream, which
+// counts (or cannot return) what a look takes. Nothing was read.
+var errNotClassic = errors.New("not a classic queue")
 
 // browseTag is browse's consumer tag, on a channel of its own.
 const browseTag = "acemq-browse"

@@ -98,10 +98,12 @@
 // counts; a look streams the messages with basic.consume and gives them
 // back in place like Peek (what it was sent and did not read too). A .dlq or .parked that
 // is a quorum queue after all (a vhost whose default queue type is quorum
-// makes one), where a look counts toward the delivery limit, is not read:
-// the management API's type says so before the first look, else the
-// x-delivery-count its messages come back with stops the second; the page
-// says why. Without a token it
+// makes one), where a look counts toward the delivery limit, is not read,
+// not even once: the management API's type says so, else the look itself
+// asks first (its prefetch is the channel's, which a quorum queue or a
+// stream refuses at basic.consume, before it delivers anything), and a
+// message that carries a quorum queue's mark stops it as a last guard;
+// the page says why. Without a token it
 // answers loopback clients only and Listen refuses other addresses; every
 // POST needs the page's CSRF token and passes net/http's
 // CrossOriginProtection; URLs on its pages are redacted as mq.Redact does.
