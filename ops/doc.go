@@ -101,7 +101,8 @@
 // makes one), where a look counts toward the delivery limit, is not read,
 // not even once: the management API's type says so, else the look itself
 // asks first (its prefetch is the channel's, which a quorum queue or a
-// stream refuses at basic.consume, before it delivers anything), and a
+// stream refuses at basic.consume, before it delivers anything, up to
+// RabbitMQ 4.2; 4.3 takes it, and does not count a look's return), and a
 // message that carries a quorum queue's mark stops it as a last guard;
 // the page says why. Without a token it
 // answers loopback clients only and Listen refuses other addresses; every
