@@ -22,6 +22,13 @@
 // mq.Broker.Channel (one per call, never shared) and publishes through an
 // mq.Publisher, so every move is confirmed like the library's own hops.
 //
+// Every call returns by its context, also when the network goes quiet
+// under it (amqp091's calls, Channel.Close among them, would wait for the
+// heartbeat to give the connection up): what it was waiting for is left
+// to end with the connection, and what it held goes back with it. The
+// one wait past the context is a replay's move of a message it already
+// took, bounded by ReplayOptions.PublishTimeout.
+//
 // # Filters, purge and delete
 //
 // A Filter selects messages by x-acemq-reason, text in x-acemq-error, the

@@ -95,11 +95,14 @@ func Purge(ctx context.Context, b *mq.Broker, queue string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("ops: purge %q: %w", queue, err)
 	}
-	defer ch.Close()
-	stop := context.AfterFunc(ctx, func() { _ = ch.Close() })
-	n, err := ch.QueuePurge(queue, false)
-	if !stop() {
-		return 0, fmt.Errorf("ops: purge %q: %w", queue, ctx.Err())
+	defer closeChannel(ctx, ch)
+	var n int
+	err = call(ctx, func() (err error) {
+		n, err = ch.QueuePurge(queue, false)
+		return err
+	})
+	if ctx.Err() != nil && err == ctx.Err() {
+		return 0, fmt.Errorf("ops: purge %q: %w", queue, err)
 	}
 	if err != nil {
 		return 0, refusal(fmt.Sprintf("purge queue %q", queue), err)
@@ -131,7 +134,7 @@ func Delete(ctx context.Context, b *mq.Broker, queue string, f Filter) (int, err
 	if err != nil {
 		return 0, fmt.Errorf("ops: delete from %q: %w", queue, err)
 	}
-	h := &holding{ch: ch}
+	h := &holding{ctx: ctx, ch: ch}
 	defer h.close() // returns every other message, in place
 	deleted := 0
 	for pos := 1; pos <= info.Messages; pos++ {
