@@ -39,7 +39,8 @@ const DefaultConsoleMaxScan = 20000
 type ConsoleOptions struct {
 	// Queues are the source queues to watch: the console shows each one's
 	// <q>.dlq and <q>.parked (a name given with either suffix counts as its
-	// source). A service passes its own topology's queues here.
+	// source, one suffix stripped: to watch a source named x.dlq, give it
+	// as x.dlq.dlq). A service passes its own topology's queues here.
 	Queues []string
 	// Management is the RabbitMQ management API's base URL
 	// (http://user:pass@host:15672). When set, every queue with a .dlq or
@@ -166,11 +167,17 @@ func NewConsole(b *mq.Broker, opts ConsoleOptions) (*Console, error) {
 	return c, nil
 }
 
-// sourcesOf returns the distinct source queues named, suffixes stripped.
+// sourcesOf returns the distinct source queues named, with one .dlq or
+// .parked suffix stripped (never two: the .dlq of a source named
+// x.parked is x.parked.dlq).
 func sourcesOf(names []string) []string {
 	var out []string
 	for _, n := range names {
-		n = strings.TrimSuffix(strings.TrimSuffix(n, topology.DeadLetterSuffix), topology.ParkedSuffix)
+		if s, ok := strings.CutSuffix(n, topology.DeadLetterSuffix); ok {
+			n = s
+		} else {
+			n = strings.TrimSuffix(n, topology.ParkedSuffix)
+		}
 		if n != "" && !slices.Contains(out, n) {
 			out = append(out, n)
 		}
@@ -640,6 +647,7 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 	case "message":
 		key := r.PostForm.Get("key")
 		opts.Filter = Filter{Where: firstWithKey(key)}
+		opts.Limit = 1 // stop at it: what comes after is not taken
 		label = "message " + key
 	default:
 		http.Error(w, "scope must be all, group or message", http.StatusBadRequest)
@@ -663,7 +671,7 @@ func (c *Console) delete(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.PostForm.Get("key")
 	defer c.forget(queue)
-	_, err := Delete(r.Context(), c.b, queue, Filter{Where: firstWithKey(key)})
+	_, err := deleteUpTo(r.Context(), c.b, queue, Filter{Where: firstWithKey(key)}, 1)
 	if err != nil && !errors.Is(err, ErrNoMessage) {
 		c.fail(w, r, http.StatusBadGateway, err)
 		return

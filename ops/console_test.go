@@ -501,3 +501,12 @@ func TestConsoleRefusesForeignHost(t *testing.T) {
 		t.Errorf("with a token, Host dlq.example.com: %d, want 200", w.Code)
 	}
 }
+
+// A source queue whose own name ends in .dlq or .parked can be watched:
+// one suffix is stripped from a name given, never two.
+func TestConsoleSourcesStripOneSuffix(t *testing.T) {
+	got := sourcesOf([]string{"a.parked.dlq", "b.dlq.parked", "c.dlq.dlq", "d", "d.dlq", "e.parked"})
+	if want := "a.parked,b.dlq,c.dlq,d,e"; strings.Join(got, ",") != want {
+		t.Errorf("sourcesOf = %v, want %s", got, want)
+	}
+}

@@ -123,6 +123,12 @@ var ErrNoMessage = errors.New("ops: no such message")
 // .dlq or .parked queue: on a quorum queue up to RabbitMQ 4.2 every look
 // counts as a delivery.
 func Delete(ctx context.Context, b *mq.Broker, queue string, f Filter) (int, error) {
+	return deleteUpTo(ctx, b, queue, f, 0)
+}
+
+// deleteUpTo is Delete that stops once it deleted limit messages (0: no
+// limit), so the messages after the last one it deletes are not taken.
+func deleteUpTo(ctx context.Context, b *mq.Broker, queue string, f Filter, limit int) (int, error) {
 	if f.IsZero() {
 		return 0, errors.New("ops: delete: the filter matches every message (use Purge)")
 	}
@@ -137,7 +143,7 @@ func Delete(ctx context.Context, b *mq.Broker, queue string, f Filter) (int, err
 	h := &holding{ctx: ctx, ch: ch}
 	defer h.close() // returns every other message, in place
 	deleted := 0
-	for pos := 1; pos <= info.Messages; pos++ {
+	for pos := 1; pos <= info.Messages && (limit == 0 || deleted < limit); pos++ {
 		d, ok, err := get(ctx, ch, queue)
 		if err != nil {
 			return deleted, fmt.Errorf("ops: delete from %q: %w", queue, err)
