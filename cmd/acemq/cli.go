@@ -192,7 +192,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			writeJSON(stdout, e.result)
 		}
 		return exitOK
-	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+	case ctx.Err() != nil:
+		// Interrupted: whatever the command stopped on (a move given its
+		// publish timeout, say), the run was cut short.
 		return fail(exitInterrupted, err, e.result)
 	case errors.As(err, &ce):
 		return fail(ce.code, ce.err, e.result)

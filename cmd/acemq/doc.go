@@ -48,9 +48,11 @@
 // nothing.
 //
 // A replay is safe to interrupt (Ctrl-C): it stops between two messages and
-// a second run carries on where it stopped; nothing is lost. The one window
-// for a duplicate is the process dying between the broker's confirm of a
-// republish and its ack of the original (see package ops).
+// a second run carries on where it stopped; nothing is lost. The message it
+// took is moved first, within 30 s (a broker that blocks publishing can
+// make it wait that long); a second Ctrl-C exits at once, with 130. The one
+// window for a duplicate is the process dying between the broker's confirm
+// of a republish and its ack of the original (see package ops).
 //
 // Exit codes:
 //
