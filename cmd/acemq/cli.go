@@ -21,6 +21,7 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/lmittmann/tint"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
@@ -36,6 +37,7 @@ const (
 	exitNoBroker     = 3
 	exitLeftBehind   = 4
 	exitNotConfirmed = 5
+	exitLoginRefused = 6
 	exitInterrupted  = 130
 )
 
@@ -43,13 +45,19 @@ const (
 const exitCodes = `Exit codes:
   0    done
   1    failed: a queue or message does not exist, the broker refused, a
-       replay stopped on an error (what was moved until then stays moved)
+       replay stopped on an error (what was moved until then stays moved),
+       a publish was not confirmed
   2    usage error (unknown command or flag, bad value)
   3    the broker could not be reached (refused, unknown host; with --wait,
        not within --timeout)
   4    a replay finished but left messages it could not place (give --to)
   5    a purge or delete was not confirmed (nothing was changed)
-  130  interrupted`
+  6    the broker refused the login (user, password, or the vhost)
+  130  interrupted
+
+For scripts, install the command (go install
+github.com/acemq/acemq-go/cmd/acemq@latest): go run reports every exit
+code other than 0 as 1.`
 
 // defaultURL is the local broker, used when neither --url nor AMQP_URL is
 // given.
@@ -70,6 +78,7 @@ type cli struct {
 	Replay  replayCmd  `cmd:"" help:"Move messages from a .dlq or .parked queue back to the queue they failed on."`
 	Purge   purgeCmd   `cmd:"" help:"Delete every ready message in a queue (asks first)."`
 	Delete  deleteCmd  `cmd:"" help:"Delete the message with a message id from a queue (asks first)."`
+	Publish publishCmd `cmd:"" help:"Publish one message (body from stdin or --file) and wait for the broker's confirm."`
 	Console consoleCmd `cmd:"" help:"Serve the dead-letter web console (loopback by default)."`
 	// Further commands register here.
 }
@@ -84,6 +93,8 @@ type env struct {
 	log    *slog.Logger
 	tty    bool // stderr is a terminal
 	json   bool
+	// timeout is --timeout, how long to wait for the broker to answer.
+	timeout time.Duration
 	// result is what --json prints: the command sets it, also when it
 	// fails part way.
 	result any
@@ -123,7 +134,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var c cli
 	parser, err := kong.New(&c,
 		kong.Name("acemq"),
-		kong.Description("AceMQ operator tool: count, peek at, replay, purge and delete messages in RabbitMQ queues, and serve the dead-letter web console.\n\n"+exitCodes),
+		kong.Description("AceMQ operator tool: count, peek at, replay, purge, delete and publish messages in RabbitMQ queues, and serve the dead-letter web console.\n\n"+exitCodes),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { panic(kongExit(code)) }),
 	)
@@ -163,8 +174,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	b, err := connect(ctx, raw, c, log)
 	if err != nil {
-		if ctx.Err() != nil {
+		var ce *codedError
+		switch {
+		case ctx.Err() != nil:
 			return fail(exitInterrupted, errors.New("interrupted"), nil)
+		case errors.As(err, &ce):
+			return fail(ce.code, ce.err, nil)
 		}
 		return fail(exitNoBroker, err, nil)
 	}
@@ -174,7 +189,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		_ = b.Close(cctx)
 	}()
 
-	e := &env{ctx: ctx, b: b, in: bufio.NewReader(stdin), out: stdout, stderr: stderr, log: log, tty: tty, json: jsonOut}
+	e := &env{ctx: ctx, b: b, in: bufio.NewReader(stdin), out: stdout, stderr: stderr, log: log, tty: tty, json: jsonOut, timeout: c.Timeout}
 	if jsonOut {
 		e.out = io.Discard // the text output; JSON goes to stdout below
 	}
@@ -239,6 +254,13 @@ func connect(ctx context.Context, raw string, c cli, log *slog.Logger) (*mq.Brok
 	defer cancel()
 	if err := b.Start(cctx); err != nil {
 		_ = b.Close(context.Background())
+		var be *mq.BrokerError
+		if errors.As(err, &be) && (be.Code == amqp.AccessRefused || be.Code == amqp.NotAllowed) {
+			// Known the moment the broker says it (RabbitMQ waits 3 s
+			// before it answers a wrong password, as amqp091-go does not
+			// tell it the client understands the answer); never retried.
+			return nil, &codedError{exitLoginRefused, fmt.Errorf("the broker at %s refused the login: %s (%d)", red, be.Reason, be.Code)}
+		}
 		return nil, fmt.Errorf("cannot connect to the broker at %s within %v: %v", red, c.Timeout, err)
 	}
 	return b, nil
@@ -357,9 +379,19 @@ func isTerminal(w io.Writer) bool {
 // plainNotFound turns a missing queue into one plain sentence.
 func plainNotFound(err error, queue string) error {
 	if errors.Is(err, mq.ErrNotFound) {
-		return fmt.Errorf("queue %q does not exist", queue)
+		return missingQueue(queue)
 	}
 	return err
+}
+
+// missingQueue is every command's one wording for queues that do not
+// exist.
+func missingQueue(queues ...string) error {
+	parts := make([]string, len(queues))
+	for i, q := range queues {
+		parts[i] = fmt.Sprintf("queue %q does not exist", q)
+	}
+	return errors.New(strings.Join(parts, "; "))
 }
 
 // confirm asks the operator; anything but y/yes (or no answer) is no.
@@ -408,7 +440,7 @@ func (c *countCmd) Run(e *env) error {
 	for _, qc := range counts {
 		rows = append(rows, countJSON{qc.Queue, qc.Exists, qc.Ready, qc.Consumers})
 		if !qc.Exists {
-			missing = append(missing, fmt.Sprintf("%q", qc.Queue))
+			missing = append(missing, qc.Queue)
 			fmt.Fprintf(tw, "%s\t-\t(does not exist)\n", qc.Queue)
 			continue
 		}
@@ -420,7 +452,7 @@ func (c *countCmd) Run(e *env) error {
 		return err
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("no such queue: %s", strings.Join(missing, ", "))
+		return missingQueue(missing...)
 	}
 	return nil
 }
@@ -646,7 +678,7 @@ func (c *replayCmd) Run(e *env) error {
 	}
 	for _, qc := range counts {
 		if !qc.Exists {
-			return fmt.Errorf("queue %q does not exist", qc.Queue)
+			return missingQueue(qc.Queue)
 		}
 	}
 	res, err := ops.Replay(e.ctx, e.b, c.From, opts)
@@ -725,7 +757,7 @@ func (c *purgeCmd) Run(e *env) error {
 		return err
 	}
 	if !counts[0].Exists {
-		return fmt.Errorf("queue %q does not exist", c.Queue)
+		return missingQueue(c.Queue)
 	}
 	e.result = map[string]any{"queue": c.Queue, "purged": 0}
 	if err := e.confirm(c.Yes, fmt.Sprintf("Delete all %d ready message(s) in %s for good?", counts[0].Ready, c.Queue)); err != nil {
@@ -753,7 +785,7 @@ func (c *deleteCmd) Run(e *env) error {
 		return err
 	}
 	if !counts[0].Exists {
-		return fmt.Errorf("queue %q does not exist", c.Queue)
+		return missingQueue(c.Queue)
 	}
 	if err := e.confirm(c.Yes, fmt.Sprintf("Delete message %s from %s for good?", c.MessageID, c.Queue)); err != nil {
 		return err

@@ -32,7 +32,7 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("--help: exit %d", code)
 	}
 	for _, want := range []string{"count <queue> ...", "peek <queue>", "replay <queue>", "purge <queue>", "delete <queue> <message-id>", "AMQP_URL",
-		"Exit codes:", "2    usage error", "3    the broker could not be reached", "--json", "--wait"} {
+		"Exit codes:", "2    usage error", "3    the broker could not be reached", "6    the broker refused the login", "go install", "publish <routing-key>", "--json", "--wait"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q:\n%s", want, out)
 		}
