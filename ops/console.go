@@ -62,7 +62,10 @@ type ConsoleOptions struct {
 	// MaxScan caps how many messages of a queue a page reads to group
 	// them. Default DefaultConsoleMaxScan.
 	MaxScan int
-	// Logger receives a record of every action. Default: the broker's.
+	// Logger receives a record of every action (acemq.console.deleted,
+	// .purged, .replay.started, .replay.done, .replay.stopped, each with
+	// the queue and, where a request started it, the client's address).
+	// Default: the broker's.
 	Logger *slog.Logger
 	// Client is the HTTP client for the management API. Default: one with
 	// a 10 s timeout.
@@ -653,7 +656,7 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "scope must be all, group or message", http.StatusBadRequest)
 		return
 	}
-	j, err := c.startJob(source, r.PathValue("kind"), queue, label, opts)
+	j, err := c.startJob(source, r.PathValue("kind"), queue, label, r.RemoteAddr, opts)
 	if err != nil {
 		c.fail(w, r, http.StatusServiceUnavailable, err)
 		return
@@ -680,7 +683,7 @@ func (c *Console) delete(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no message %q in %s (it may have been replayed or deleted)", key, queue))
 		return
 	}
-	c.log.Info("acemq.console.deleted", "queue", queue, "key", key)
+	c.log.Info("acemq.console.deleted", "queue", queue, "key", key, "client", r.RemoteAddr)
 	back := c.link("queues", source, r.PathValue("kind"))
 	if g := r.PostForm.Get("group"); g != "" {
 		back = c.link("queues", source, r.PathValue("kind"), "groups", g)
@@ -706,7 +709,7 @@ func (c *Console) purge(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadGateway, err)
 		return
 	}
-	c.log.Warn("acemq.console.purged", "queue", queue, "messages", n)
+	c.log.Warn("acemq.console.purged", "queue", queue, "messages", n, "client", r.RemoteAddr)
 	http.Redirect(w, r, c.link("queues", source, r.PathValue("kind"))+"?done=purged&n="+strconv.Itoa(n), http.StatusSeeOther)
 }
 

@@ -91,7 +91,10 @@ type env struct {
 	out    io.Writer
 	stderr io.Writer
 	log    *slog.Logger
-	tty    bool // stderr is a terminal
+	// actions logs what an operator did through the console (replay,
+	// delete, purge) to stderr, with -v or without.
+	actions *slog.Logger
+	tty     bool // stderr is a terminal
 	json   bool
 	// timeout is --timeout, how long to wait for the broker to answer.
 	timeout time.Duration
@@ -161,8 +164,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	jsonOut = c.JSON
 	tty := isTerminal(stderr)
 	log := slog.New(slog.DiscardHandler)
+	actions := slog.New(tint.NewTextHandler(stderr, &tint.Options{Level: slog.LevelInfo, TimeFormat: time.TimeOnly, NoColor: !tty}))
 	if c.Verbose {
 		log = slog.New(tint.NewTextHandler(stderr, &tint.Options{Level: slog.LevelDebug, TimeFormat: time.TimeOnly, NoColor: !tty}))
+		actions = log
 	}
 
 	raw := c.URL
@@ -189,7 +194,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		_ = b.Close(cctx)
 	}()
 
-	e := &env{ctx: ctx, b: b, in: bufio.NewReader(stdin), out: stdout, stderr: stderr, log: log, tty: tty, json: jsonOut, timeout: c.Timeout}
+	e := &env{ctx: ctx, b: b, in: bufio.NewReader(stdin), out: stdout, stderr: stderr, log: log, actions: actions, tty: tty, json: jsonOut, timeout: c.Timeout}
 	if jsonOut {
 		e.out = io.Discard // the text output; JSON goes to stdout below
 	}

@@ -24,7 +24,10 @@
 // interrupted; an address that is not loopback needs --token (or
 // $ACEMQ_CONSOLE_TOKEN). It shows the .dlq and .parked of the queues named
 // and, with --management (or $ACEMQ_MANAGEMENT_URL), of every queue in
-// --vhost that has one; it needs one or the other.
+// --vhost that has one; it needs one or the other. Every operator action
+// (replay, delete, purge) is logged to stderr, with the queue and the
+// client's address, -v or not, as a console mounted in a service logs them
+// to the service's logger.
 //
 // Filters (peek and replay): --reason, --error (text contained in
 // x-acemq-error), --message-id, --older-than (a duration).
