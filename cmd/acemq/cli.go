@@ -95,7 +95,7 @@ type env struct {
 	// delete, purge) to stderr, with -v or without.
 	actions *slog.Logger
 	tty     bool // stderr is a terminal
-	json   bool
+	json    bool
 	// timeout is --timeout, how long to wait for the broker to answer.
 	timeout time.Duration
 	// result is what --json prints: the command sets it, also when it
