@@ -308,6 +308,12 @@ func (c *Console) admit(w http.ResponseWriter, r *http.Request) bool {
 			http.Error(w, "this console answers requests to a loopback address or localhost only (it has no access token)", http.StatusForbidden)
 			return false
 		}
+		// Another site's page may link here, but not have the browser
+		// fetch a page for it (an <img> or a script reading a look).
+		if r.Header.Get("Sec-Fetch-Site") == "cross-site" && r.Header.Get("Sec-Fetch-Mode") != "navigate" {
+			http.Error(w, "this console does not answer requests another site's page makes", http.StatusForbidden)
+			return false
+		}
 		if o := r.Header.Get("Origin"); o != "" {
 			u, err := url.Parse(o)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !loopbackHost(u.Host) {

@@ -492,6 +492,16 @@ func TestConsoleRefusesForeignHost(t *testing.T) {
 			t.Errorf("GET with Host and Origin %q: %d, want 200", host, w.Code)
 		}
 	}
+	// A page of another site may link to the console (a navigation), but
+	// not make the browser read its pages for it (an <img>, a fetch).
+	for mode, want := range map[string]int{"navigate": http.StatusOK, "no-cors": http.StatusForbidden, "cors": http.StatusForbidden} {
+		r := getReq("/static/console.css")
+		r.Header.Set("Sec-Fetch-Site", "cross-site")
+		r.Header.Set("Sec-Fetch-Mode", mode)
+		if w := serve(c, r); w.Code != want {
+			t.Errorf("cross-site GET, Sec-Fetch-Mode %s: %d, want %d", mode, w.Code, want)
+		}
+	}
 	tc := testConsole(t, ConsoleOptions{Token: "s3cret-token"})
 	r := getReq("/static/console.css")
 	r.Host = "dlq.example.com"
