@@ -111,8 +111,13 @@
 // stream refuses at basic.consume, before it delivers anything, up to
 // RabbitMQ 4.2; 4.3 takes it, and does not count a look's return), and a
 // message that carries a quorum queue's mark stops it as a last guard;
-// the page says why. Without a token it
-// answers loopback clients only and Listen refuses other addresses; every
+// the page says why.
+//
+// Without a token the console answers loopback clients only, and only
+// requests addressed to a loopback address or localhost (Host, and Origin
+// when sent), so a DNS-rebinding page cannot reach it; it refuses what
+// another site's page has the browser fetch (Sec-Fetch-Site cross-site),
+// following a link excepted; and Listen refuses other addresses. Every
 // POST needs the page's CSRF token and passes net/http's
 // CrossOriginProtection; URLs on its pages are redacted as mq.Redact does.
 package ops
