@@ -189,7 +189,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return fail(exitNoBroker, err, nil)
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// A polite close waits for the broker; interrupted, the command
+		// gives it a second, then cuts the connection (Close does).
+		grace := 10 * time.Second
+		if ctx.Err() != nil {
+			grace = time.Second
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
 		_ = b.Close(cctx)
 	}()
