@@ -7,6 +7,7 @@ package integration
 // once, and acemq publish.
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,5 +116,27 @@ func TestCLIPublish(t *testing.T) {
 	code, _, errs = cliRun(t, "x", "publish", q, "-H", "novalue")
 	if code != 2 || !strings.Contains(errs, "NAME=VALUE") {
 		t.Errorf("bad header: exit %d, stderr %q", code, errs)
+	}
+}
+
+// Issue 22 item 10 through the built binary: every spelling of --json
+// prints JSON, on success as on failure.
+func TestCLIJSONSpellings(t *testing.T) {
+	b := testenv.Broker(t, mq.Config{})
+	_, dlq, _ := opsSetup(t, b)
+	for _, spelling := range []string{"--json", "--json=true", "--json=1"} {
+		for _, tc := range []struct {
+			queue string
+			code  int
+		}{{dlq, 0}, {testenv.Name(t, "missing"), 1}} {
+			code, out, _ := cliRun(t, "", spelling, "count", tc.queue)
+			var v map[string]any
+			if err := json.Unmarshal([]byte(out), &v); err != nil || code != tc.code || v["queues"] == nil {
+				t.Errorf("%s count %s: exit %d, stdout %q; want %d and one JSON object", spelling, tc.queue, code, out, tc.code)
+			}
+		}
+	}
+	if code, out, _ := cliRun(t, "", "--json=false", "count", dlq); code != 0 || !strings.HasPrefix(out, "QUEUE") {
+		t.Errorf("--json=false: exit %d, stdout %q; want the table", code, out)
 	}
 }
