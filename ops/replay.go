@@ -151,13 +151,10 @@ func Replay(ctx context.Context, b *mq.Broker, from string, opts ReplayOptions) 
 	var pub *mq.Publisher
 	if !opts.DryRun {
 		pub = b.Publisher("", mq.AsHop(mq.HopReplay))
-		// Publisher.Close waits for the broker's answer: bounded by ctx
-		// (or, once ctx ended, by the last move's timeout) like the rest.
-		defer func() {
-			cctx, cancel := context.WithTimeout(ctx, opts.PublishTimeout)
-			defer cancel()
-			waitOrLeave(cctx, pub.Close)
-		}()
+		// Publisher.Close waits for the broker's answer: only while ctx
+		// lasts, like the rest; past that it finishes on its own, with
+		// the connection at the latest.
+		defer waitOrLeave(ctx, pub.Close)
 	}
 
 	for res.Taken < res.Total {
