@@ -24,8 +24,11 @@
 //
 // Every call returns by its context, also when the network goes quiet
 // under it (amqp091's calls, Channel.Close among them, would wait for the
-// heartbeat to give the connection up): what it was waiting for is left
-// to end with the connection, and what it held goes back with it. The
+// heartbeat to give the connection up): it waits a quarter of a second
+// more for an answer already asked for (so that on a broker that answers,
+// what a cancelled call held is back in its queue when it returns), then
+// leaves what it was waiting for to end with the connection, and what it
+// held goes back with it. The
 // one wait past the context is a replay's move of a message it already
 // took, bounded by ReplayOptions.PublishTimeout.
 //
