@@ -88,7 +88,7 @@ func TestCLICount(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("count of a missing queue: exit %d", code)
 	}
-	plainError(t, "count of a missing queue", errs, `no such queue: "`+missing+`"`)
+	plainError(t, "count of a missing queue", errs, `queue "`+missing+`" does not exist`)
 	code, v, _ = cliJSON(t, "", "count", missing)
 	qs, _ = v["queues"].([]any)
 	if code != 1 || v["exit"] != float64(1) || !strings.Contains(v["error"].(string), missing) || len(qs) != 1 || qs[0].(map[string]any)["exists"] != false {

@@ -262,9 +262,11 @@ func TestConsoleLooksInPlace(t *testing.T) {
 }
 
 // A .dlq that is a quorum queue (declared so by hand, or by a vhost whose
-// default queue type is quorum) shows itself on the second look: its
-// messages come back with x-delivery-count. The console then stops
-// reading it and says why, so looks do not use up its delivery limit.
+// default queue type is quorum) is not read: up to RabbitMQ 4.2 the
+// broker refuses the look's consumer (a global prefetch) before it sends
+// anything; 4.3 takes it, does not count the look's return, and the
+// x-acquired-count its messages come back with stops the second look.
+// Either way the page says why (see also console_quorum_test.go).
 func TestConsoleQuorumDLQ(t *testing.T) {
 	testenv.NoLeaks(t)
 	b := testenv.Broker(t, mq.Config{})
@@ -287,7 +289,11 @@ func TestConsoleQuorumDLQ(t *testing.T) {
 		_, body := consoleGet(t, srv.URL+"/queues/"+url.PathEscape(q)+"/dlq", "")
 		return body
 	}
-	if page := look(); !strings.Contains(page, `<td class="num count">1</td>`) {
+	switch page := look(); {
+	case strings.Contains(page, `id="quorum"`) && !strings.Contains(page, `<td class="num count">`):
+	case strings.Contains(page, `<td class="num count">1</td>`):
+		t.Logf("the first look read the quorum .dlq (RabbitMQ 4.3 takes a global prefetch there)")
+	default:
 		t.Fatalf("first look:\n%s", page)
 	}
 	if page := look(); !strings.Contains(page, `id="quorum"`) || strings.Contains(page, `<td class="num count">`) {

@@ -39,7 +39,8 @@ const DefaultConsoleMaxScan = 20000
 type ConsoleOptions struct {
 	// Queues are the source queues to watch: the console shows each one's
 	// <q>.dlq and <q>.parked (a name given with either suffix counts as its
-	// source). A service passes its own topology's queues here.
+	// source, one suffix stripped: to watch a source named x.dlq, give it
+	// as x.dlq.dlq). A service passes its own topology's queues here.
 	Queues []string
 	// Management is the RabbitMQ management API's base URL
 	// (http://user:pass@host:15672). When set, every queue with a .dlq or
@@ -61,7 +62,10 @@ type ConsoleOptions struct {
 	// MaxScan caps how many messages of a queue a page reads to group
 	// them. Default DefaultConsoleMaxScan.
 	MaxScan int
-	// Logger receives a record of every action. Default: the broker's.
+	// Logger receives a record of every action (acemq.console.deleted,
+	// .purged, .replay.started, .replay.done, .replay.stopped, each with
+	// the queue and, where a request started it, the client's address).
+	// Default: the broker's.
 	Logger *slog.Logger
 	// Client is the HTTP client for the management API. Default: one with
 	// a 10 s timeout.
@@ -166,11 +170,17 @@ func NewConsole(b *mq.Broker, opts ConsoleOptions) (*Console, error) {
 	return c, nil
 }
 
-// sourcesOf returns the distinct source queues named, suffixes stripped.
+// sourcesOf returns the distinct source queues named, with one .dlq or
+// .parked suffix stripped (never two: the .dlq of a source named
+// x.parked is x.parked.dlq).
 func sourcesOf(names []string) []string {
 	var out []string
 	for _, n := range names {
-		n = strings.TrimSuffix(strings.TrimSuffix(n, topology.DeadLetterSuffix), topology.ParkedSuffix)
+		if s, ok := strings.CutSuffix(n, topology.DeadLetterSuffix); ok {
+			n = s
+		} else {
+			n = strings.TrimSuffix(n, topology.ParkedSuffix)
+		}
 		if n != "" && !slices.Contains(out, n) {
 			out = append(out, n)
 		}
@@ -290,6 +300,28 @@ func (c *Console) admit(w http.ResponseWriter, r *http.Request) bool {
 			http.Error(w, "this console answers loopback clients only (it has no access token)", http.StatusForbidden)
 			return false
 		}
+		// A page of another site whose name the attacker made resolve to
+		// 127.0.0.1 (DNS rebinding) connects from loopback too; its
+		// requests carry that name as their Host (and Origin).
+		if !loopbackHost(r.Host) {
+			c.log.Warn("acemq.console.host.refused", "host", r.Host, "path", r.URL.Path)
+			http.Error(w, "this console answers requests to a loopback address or localhost only (it has no access token)", http.StatusForbidden)
+			return false
+		}
+		// Another site's page may link here, but not have the browser
+		// fetch a page for it (an <img> or a script reading a look).
+		if r.Header.Get("Sec-Fetch-Site") == "cross-site" && r.Header.Get("Sec-Fetch-Mode") != "navigate" {
+			http.Error(w, "this console does not answer requests another site's page makes", http.StatusForbidden)
+			return false
+		}
+		if o := r.Header.Get("Origin"); o != "" {
+			u, err := url.Parse(o)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !loopbackHost(u.Host) {
+				c.log.Warn("acemq.console.origin.refused", "origin", o, "path", r.URL.Path)
+				http.Error(w, "this console answers pages of a loopback address or localhost only (it has no access token)", http.StatusForbidden)
+				return false
+			}
+		}
 		return true
 	}
 	if q := r.URL.Query().Get("token"); q != "" && r.Method == http.MethodGet {
@@ -313,6 +345,23 @@ func (c *Console) admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	http.Error(w, "this console needs its access token: open it once with ?token=...", http.StatusUnauthorized)
 	return false
+}
+
+// loopbackHost reports whether a Host header (host or host:port) names a
+// loopback address (127.0.0.0/8, ::1) or localhost: names no other site
+// can make a browser send to this console.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else {
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func sameSecret(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
@@ -607,12 +656,13 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request) {
 	case "message":
 		key := r.PostForm.Get("key")
 		opts.Filter = Filter{Where: firstWithKey(key)}
+		opts.Limit = 1 // stop at it: what comes after is not taken
 		label = "message " + key
 	default:
 		http.Error(w, "scope must be all, group or message", http.StatusBadRequest)
 		return
 	}
-	j, err := c.startJob(source, r.PathValue("kind"), queue, label, opts)
+	j, err := c.startJob(source, r.PathValue("kind"), queue, label, r.RemoteAddr, opts)
 	if err != nil {
 		c.fail(w, r, http.StatusServiceUnavailable, err)
 		return
@@ -630,7 +680,7 @@ func (c *Console) delete(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.PostForm.Get("key")
 	defer c.forget(queue)
-	_, err := Delete(r.Context(), c.b, queue, Filter{Where: firstWithKey(key)})
+	_, err := deleteUpTo(r.Context(), c.b, queue, Filter{Where: firstWithKey(key)}, 1)
 	if err != nil && !errors.Is(err, ErrNoMessage) {
 		c.fail(w, r, http.StatusBadGateway, err)
 		return
@@ -639,7 +689,7 @@ func (c *Console) delete(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no message %q in %s (it may have been replayed or deleted)", key, queue))
 		return
 	}
-	c.log.Info("acemq.console.deleted", "queue", queue, "key", key)
+	c.log.Info("acemq.console.deleted", "queue", queue, "key", key, "client", r.RemoteAddr)
 	back := c.link("queues", source, r.PathValue("kind"))
 	if g := r.PostForm.Get("group"); g != "" {
 		back = c.link("queues", source, r.PathValue("kind"), "groups", g)
@@ -665,7 +715,7 @@ func (c *Console) purge(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadGateway, err)
 		return
 	}
-	c.log.Warn("acemq.console.purged", "queue", queue, "messages", n)
+	c.log.Warn("acemq.console.purged", "queue", queue, "messages", n, "client", r.RemoteAddr)
 	http.Redirect(w, r, c.link("queues", source, r.PathValue("kind"))+"?done=purged&n="+strconv.Itoa(n), http.StatusSeeOther)
 }
 
@@ -715,6 +765,11 @@ func (c *Console) look(ctx context.Context, queue string, offset int, pick func(
 	ctx, cancel := context.WithTimeout(ctx, lookTimeout)
 	defer cancel()
 	held, err := browse(ctx, c.b, queue, c.opts.MaxScan, time.Second, sc.visit)
+	if errors.Is(err, errNotClassic) {
+		s := sc.done(held)
+		s.Quorum = true
+		return s, nil
+	}
 	s := sc.done(held)
 	if err == nil && sc.keep && s.Scanned == held {
 		c.mu.Lock()

@@ -40,7 +40,7 @@ func (j *consoleJob) snapshot() jobState {
 	return j.state
 }
 
-func (c *Console) startJob(source, kind, queue, label string, opts ReplayOptions) (*consoleJob, error) {
+func (c *Console) startJob(source, kind, queue, label, client string, opts ReplayOptions) (*consoleJob, error) {
 	var raw [8]byte
 	_, _ = rand.Read(raw[:])
 	j := &consoleJob{ID: hex.EncodeToString(raw[:]), Source: source, Kind: kind, Queue: queue, Label: label, Started: time.Now(), finished: make(chan struct{})}
@@ -73,7 +73,7 @@ func (c *Console) startJob(source, kind, queue, label string, opts ReplayOptions
 		j.state.Done, j.state.Total = done, total
 		j.mu.Unlock()
 	}
-	c.log.Info("acemq.console.replay.started", "queue", queue, "what", label, "job", j.ID)
+	c.log.Info("acemq.console.replay.started", "queue", queue, "what", label, "job", j.ID, "client", client)
 	go func() {
 		defer c.wg.Done()
 		defer cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -34,21 +35,33 @@ func browse(ctx context.Context, b *mq.Broker, queue string, limit int, idle tim
 	if err != nil {
 		return info.Messages, fmt.Errorf("ops: browse %q: %w", queue, err)
 	}
-	h := &holding{ch: ch}
+	h := &holding{ctx: ctx, ch: ch}
 	defer h.close() // returns every message delivered, in place
-	if err := ch.Qos(n, 0, false); err != nil {
+	// The prefetch is the channel's (global), which is the same for the
+	// one consumer the channel has, and which a quorum queue or a stream
+	// refuses at basic.consume, before it delivers anything: the look
+	// learns the queue's type without reading a message.
+	if err := call(ctx, func() error { return ch.Qos(n, 0, true) }); err != nil {
 		return info.Messages, fmt.Errorf("ops: browse %q: %w", queue, refusal("qos", err))
 	}
-	ds, err := ch.Consume(queue, browseTag, false, false, false, false, nil)
+	var ds <-chan amqp.Delivery
+	err = call(ctx, func() (err error) {
+		ds, err = ch.Consume(queue, browseTag, false, false, false, false, nil)
+		return err
+	})
 	if err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotImplemented {
+			return info.Messages, fmt.Errorf("ops: browse %q: %w (%s)", queue, errNotClassic, ae.Reason)
+		}
 		return info.Messages, fmt.Errorf("ops: browse %q: %w", queue, refusal(fmt.Sprintf("consume from queue %q", queue), err))
 	}
 	// Stopped early, the look leaves deliveries it never read on the
 	// channel: cancel, then read them to the end (amqp091 ends the stream
 	// after the cancel-ok), so they are given back with the rest.
 	defer func() {
-		if ch.Cancel(browseTag, false) != nil {
-			return // the channel is gone: the broker returned them itself
+		if call(ctx, func() error { return ch.Cancel(browseTag, false) }) != nil {
+			return // the channel is gone (or going): the broker returns them itself
 		}
 		t := time.NewTimer(time.Second)
 		defer t.Stop()
@@ -87,6 +100,11 @@ func browse(ctx context.Context, b *mq.Broker, queue string, limit int, idle tim
 	}
 	return info.Messages, nil
 }
+
+// errNotClassic is browse's error for a queue that refused a consumer on
+// a channel with a global prefetch: a quorum queue or a stream, which
+// counts (or cannot return) what a look takes. Nothing was read.
+var errNotClassic = errors.New("not a classic queue")
 
 // browseTag is browse's consumer tag, on a channel of its own.
 const browseTag = "acemq-browse"

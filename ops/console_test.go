@@ -41,12 +41,14 @@ func postReq(target string, form url.Values) *http.Request {
 	r := httptest.NewRequest(http.MethodPost, target, strings.NewReader(form.Encode()))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	r.RemoteAddr = "127.0.0.1:50000"
+	r.Host = "127.0.0.1:8089"
 	return r
 }
 
 func getReq(target string) *http.Request {
 	r := httptest.NewRequest(http.MethodGet, target, nil)
 	r.RemoteAddr = "127.0.0.1:50000"
+	r.Host = "127.0.0.1:8089"
 	return r
 }
 
@@ -454,5 +456,67 @@ func TestPeekedDeliveryCounted(t *testing.T) {
 		if got := peeked("q", 1, amqp.Delivery{Headers: c.h}).DeliveryCounted; got != c.want {
 			t.Errorf("headers %v: counted %v, want %v", c.h, got, c.want)
 		}
+	}
+}
+
+// Issue 22 item 8: without a token the console answers only requests
+// addressed to a loopback name (a DNS-rebinding page's Host is its own
+// name, though its connection comes from 127.0.0.1), and refuses an Origin
+// that is not loopback, on GET as on POST. With a token the token guards.
+func TestConsoleRefusesForeignHost(t *testing.T) {
+	c := testConsole(t, ConsoleOptions{Queues: []string{"orders"}})
+	for _, host := range []string{"rebind.attacker.example", "rebind.attacker.example:8089", "127.0.0.1.nip.io:8089", "localhost.attacker.example", ""} {
+		r := getReq("/static/console.css")
+		r.Host = host
+		if w := serve(c, r); w.Code != http.StatusForbidden {
+			t.Errorf("GET with Host %q: %d, want 403", host, w.Code)
+		}
+		p := postReq("/queues/orders/dlq/purge", url.Values{"csrf": {c.csrf}, "confirm": {"orders.dlq"}})
+		p.Host = host
+		if w := serve(c, p); w.Code != http.StatusForbidden {
+			t.Errorf("POST with Host %q: %d, want 403", host, w.Code)
+		}
+	}
+	for _, origin := range []string{"http://rebind.attacker.example:8089", "null", "http://evil.example"} {
+		r := getReq("/static/console.css")
+		r.Header.Set("Origin", origin)
+		if w := serve(c, r); w.Code != http.StatusForbidden {
+			t.Errorf("GET with Origin %q: %d, want 403", origin, w.Code)
+		}
+	}
+	for _, host := range []string{"127.0.0.1:8089", "localhost:8089", "[::1]:8089", "127.0.0.1", "localhost", "LOCALHOST:1"} {
+		r := getReq("/static/console.css")
+		r.Host = host
+		r.Header.Set("Origin", "http://"+host)
+		if w := serve(c, r); w.Code != http.StatusOK {
+			t.Errorf("GET with Host and Origin %q: %d, want 200", host, w.Code)
+		}
+	}
+	// A page of another site may link to the console (a navigation), but
+	// not make the browser read its pages for it (an <img>, a fetch).
+	for mode, want := range map[string]int{"navigate": http.StatusOK, "no-cors": http.StatusForbidden, "cors": http.StatusForbidden} {
+		r := getReq("/static/console.css")
+		r.Header.Set("Sec-Fetch-Site", "cross-site")
+		r.Header.Set("Sec-Fetch-Mode", mode)
+		if w := serve(c, r); w.Code != want {
+			t.Errorf("cross-site GET, Sec-Fetch-Mode %s: %d, want %d", mode, w.Code, want)
+		}
+	}
+	tc := testConsole(t, ConsoleOptions{Token: "s3cret-token"})
+	r := getReq("/static/console.css")
+	r.Host = "dlq.example.com"
+	r.RemoteAddr = "192.0.2.7:4000"
+	r.Header.Set("Authorization", "Bearer s3cret-token")
+	if w := serve(tc, r); w.Code != http.StatusOK {
+		t.Errorf("with a token, Host dlq.example.com: %d, want 200", w.Code)
+	}
+}
+
+// A source queue whose own name ends in .dlq or .parked can be watched:
+// one suffix is stripped from a name given, never two.
+func TestConsoleSourcesStripOneSuffix(t *testing.T) {
+	got := sourcesOf([]string{"a.parked.dlq", "b.dlq.parked", "c.dlq.dlq", "d", "d.dlq", "e.parked"})
+	if want := "a.parked,b.dlq,c.dlq,d,e"; strings.Join(got, ",") != want {
+		t.Errorf("sourcesOf = %v, want %s", got, want)
 	}
 }

@@ -26,6 +26,16 @@
 // [mq.Broker.Channel] (one per call, never shared) and publishes through an
 // [mq.Publisher], so every move is confirmed like the library's own hops.
 //
+// Every call returns by its context, also when the network goes quiet
+// under it (amqp091's calls, Channel.Close among them, would wait for the
+// heartbeat to give the connection up): it waits a quarter of a second
+// more for an answer already asked for (so that on a broker that answers,
+// what a cancelled call held is back in its queue when it returns), then
+// leaves what it was waiting for to end with the connection, and what it
+// held goes back with it. The
+// one wait past the context is a replay's move of a message it already
+// took, bounded by ReplayOptions.PublishTimeout.
+//
 // # Filters, purge and delete
 //
 // A Filter selects messages by x-acemq-reason, text in x-acemq-error, the
@@ -102,11 +112,19 @@
 // counts; a look streams the messages with basic.consume and gives them
 // back in place like Peek (what it was sent and did not read too). A .dlq or .parked that
 // is a quorum queue after all (a vhost whose default queue type is quorum
-// makes one), where a look counts toward the delivery limit, is not read:
-// the management API's type says so before the first look, else the
-// x-delivery-count its messages come back with stops the second; the page
-// says why. Without a token it
-// answers loopback clients only and Listen refuses other addresses; every
+// makes one), where a look counts toward the delivery limit, is not read,
+// not even once: the management API's type says so, else the look itself
+// asks first (its prefetch is the channel's, which a quorum queue or a
+// stream refuses at basic.consume, before it delivers anything, up to
+// RabbitMQ 4.2; 4.3 takes it, and does not count a look's return), and a
+// message that carries a quorum queue's mark stops it as a last guard;
+// the page says why.
+//
+// Without a token the console answers loopback clients only, and only
+// requests addressed to a loopback address or localhost (Host, and Origin
+// when sent), so a DNS-rebinding page cannot reach it; it refuses what
+// another site's page has the browser fetch (Sec-Fetch-Site cross-site),
+// following a link excepted; and Listen refuses other addresses. Every
 // POST needs the page's CSRF token and passes net/http's
 // CrossOriginProtection; URLs on its pages are redacted as mq.Redact does.
 package ops

@@ -95,11 +95,14 @@ func Purge(ctx context.Context, b *mq.Broker, queue string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("ops: purge %q: %w", queue, err)
 	}
-	defer ch.Close()
-	stop := context.AfterFunc(ctx, func() { _ = ch.Close() })
-	n, err := ch.QueuePurge(queue, false)
-	if !stop() {
-		return 0, fmt.Errorf("ops: purge %q: %w", queue, ctx.Err())
+	defer closeChannel(ctx, ch)
+	var n int
+	err = call(ctx, func() (err error) {
+		n, err = ch.QueuePurge(queue, false)
+		return err
+	})
+	if ctx.Err() != nil && err == ctx.Err() {
+		return 0, fmt.Errorf("ops: purge %q: %w", queue, err)
 	}
 	if err != nil {
 		return 0, refusal(fmt.Sprintf("purge queue %q", queue), err)
@@ -120,6 +123,12 @@ var ErrNoMessage = errors.New("ops: no such message")
 // .dlq or .parked queue: on a quorum queue up to RabbitMQ 4.2 every look
 // counts as a delivery.
 func Delete(ctx context.Context, b *mq.Broker, queue string, f Filter) (int, error) {
+	return deleteUpTo(ctx, b, queue, f, 0)
+}
+
+// deleteUpTo is Delete that stops once it deleted limit messages (0: no
+// limit), so the messages after the last one it deletes are not taken.
+func deleteUpTo(ctx context.Context, b *mq.Broker, queue string, f Filter, limit int) (int, error) {
 	if f.IsZero() {
 		return 0, errors.New("ops: delete: the filter matches every message (use Purge)")
 	}
@@ -131,10 +140,10 @@ func Delete(ctx context.Context, b *mq.Broker, queue string, f Filter) (int, err
 	if err != nil {
 		return 0, fmt.Errorf("ops: delete from %q: %w", queue, err)
 	}
-	h := &holding{ch: ch}
+	h := &holding{ctx: ctx, ch: ch}
 	defer h.close() // returns every other message, in place
 	deleted := 0
-	for pos := 1; pos <= info.Messages; pos++ {
+	for pos := 1; pos <= info.Messages && (limit == 0 || deleted < limit); pos++ {
 		d, ok, err := get(ctx, ch, queue)
 		if err != nil {
 			return deleted, fmt.Errorf("ops: delete from %q: %w", queue, err)

@@ -64,11 +64,14 @@ func inspect(ctx context.Context, b *mq.Broker, q string) (amqp.Queue, error) {
 	if err != nil {
 		return amqp.Queue{}, fmt.Errorf("ops: inspect queue %q: %w", q, err)
 	}
-	defer ch.Close()
-	stop := context.AfterFunc(ctx, func() { _ = ch.Close() })
-	info, err := ch.QueueDeclarePassive(q, false, false, false, false, nil)
-	if !stop() {
-		return amqp.Queue{}, fmt.Errorf("ops: inspect queue %q: %w", q, ctx.Err())
+	defer closeChannel(ctx, ch)
+	var info amqp.Queue
+	err = call(ctx, func() (err error) {
+		info, err = ch.QueueDeclarePassive(q, false, false, false, false, nil)
+		return err
+	})
+	if ctx.Err() != nil && err == ctx.Err() {
+		return amqp.Queue{}, fmt.Errorf("ops: inspect queue %q: %w", q, err)
 	}
 	if err != nil {
 		return amqp.Queue{}, refusal(fmt.Sprintf("inspect queue %q", q), err)
@@ -89,13 +92,14 @@ func refusal(op string, err error) error {
 // get is basic.get without auto-ack, bounded by ctx: when ctx ends the
 // channel is closed, and with it everything it took goes back to the queue.
 func get(ctx context.Context, ch *amqp.Channel, q string) (amqp.Delivery, bool, error) {
-	if err := ctx.Err(); err != nil {
+	var d amqp.Delivery
+	var ok bool
+	err := call(ctx, func() (err error) {
+		d, ok, err = ch.Get(q, false)
+		return err
+	})
+	if ctx.Err() != nil && err == ctx.Err() {
 		return amqp.Delivery{}, false, err
-	}
-	stop := context.AfterFunc(ctx, func() { _ = ch.Close() })
-	d, ok, err := ch.Get(q, false)
-	if !stop() {
-		return amqp.Delivery{}, false, ctx.Err()
 	}
 	if err != nil {
 		return amqp.Delivery{}, false, refusal(fmt.Sprintf("get from queue %q", q), err)
@@ -169,6 +173,7 @@ type Peeked struct {
 // messages without acknowledging them: what it keeps is given back at the
 // end, in place.
 type holding struct {
+	ctx  context.Context // bounds the wait for the channel's close
 	ch   *amqp.Channel
 	last uint64 // the highest delivery tag kept (0: none)
 }
@@ -182,12 +187,13 @@ func (h *holding) keep(tag uint64) { h.last = max(h.last, tag) }
 // quorum queue's delivery limit (x-delivery-count), and a nack with requeue
 // they do not: so a look at a queue does not bring its messages nearer
 // their limit. A nack that fails (a dead channel) has been overtaken by the
-// broker's own return.
+// broker's own return. The close waits for the broker while the call's
+// context lasts (see call).
 func (h *holding) close() {
 	if h.last > 0 {
 		_ = h.ch.Nack(h.last, true, true)
 	}
-	_ = h.ch.Close()
+	closeChannel(h.ctx, h.ch)
 }
 
 // Peek shows up to n messages from the head of queue without taking them:
@@ -217,7 +223,7 @@ func peek(ctx context.Context, b *mq.Broker, queue string, n, upto int, f Filter
 	if err != nil {
 		return nil, fmt.Errorf("ops: peek %q: %w", queue, err)
 	}
-	h := &holding{ch: ch}
+	h := &holding{ctx: ctx, ch: ch}
 	defer h.close() // returns every message taken, in place
 	var out []Peeked
 	for pos := 1; pos <= upto && len(out) < n; pos++ {

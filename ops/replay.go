@@ -146,12 +146,15 @@ func Replay(ctx context.Context, b *mq.Broker, from string, opts ReplayOptions) 
 	}
 	// What it still holds at the end (skipped messages, a dry run's) goes
 	// back to the queue, in place.
-	h := &holding{ch: ch}
+	h := &holding{ctx: ctx, ch: ch}
 	defer h.close()
 	var pub *mq.Publisher
 	if !opts.DryRun {
 		pub = b.Publisher("", mq.AsHop(mq.HopReplay))
-		defer pub.Close()
+		// Publisher.Close waits for the broker's answer: only while ctx
+		// lasts, like the rest; past that it finishes on its own, with
+		// the connection at the latest.
+		defer waitOrLeave(ctx, pub.Close)
 	}
 
 	for res.Taken < res.Total {

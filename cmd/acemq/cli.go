@@ -12,13 +12,16 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/alecthomas/kong"
 	"github.com/lmittmann/tint"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
@@ -34,6 +37,7 @@ const (
 	exitNoBroker     = 3
 	exitLeftBehind   = 4
 	exitNotConfirmed = 5
+	exitLoginRefused = 6
 	exitInterrupted  = 130
 )
 
@@ -41,13 +45,19 @@ const (
 const exitCodes = `Exit codes:
   0    done
   1    failed: a queue or message does not exist, the broker refused, a
-       replay stopped on an error (what was moved until then stays moved)
+       replay stopped on an error (what was moved until then stays moved),
+       a publish was not confirmed
   2    usage error (unknown command or flag, bad value)
   3    the broker could not be reached (refused, unknown host; with --wait,
        not within --timeout)
   4    a replay finished but left messages it could not place (give --to)
   5    a purge or delete was not confirmed (nothing was changed)
-  130  interrupted`
+  6    the broker refused the login (user, password, or the vhost)
+  130  interrupted
+
+For scripts, install the command (go install
+github.com/acemq/acemq-go/cmd/acemq@latest): go run reports every exit
+code other than 0 as 1.`
 
 // defaultURL is the local broker, used when neither --url nor AMQP_URL is
 // given.
@@ -68,6 +78,7 @@ type cli struct {
 	Replay  replayCmd  `cmd:"" help:"Move messages from a .dlq or .parked queue back to the queue they failed on."`
 	Purge   purgeCmd   `cmd:"" help:"Delete every ready message in a queue (asks first)."`
 	Delete  deleteCmd  `cmd:"" help:"Delete the message with a message id from a queue (asks first)."`
+	Publish publishCmd `cmd:"" help:"Publish one message (body from stdin or --file) and wait for the broker's confirm."`
 	Console consoleCmd `cmd:"" help:"Serve the dead-letter web console (loopback by default)."`
 	// Further commands register here.
 }
@@ -80,8 +91,13 @@ type env struct {
 	out    io.Writer
 	stderr io.Writer
 	log    *slog.Logger
-	tty    bool // stderr is a terminal
-	json   bool
+	// actions logs what an operator did through the console (replay,
+	// delete, purge) to stderr, with -v or without.
+	actions *slog.Logger
+	tty     bool // stderr is a terminal
+	json    bool
+	// timeout is --timeout, how long to wait for the broker to answer.
+	timeout time.Duration
 	// result is what --json prints: the command sets it, also when it
 	// fails part way.
 	result any
@@ -107,14 +123,11 @@ func (e *codedError) Error() string { return e.err.Error() }
 func (e *codedError) Unwrap() error { return e.err }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
-	jsonOut := false
-	for _, a := range args {
-		if a == "--json" {
-			jsonOut = true
-		}
-	}
+	// --json is known before parsing, so a usage error is JSON too; once
+	// parsed, the flag's value decides (kong takes --json=true, =1, …).
+	jsonOut := jsonFlag(args)
 	fail := func(code int, err error, result any) int {
-		fmt.Fprintln(stderr, "acemq: "+oneLine(err.Error()))
+		fmt.Fprintln(stderr, "acemq: "+printable(oneLine(err.Error())))
 		if jsonOut {
 			writeJSON(stdout, withError(result, err, code))
 		}
@@ -124,7 +137,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var c cli
 	parser, err := kong.New(&c,
 		kong.Name("acemq"),
-		kong.Description("AceMQ operator tool: count, peek at, replay, purge and delete messages in RabbitMQ queues, and serve the dead-letter web console.\n\n"+exitCodes),
+		kong.Description("AceMQ operator tool: count, peek at, replay, purge, delete and publish messages in RabbitMQ queues, and serve the dead-letter web console.\n\n"+exitCodes),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { panic(kongExit(code)) }),
 	)
@@ -148,10 +161,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return fail(exitUsage, fmt.Errorf("%v (see acemq --help)", err), nil)
 	}
 
+	jsonOut = c.JSON
 	tty := isTerminal(stderr)
 	log := slog.New(slog.DiscardHandler)
+	actions := slog.New(tint.NewTextHandler(stderr, &tint.Options{Level: slog.LevelInfo, TimeFormat: time.TimeOnly, NoColor: !tty}))
 	if c.Verbose {
 		log = slog.New(tint.NewTextHandler(stderr, &tint.Options{Level: slog.LevelDebug, TimeFormat: time.TimeOnly, NoColor: !tty}))
+		actions = log
 	}
 
 	raw := c.URL
@@ -163,24 +179,34 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	b, err := connect(ctx, raw, c, log)
 	if err != nil {
-		if ctx.Err() != nil {
+		var ce *codedError
+		switch {
+		case ctx.Err() != nil:
 			return fail(exitInterrupted, errors.New("interrupted"), nil)
+		case errors.As(err, &ce):
+			return fail(ce.code, ce.err, nil)
 		}
 		return fail(exitNoBroker, err, nil)
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// A polite close waits for the broker; interrupted, the command
+		// gives it a second, then cuts the connection (Close does).
+		grace := 10 * time.Second
+		if ctx.Err() != nil {
+			grace = time.Second
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
 		_ = b.Close(cctx)
 	}()
 
-	e := &env{ctx: ctx, b: b, in: bufio.NewReader(stdin), out: stdout, stderr: stderr, log: log, tty: tty, json: jsonOut}
+	e := &env{ctx: ctx, b: b, in: bufio.NewReader(stdin), out: stdout, stderr: stderr, log: log, actions: actions, tty: tty, json: jsonOut, timeout: c.Timeout}
 	if jsonOut {
 		e.out = io.Discard // the text output; JSON goes to stdout below
 	}
 	err = kctx.Run(e)
 	for _, w := range e.warnings {
-		fmt.Fprintln(stderr, "acemq: warning: "+w)
+		fmt.Fprintln(stderr, "acemq: warning: "+printable(w))
 	}
 	if jsonOut && len(e.warnings) > 0 {
 		e.result = withWarnings(e.result, e.warnings)
@@ -192,7 +218,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			writeJSON(stdout, e.result)
 		}
 		return exitOK
-	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+	case ctx.Err() != nil:
+		// Interrupted: whatever the command stopped on (a move given its
+		// publish timeout, say), the run was cut short.
 		return fail(exitInterrupted, err, e.result)
 	case errors.As(err, &ce):
 		return fail(ce.code, ce.err, e.result)
@@ -237,6 +265,13 @@ func connect(ctx context.Context, raw string, c cli, log *slog.Logger) (*mq.Brok
 	defer cancel()
 	if err := b.Start(cctx); err != nil {
 		_ = b.Close(context.Background())
+		var be *mq.BrokerError
+		if errors.As(err, &be) && (be.Code == amqp.AccessRefused || be.Code == amqp.NotAllowed) {
+			// Known the moment the broker says it (RabbitMQ waits 3 s
+			// before it answers a wrong password, as amqp091-go does not
+			// tell it the client understands the answer); never retried.
+			return nil, &codedError{exitLoginRefused, fmt.Errorf("the broker at %s refused the login: %s (%d)", red, be.Reason, be.Code)}
+		}
 		return nil, fmt.Errorf("cannot connect to the broker at %s within %v: %v", red, c.Timeout, err)
 	}
 	return b, nil
@@ -260,6 +295,57 @@ func dialReason(err error) string {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// jsonFlag reads --json from args the way kong will parse it: --json, or
+// --json=<bool> (true, 1, false, 0, …), before a "--" that ends the flags.
+func jsonFlag(args []string) bool {
+	on := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--json" {
+			on = true
+		} else if v, ok := strings.CutPrefix(a, "--json="); ok {
+			on, _ = strconv.ParseBool(v)
+		}
+	}
+	return on
+}
+
+// printable shows s with every control character (C0, DEL, C1) and every
+// invalid byte escaped as Go writes it (\x1b, \u009b), so nothing that
+// came from the wire (a message id, a header's name, an error text) can
+// move the cursor, retitle the window or ring the bell of the terminal it
+// is printed on. Printable text, spaces included, is left as it is.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var sb strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&sb, `\x%02x`, s[i])
+		case unicode.IsControl(r) && r < 0x100:
+			fmt.Fprintf(&sb, `\x%02x`, r)
+		case unicode.IsControl(r):
+			fmt.Fprintf(&sb, `\u%04x`, r)
+		default:
+			sb.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return sb.String()
+}
 
 func writeJSON(w io.Writer, v any) {
 	if v == nil {
@@ -304,9 +390,19 @@ func isTerminal(w io.Writer) bool {
 // plainNotFound turns a missing queue into one plain sentence.
 func plainNotFound(err error, queue string) error {
 	if errors.Is(err, mq.ErrNotFound) {
-		return fmt.Errorf("queue %q does not exist", queue)
+		return missingQueue(queue)
 	}
 	return err
+}
+
+// missingQueue is every command's one wording for queues that do not
+// exist.
+func missingQueue(queues ...string) error {
+	parts := make([]string, len(queues))
+	for i, q := range queues {
+		parts[i] = fmt.Sprintf("queue %q does not exist", q)
+	}
+	return errors.New(strings.Join(parts, "; "))
 }
 
 // confirm asks the operator; anything but y/yes (or no answer) is no.
@@ -355,7 +451,7 @@ func (c *countCmd) Run(e *env) error {
 	for _, qc := range counts {
 		rows = append(rows, countJSON{qc.Queue, qc.Exists, qc.Ready, qc.Consumers})
 		if !qc.Exists {
-			missing = append(missing, fmt.Sprintf("%q", qc.Queue))
+			missing = append(missing, qc.Queue)
 			fmt.Fprintf(tw, "%s\t-\t(does not exist)\n", qc.Queue)
 			continue
 		}
@@ -367,7 +463,7 @@ func (c *countCmd) Run(e *env) error {
 		return err
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("no such queue: %s", strings.Join(missing, ", "))
+		return missingQueue(missing...)
 	}
 	return nil
 }
@@ -464,15 +560,16 @@ func peekRow(m ops.Peeked) peekJSON {
 }
 
 func printPeeked(w io.Writer, m ops.Peeked) {
-	fmt.Fprintf(w, "#%d  message-id=%s", m.Position, orNone(m.MessageId))
+	fmt.Fprintf(w, "#%d  message-id=%s", m.Position, printable(orNone(m.MessageId)))
 	if m.ContentType != "" {
-		fmt.Fprintf(w, "  content-type=%s", m.ContentType)
+		fmt.Fprintf(w, "  content-type=%s", printable(m.ContentType))
 	}
 	if !m.Timestamp.IsZero() {
 		fmt.Fprintf(w, "  timestamp=%s", m.Timestamp.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "  redelivered=%t\n", m.Redelivered)
-	row := func(k, v string) { fmt.Fprintf(w, "    %-16s %s\n", k+":", v) }
+	// Every name and value here may have come from the wire.
+	row := func(k, v string) { fmt.Fprintf(w, "    %-16s %s\n", printable(k)+":", printable(v)) }
 	if m.AttemptsUsed >= 0 {
 		row("attempts used", fmt.Sprint(m.AttemptsUsed))
 	} else {
@@ -592,7 +689,7 @@ func (c *replayCmd) Run(e *env) error {
 	}
 	for _, qc := range counts {
 		if !qc.Exists {
-			return fmt.Errorf("queue %q does not exist", qc.Queue)
+			return missingQueue(qc.Queue)
 		}
 	}
 	res, err := ops.Replay(e.ctx, e.b, c.From, opts)
@@ -653,7 +750,7 @@ func printReplay(w io.Writer, res ops.ReplayResult) {
 		fmt.Fprintf(w, "  %d message(s) did not match the filter and stay in %s\n", res.Unmatched, res.From)
 	}
 	for _, s := range res.Skipped {
-		fmt.Fprintf(w, "  left in %s: message %s: %v\n", res.From, orNone(s.MessageId), s.Err)
+		fmt.Fprintf(w, "  left in %s: message %s: %s\n", printable(res.From), printable(orNone(s.MessageId)), printable(oneLine(s.Err.Error())))
 	}
 	if res.Duplicates > 0 {
 		fmt.Fprintf(w, "  %d message(s) are now in their target and still in %s (ack lost after the republish)\n", res.Duplicates, res.From)
@@ -671,7 +768,7 @@ func (c *purgeCmd) Run(e *env) error {
 		return err
 	}
 	if !counts[0].Exists {
-		return fmt.Errorf("queue %q does not exist", c.Queue)
+		return missingQueue(c.Queue)
 	}
 	e.result = map[string]any{"queue": c.Queue, "purged": 0}
 	if err := e.confirm(c.Yes, fmt.Sprintf("Delete all %d ready message(s) in %s for good?", counts[0].Ready, c.Queue)); err != nil {
@@ -699,7 +796,7 @@ func (c *deleteCmd) Run(e *env) error {
 		return err
 	}
 	if !counts[0].Exists {
-		return fmt.Errorf("queue %q does not exist", c.Queue)
+		return missingQueue(c.Queue)
 	}
 	if err := e.confirm(c.Yes, fmt.Sprintf("Delete message %s from %s for good?", c.MessageID, c.Queue)); err != nil {
 		return err

@@ -32,7 +32,7 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("--help: exit %d", code)
 	}
 	for _, want := range []string{"count <queue> ...", "peek <queue>", "replay <queue>", "purge <queue>", "delete <queue> <message-id>", "AMQP_URL",
-		"Exit codes:", "2    usage error", "3    the broker could not be reached", "--json", "--wait"} {
+		"Exit codes:", "2    usage error", "3    the broker could not be reached", "6    the broker refused the login", "go install", "publish <routing-key>", "--json", "--wait"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q:\n%s", want, out)
 		}
@@ -174,5 +174,58 @@ func TestPrintPeeked(t *testing.T) {
 	}
 	if r := peekRow(ops.Peeked{AttemptsUsed: 0}); r.AttemptsUsed == nil || *r.AttemptsUsed != 0 {
 		t.Errorf("attempts_used %v, want 0", r.AttemptsUsed)
+	}
+}
+
+// Issue 22 item 10: every spelling kong accepts for --json gives JSON, on
+// a failure as on a success; --json=false gives the text.
+func TestJSONSpellings(t *testing.T) {
+	for _, spelling := range []string{"--json", "--json=true", "--json=1"} {
+		for _, args := range [][]string{
+			{spelling, "count"}, // usage error
+			{spelling, "--url", "amqp://guest:pw@127.0.0.1:1/", "count", "q"}, // broker down
+		} {
+			code, out, _ := runCLI(t, args...)
+			var v map[string]any
+			if err := json.Unmarshal([]byte(out), &v); err != nil || v["exit"] != float64(code) {
+				t.Errorf("%q: exit %d, stdout %q: want one JSON object with its exit code", args, code, out)
+			}
+		}
+	}
+	code, out, _ := runCLI(t, "--json=false", "--url", "amqp://guest:pw@127.0.0.1:1/", "count", "q")
+	if code != exitNoBroker || out != "" {
+		t.Errorf("--json=false: exit %d, stdout %q; want %d and no JSON", code, out, exitNoBroker)
+	}
+}
+
+// Issue 22 item 9: nothing a message carries reaches the terminal as a
+// control sequence: id, reason, source queue, route, header names and
+// values, the body, a replay's skipped ids.
+func TestPrintPeekedSanitizes(t *testing.T) {
+	const esc = "\x1b[1A\x1b[2K\x1b]0;pwned\x07\u009b31m"
+	var b bytes.Buffer
+	printPeeked(&b, ops.Peeked{Position: 1, MessageId: "id" + esc, ContentType: "text/" + esc, AttemptsUsed: 2,
+		OriginalExchange: "ex" + esc, OriginalRoutingKey: "key" + esc, RouteFrom: "from" + esc,
+		SourceQueue: "src" + esc, Reason: "why" + esc, Error: "err" + esc, ReplayedFrom: "rf" + esc,
+		Headers: amqp.Table{"name" + esc: "value" + esc, "bytes": []byte("b" + esc)},
+		Body:    []byte("body" + esc), Preview: ops.Preview([]byte("body"+esc), 256)})
+	printReplay(&b, ops.ReplayResult{From: "q.dlq", Total: 1, Skipped: []ops.Skipped{{MessageId: "m" + esc, Err: errors.New("no source" + esc)}}})
+	assertPrintable(t, b.String())
+	if !strings.Contains(b.String(), `id\x1b[1A`) {
+		t.Errorf("the id's escape is not shown escaped:\n%s", b.String())
+	}
+}
+
+// assertPrintable fails on any control character but a newline.
+func assertPrintable(t *testing.T, s string) {
+	t.Helper()
+	n := 0
+	for _, r := range s {
+		if r != '\n' && (r < 0x20 || (r >= 0x7f && r <= 0x9f)) {
+			n++
+		}
+	}
+	if n > 0 {
+		t.Errorf("%d control characters reached the output:\n%q", n, s)
 	}
 }

@@ -33,7 +33,7 @@ func (c *consoleCmd) Validate() error {
 func (c *consoleCmd) Run(e *env) error {
 	con, err := ops.NewConsole(e.b, ops.ConsoleOptions{
 		Queues: c.Queues, Management: c.Management, Vhost: c.Vhost,
-		Token: c.Token, ReadOnly: c.ReadOnly, Logger: e.log,
+		Token: c.Token, ReadOnly: c.ReadOnly, Logger: e.actions,
 	})
 	if err != nil {
 		return err
@@ -50,7 +50,7 @@ func (c *consoleCmd) Run(e *env) error {
 	if c.Token != "" {
 		attrs = append(attrs, "token", "required: open the url with ?token=...")
 	}
-	e.log.Info("acemq.console.serving", attrs...)
+	e.actions.Info("acemq.console.serving", attrs...)
 	fmt.Fprintf(e.out, "console on http://%s/ (Ctrl-C to stop)\n", ln.Addr())
 	return con.Serve(e.ctx, ln)
 }
