@@ -198,23 +198,24 @@ func (p *Publisher) send(ctx context.Context, key string, cp *checkedPublish) er
 		if err != nil {
 			return err
 		}
-		if err, again := p.conclude(ctx, key, cp, p.await(ctx, key, r)); !again {
+		if again, err := p.conclude(ctx, key, cp, p.await(ctx, key, r)); !again {
 			return err
 		}
 	}
 }
 
 // conclude is what a publish returns for outcome o: again when it must be
-// written again (its channel ended before its answer); a refusal that may
-// have been another publish's is resolved by sending it again alone.
-func (p *Publisher) conclude(ctx context.Context, key string, cp *checkedPublish, o pubOutcome) (err error, again bool) {
+// written again (its channel ended before its answer), else its error; a
+// refusal that may have been another publish's is resolved by sending it
+// again alone.
+func (p *Publisher) conclude(ctx context.Context, key string, cp *checkedPublish, o pubOutcome) (again bool, err error) {
 	switch o.kind {
 	case pubResend:
-		return nil, true
+		return true, nil
 	case pubRefused:
-		return p.wrap(key, p.solo(ctx, key, *cp, o.err)), false
+		return false, p.wrap(key, p.solo(ctx, key, *cp, o.err))
 	}
-	return o.err, false
+	return false, o.err
 }
 
 func (p *Publisher) dest(key string) string {
@@ -546,7 +547,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 				continue
 			}
 			reqs[i] = nil
-			err, resend := p.conclude(ctx, routingKey, &checked[i], p.await(ctx, routingKey, r))
+			resend, err := p.conclude(ctx, routingKey, &checked[i], p.await(ctx, routingKey, r))
 			if resend {
 				again = append(again, i)
 				continue
