@@ -125,20 +125,13 @@ func WithGiveUpAfter(d time.Duration) ConsumerOption {
 }
 
 // AckEach makes the consumer acknowledge every delivery on its own, one
-// frame each, as soon as it is settled. Without it, acknowledgements are
-// coalesced: one basic.ack with multiple=true covers every delivery up to
-// the highest tag below which all are settled positively, sent within
-// ackDelay (5 ms), at once when half the prefetch window is waiting for
-// one, before any nack or reject, and before the channel is closed at Stop.
-// A multiple ack never covers a delivery that is still being handled,
-// waiting in-process or was returned; deliveries settled above such a one
-// wait up to 50 ms for it, then are acknowledged one by one (at once when
-// half the window waits for them). On a channel the consumer has moved
-// from (see WithMaxWaiting) nothing new arrives, so they wait up to 250 ms
-// there, and go out in one multiple ack if the waits below them end by
-// then. What coalescing costs: a connection lost in that time redelivers
-// the messages whose acknowledgement had not been sent (at least once, as
-// always).
+// frame each, as soon as it is settled. Default off: acknowledgements are
+// coalesced into one basic.ack with multiple=true, sent within a few
+// milliseconds, which costs the broker far less per message. A multiple
+// ack never covers a delivery still being handled, waiting in-process or
+// returned. What coalescing costs: a connection lost in those milliseconds
+// redelivers the messages whose acknowledgement had not been sent yet (at
+// least once, as always). DESIGN.md ("Acknowledgements") has the timings.
 func AckEach() ConsumerOption {
 	return consumerOption(func(c *consumerConfig) { c.ackEach = true })
 }
