@@ -130,7 +130,8 @@ unmount() {
 }
 
 up_chroot() {
-  exec 9>"$brokers_dir/.$suite.lock" 2>/dev/null || { mkdir -p "$brokers_dir"; exec 9>"$brokers_dir/.$suite.lock"; }
+  mkdir -p "$brokers_dir"
+  exec 9>"$brokers_dir/.$suite.lock"
   flock 9 # one `up` per folder at a time: parallel callers wait, then adopt
   if answers "$amqp_port" && ctl await_startup --timeout 10 >/dev/null 2>&1; then
     touch "$brokers_dir/$suite.up"
