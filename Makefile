@@ -27,7 +27,8 @@ integration: broker chromium
 
 ## chromium: Debian's chromium for the console's browser tests (installed when missing)
 chromium:
-	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@command -v chromium >/dev/null || { echo "chromium: not installed; installing the Debian package chromium (apt-get install, about 100 MB) for the console's browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 ## chaos: the fault suite against the local broker (connection cuts through a
 ## proxy of its own, the broker closing the suite's own connections, a few
