@@ -270,3 +270,50 @@ func TestBrokerCountsEachReturn(t *testing.T) {
 		})
 	}
 }
+
+// A quorum queue declared with no dead-letter route says so when it is
+// declared (acemq.queue.dead.letter.missing, with the limit that applies),
+// and one with DeadLetter() does not. On 4.x the broker then drops a
+// message returned past the default limit: after the first delivery and 20
+// counted returns it is nowhere. On 3.10 there is no default limit to
+// drop it at (TestBrokerDeliveryLimitEndsEveryRequeueLoop).
+func TestBrokerQuorumQueueWithoutDeadLetterRoute(t *testing.T) {
+	t.Parallel()
+	v := testenv.BrokerVersion(t)
+	b, lg := consBroker(t)
+	bare := testenv.Queue(t, b, retry.Policy{})                          // quorum, no x-dead-letter-*
+	routed := testenv.Queue(t, b, retry.Policy{}, topology.DeadLetter()) // quorum, dead-lettered to .dlq
+	var named []string
+	for _, r := range lg.All(mq.EventDeadLetterMissing) {
+		named = append(named, r.Attrs["queue"])
+	}
+	if len(named) != 1 || named[0] != bare {
+		t.Fatalf("%s named %v, want only %s (not %s, which has DeadLetter())", mq.EventDeadLetterMissing, named, bare, routed)
+	}
+	if !v.AtLeast(4, 0) {
+		return
+	}
+	var mu sync.Mutex
+	calls := 0
+	c, err := b.Consume(testenv.Context(t, 20*time.Second), bare, mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		return mq.Requeue(errors.New("not now"))
+	}), mq.WithRequeuePause(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Stop(t, c)
+	testenv.Publish(t, b, bare, mq.Message{Body: []byte("x"), MessageId: "dropped"})
+	testenv.Eventually(t, 60*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return calls >= quorumDefaultLimit+1 },
+		"the message handled %d times", quorumDefaultLimit+1)
+	// Give the broker time to hand it out once more if it still had it.
+	time.Sleep(500 * time.Millisecond)
+	testenv.WaitCount(t, b, bare, 0, 10*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != quorumDefaultLimit+1 {
+		t.Errorf("RabbitMQ %v: handled %d times, want %d and then dropped at the limit", v, calls, quorumDefaultLimit+1)
+	}
+}
