@@ -95,11 +95,17 @@ fuzz: broker
 	./scripts/fuzz.sh
 
 ## bench: raw amqp091-go vs this library on the local broker, same run, rounds
-## alternating: msgs/s, ratio to raw, client and broker CPU per message; prints
-## the README's table (BENCHFLAGS passes flags on, e.g. -rounds 7); then the
-## middleware chain and the per-delivery tracing cost without a broker
+## alternating: msgs/s, ratio to raw, client and broker CPU per message, on
+## classic and quorum queues; prints the README's table (BENCHFLAGS passes flags
+## on, e.g. -rounds 7); then the same on each of BENCH_BROKERS (default 4.3);
+## then the middleware chain and the per-delivery tracing cost without a broker
+BENCH_BROKERS ?= 4.3
 bench: broker
 	$(GO) run ./internal/cmd/benchreport $(BENCHFLAGS)
+	@set -e; for v in $(BENCH_BROKERS); do \
+		echo "== bench on RabbitMQ $$v"; \
+		eval "$$(./scripts/broker.sh env $$v)"; $(GO) run ./internal/cmd/benchreport $(BENCHFLAGS); \
+	done
 	$(GO) test -run '^$$' -bench . -benchmem ./middleware
 	$(GO) test -run '^$$' -bench 'BenchmarkAttempts/(tracing|sdk-required|sdk-floor|none)' -benchmem ./otelmq
 
