@@ -132,3 +132,39 @@ func TestBrokerQuorumDefaultVhost(t *testing.T) {
 		t.Errorf("%d set-asides failed on quorum .dlq/.parked", len(recs))
 	}
 }
+
+// Two things 4.x deprecated: a transient (non-durable) queue that is not
+// exclusive, and global QoS (basic.qos global=true). Both are deprecated
+// features that a 4.x broker still permits in its default configuration
+// (an operator can turn them off with deprecated_features.permit.* =
+// false); measured on 3.10.8, 4.0.5 and 4.3.6 as Debian installs them,
+// every one accepts both. The library relies on neither: it declares a
+// transient queue exclusive in every vector it puts on the broker, and
+// Consume's QoS is per consumer.
+func TestBrokerTransientQueuesAndGlobalQoS(t *testing.T) {
+	t.Parallel()
+	v := testenv.BrokerVersion(t)
+	b := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
+	q := testenv.Name(t)
+	testenv.Cleanup(t, q)
+	ctx := testenv.Context(t, 20*time.Second)
+	ch, err := b.Channel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+	ch.Close()
+	if err != nil {
+		t.Errorf("RabbitMQ %v (default configuration): transient non-exclusive queue refused: %v", v, err)
+	}
+	ch, err = b.Channel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	err = ch.Qos(10, 0, true)
+	if err != nil {
+		t.Errorf("RabbitMQ %v (default configuration): global QoS refused: %v", v, err)
+	}
+	t.Logf("RabbitMQ %v: global QoS: %v", v, err)
+}
