@@ -37,14 +37,30 @@ const (
 	eventConsumerInterrupted = "acemq.consumer.interrupted"
 )
 
-// timeoutNode runs scripts/timeoutnode.sh, bounded in time.
-func timeoutNode(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "../scripts/timeoutnode.sh", args...)
-	cmd.WaitDelay = 10 * time.Second
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+// ownNode starts a node of the test's own with scripts/<script> up
+// (bounded in time; a node that does not come up fails the test) and tears
+// it down when the test ends, pass or fail. The scripts run the node from
+// the suite's installation (scripts/node-lib.sh).
+func ownNode(t *testing.T, script string) {
+	t.Helper()
+	run := func(arg string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "../scripts/"+script, arg)
+		cmd.WaitDelay = 10 * time.Second
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("up")
+	t.Cleanup(func() {
+		if out, err := run("down"); err != nil {
+			t.Errorf("scripts/%s down: %v\n%s", script, err, out)
+		}
+	})
+	if err != nil {
+		t.Fatalf("scripts/%s up: %v\n%s", script, err, out)
+	}
+	t.Logf("%s", strings.TrimSpace(out))
 }
 
 // A delivery waiting in-process longer than the broker's consumer_timeout
@@ -55,16 +71,7 @@ func timeoutNode(args ...string) (string, error) {
 // broker never takes anything back: the copy that comes home carries no
 // x-delivery-count.
 func TestBrokerConsumerTimeout(t *testing.T) {
-	out, err := timeoutNode("up")
-	t.Cleanup(func() {
-		if out, err := timeoutNode("down"); err != nil {
-			t.Errorf("scripts/timeoutnode.sh down: %v\n%s", err, out)
-		}
-	})
-	if err != nil {
-		t.Fatalf("scripts/timeoutnode.sh up: %v\n%s", err, out)
-	}
-	t.Logf("%s", strings.TrimSpace(out))
+	ownNode(t, "timeoutnode.sh")
 	testenv.NoLeaks(t) // after the node's cleanup is registered: checked before it runs
 
 	cases := map[string]struct {
