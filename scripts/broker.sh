@@ -144,7 +144,8 @@ up_chroot() {
   rm -f "$brokers_dir/$suite.up"
   say "starting $node in $dir: AMQP 127.0.0.1:$amqp_port, distribution $dist_port"
   chroot "$dir" env HOME=/var/lib/rabbitmq RABBITMQ_NODENAME="$node" \
-    RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT="$dist_port" rabbitmq-server -detached
+    RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT="$dist_port" rabbitmq-server -detached ||
+    say "rabbitmq-server -detached failed (a node still starting?); waiting for it all the same"
   local deadline=$((SECONDS + start_timeout))
   until answers "$amqp_port" && ctl await_startup --timeout 10 >/dev/null 2>&1; do
     if ((SECONDS >= deadline)); then
