@@ -143,9 +143,14 @@ up_chroot() {
   mounts
   rm -f "$brokers_dir/$suite.up"
   say "starting $node in $dir: AMQP 127.0.0.1:$amqp_port, distribution $dist_port"
-  chroot "$dir" env HOME=/var/lib/rabbitmq RABBITMQ_NODENAME="$node" \
-    RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT="$dist_port" rabbitmq-server -detached ||
-    say "rabbitmq-server -detached failed (a node still starting?); waiting for it all the same"
+  # The node must not inherit the lock (fd 9) nor our output: it outlives
+  # this script, and would hold the one and keep a caller's $(…) open.
+  if ! chroot "$dir" env HOME=/var/lib/rabbitmq RABBITMQ_NODENAME="$node" \
+    RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT="$dist_port" rabbitmq-server -detached \
+    9>&- </dev/null >"$brokers_dir/$suite.start.log" 2>&1; then
+    say "rabbitmq-server -detached failed (a node still starting?); waiting for it all the same:"
+    cat "$brokers_dir/$suite.start.log" >&2
+  fi
   local deadline=$((SECONDS + start_timeout))
   until answers "$amqp_port" && ctl await_startup --timeout 10 >/dev/null 2>&1; do
     if ((SECONDS >= deadline)); then
