@@ -1,52 +1,88 @@
 # AceMQ for Go. `make demo` runs the demo service against a local broker;
 # `make test` runs every unit and integration test with the race detector.
 # Both start a local RabbitMQ first if none answers (scripts/broker.sh).
+# `make test-all` runs the integration and fault suites on every RabbitMQ
+# version the project supports (docs/brokers.md), the unit tests once.
 
 GO        ?= go
 AMQP_URL  ?= amqp://guest:guest@127.0.0.1:5672/
 export AMQP_URL
 
+# BROKER picks the RabbitMQ version the broker-facing targets run on: empty
+# (the default) is the machine's own broker at AMQP_URL, as always; 3.10,
+# 4.0 or 4.3 is the node scripts/broker.sh keeps for that version (started
+# when it is not running), its AMQP_URL and RABBITMQCTL set for the run.
+BROKER    ?=
+# BROKERS: the versions `make test-all` and `make suites` run on.
+BROKERS   ?= 3.10 4.0 4.3
+# The cluster and TLS suites run on nodes of their own from this version's
+# installation.
+NODES_BROKER ?= 4.3
+ifeq ($(BROKER),)
+ON_BROKER :=
+else
+ON_BROKER = eval "$$(./scripts/broker.sh env $(BROKER))" &&
+endif
+
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium
+.PHONY: all test test-all suites unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium
 
 all: lint test
 
-## broker: make sure a local RabbitMQ answers (install and start it if needed)
+## broker: make sure a local RabbitMQ answers (install and start it if needed;
+## BROKER=4.3 or 4.0: the project's node of that version, see scripts/broker.sh)
 broker:
-	@./scripts/broker.sh
+	@./scripts/broker.sh up $(or $(BROKER),3.10)
 
 ## test: unit tests, then integration tests against the local broker, all with -race
 test: broker unit integration
+
+## test-all: unit tests once, then integration and chaos on each of BROKERS
+## (default 3.10 4.0 4.3), with each version's time
+test-all: unit suites
+
+## suites: integration and chaos on each of BROKERS, one version after another
+suites: chromium
+	@set -e; for v in $(BROKERS); do \
+		t0=$$(date +%s); \
+		echo "== RabbitMQ $$v: integration and chaos"; \
+		$(MAKE) --no-print-directory BROKER=$$v integration chaos; \
+		echo "== RabbitMQ $$v: integration and chaos passed in $$(( $$(date +%s) - t0 ))s"; \
+	done
 
 unit:
 	$(GO) test -race -count=1 ./...
 
 integration: broker chromium
-	$(GO) test -race -count=1 -tags integration -timeout 10m ./integration/...
+	$(ON_BROKER) $(GO) test -race -count=1 -tags integration -timeout 10m ./integration/...
 
 ## chromium: Debian's chromium for the console's browser tests (installed when missing)
 chromium:
-	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@command -v chromium >/dev/null || { echo "chromium: not installed; installing the Debian package chromium (apt-get install, about 100 MB) for the console's browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 ## chaos: the fault suite against the local broker (connection cuts through a
 ## proxy of its own, the broker closing the suite's own connections, a few
 ## seconds of memory alarm, failing handlers, a deleted queue); every message
 ## counted, one `CHAOS <scenario>: …` line each, summed up at the end
 chaos: broker
-	$(GO) test -race -count=1 -tags 'integration chaos' -run 'TestChaos' -timeout 15m -v ./integration/...
+	$(ON_BROKER) $(GO) test -race -count=1 -tags 'integration chaos' -run 'TestChaos' -timeout 15m -v ./integration/...
 
 ## cluster-test: failover on a three-node cluster of its own (c1-c3@localhost,
-## ports 5681-5683), started first and torn down after, pass or fail
+## ports 5681-5683) of RabbitMQ NODES_BROKER (default 4.3, inside that
+## version's folder), started first and torn down after, pass or fail
 cluster-test:
-	./scripts/cluster.sh up
-	@trap './scripts/cluster.sh down' EXIT; trap 'exit 130' INT TERM; \
+	@eval "$$(./scripts/broker.sh env $(NODES_BROKER))"; ./scripts/cluster.sh up && \
+	trap './scripts/cluster.sh down' EXIT; trap 'exit 130' INT TERM; \
 	$(GO) test -race -count=1 -tags cluster -timeout 15m -v ./integration/...
 
 ## tls-test: amqps:// against a TLS node of its own (tls@localhost, port 5691)
-## that the test starts with a CA it generates; torn down after, pass or fail
+## of RabbitMQ NODES_BROKER (default 4.3) that the test starts with a CA it
+## generates; torn down after, pass or fail
 tls-test:
-	@trap './scripts/tlsnode.sh down' EXIT; trap 'exit 130' INT TERM; \
+	@eval "$$(./scripts/broker.sh env $(NODES_BROKER))"; \
+	trap './scripts/tlsnode.sh down' EXIT; trap 'exit 130' INT TERM; \
 	$(GO) test -race -count=1 -tags tls -timeout 10m -v ./integration/...
 
 ## demo: the demo service against the local broker; exits by itself, leaves nothing behind
@@ -59,11 +95,18 @@ fuzz: broker
 	./scripts/fuzz.sh
 
 ## bench: raw amqp091-go vs this library on the local broker, same run, rounds
-## alternating: msgs/s, ratio to raw, client and broker CPU per message; prints
-## docs/performance.md's table (BENCHFLAGS passes flags on, e.g. -rounds 7); then the
-## middleware chain and the per-delivery tracing cost without a broker
+## alternating: msgs/s, ratio to raw, client and broker CPU per message, on
+## classic and quorum queues; prints docs/performance.md's table (BENCHFLAGS
+## passes flags on, e.g. -rounds 7); then the same on each of BENCH_BROKERS
+## (default 4.3); then the middleware chain and the per-delivery tracing cost
+## without a broker
+BENCH_BROKERS ?= 4.3
 bench: broker
 	$(GO) run ./internal/cmd/benchreport $(BENCHFLAGS)
+	@set -e; for v in $(BENCH_BROKERS); do \
+		echo "== bench on RabbitMQ $$v"; \
+		eval "$$(./scripts/broker.sh env $$v)"; $(GO) run ./internal/cmd/benchreport $(BENCHFLAGS); \
+	done
 	$(GO) test -run '^$$' -bench . -benchmem ./middleware
 	$(GO) test -run '^$$' -bench 'BenchmarkAttempts/(tracing|sdk-required|sdk-floor|none)' -benchmem ./otelmq
 

@@ -6,7 +6,9 @@ package integration
 // (Debian's chromium; `make chromium` installs it) driven through chromedp,
 // against the real broker: failures made by a real consumer with the
 // standard middleware, seen, opened, replayed, deleted and purged through
-// the page. Helpers here start with console. Screenshots of each page go to
+// the page; on every version the suite runs on (3.10, 4.0, 4.3: the
+// browser is the machine's, the broker the suite's). Helpers here start
+// with console. Screenshots of each page go to
 // $ACEMQ_CONSOLE_SHOTS, else to the test's temporary directory.
 
 import (

@@ -5,12 +5,12 @@ package integration
 // The console finds its queues through the RabbitMQ management API, on a
 // node of its own with the management plugin (scripts/mgmtnode.sh:
 // mgmt@localhost, AMQP 5696, HTTP 15696), started by the test and torn
-// down after. The shared broker's plugins are never touched.
+// down after. The shared broker's plugins are never touched. The node runs
+// from the suite's installation (scripts/node-lib.sh), so the test runs on
+// every version the suite does: on 4.3 it reads the 4.3 management API.
 
 import (
-	"context"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -21,27 +21,8 @@ import (
 	"github.com/acemq/acemq-go/topology"
 )
 
-// consoleMgmtNode runs scripts/mgmtnode.sh, bounded in time.
-func consoleMgmtNode(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "../scripts/mgmtnode.sh", args...)
-	cmd.WaitDelay = 10 * time.Second
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
 func TestConsoleManagementDiscovery(t *testing.T) {
-	out, err := consoleMgmtNode("up")
-	t.Cleanup(func() {
-		if out, err := consoleMgmtNode("down"); err != nil {
-			t.Errorf("scripts/mgmtnode.sh down: %v\n%s", err, out)
-		}
-	})
-	if err != nil {
-		t.Fatalf("scripts/mgmtnode.sh up: %v\n%s", err, out)
-	}
-	t.Logf("%s", strings.TrimSpace(out))
+	ownNode(t, "mgmtnode.sh")
 	testenv.NoLeaks(t) // after the node's cleanup is registered: checked before it runs
 
 	b := testenv.Broker(t, mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5696/"}})

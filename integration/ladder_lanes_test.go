@@ -86,8 +86,21 @@ func channelsOf(t *testing.T, q string) (brokerChannels, bool) {
 	return bc, true
 }
 
-// 60 messages fail once and wait 4 s in-process; healthy traffic flows
-// meanwhile. The waiting ones must not sit on the channel that consumes:
+// channelsLook measures what one channelsOf costs here and now, on a
+// queue nothing consumes: the windows that poll the broker's view scale
+// with it.
+func channelsLook(t *testing.T) time.Duration {
+	t.Helper()
+	probe := testenv.Name(t, "probe")
+	start := time.Now()
+	if _, ok := channelsOf(t, probe); ok {
+		t.Fatalf("a consumer on %s, which does not exist", probe)
+	}
+	return time.Since(start)
+}
+
+// 60 messages fail once and wait in-process (4 s, or longer when the
+// broker is slow to list: see below); healthy traffic flows meanwhile. The waiting ones must not sit on the channel that consumes:
 // the broker shows at most a few of them there, all 60 on the connection's
 // other channels, and every delivery is settled on its own channel (an ack
 // on the wrong one would be refused, the channel closed and the message
@@ -104,7 +117,14 @@ func TestLadderWaitingDeliveriesLeaveTheConsumingChannel(t *testing.T) {
 
 func waitingLeaveConsumingChannel(t *testing.T, kind topology.QueueOption) {
 	b, _ := consBroker(t)
-	p := retry.Exponential(2, 4*time.Second)
+	// The broker's view is read with two rabbitmqctl calls, which take
+	// 1.4-1.8 s each on a loaded machine: the wait the failing messages sit
+	// in must outlast a few such reads, so it scales with what one costs
+	// here and now (measured on the queue before anything consumes it).
+	look := channelsLook(t)
+	wait := max(4*time.Second, 4*look+time.Second).Round(time.Second)
+	t.Logf("one look at the broker's channels takes %v: the failing messages wait %v", look.Round(time.Millisecond), wait)
+	p := retry.Exponential(2, wait)
 	q := testenv.Queue(t, b, p, kind)
 	const failing, healthy = 60, 200
 	var mu sync.Mutex
@@ -148,7 +168,9 @@ func waitingLeaveConsumingChannel(t *testing.T, kind topology.QueueOption) {
 	testenv.Publish(t, b, q, consMessages("ok", healthy)...)
 
 	var bc brokerChannels
-	testenv.Eventually(t, 3*time.Second, func() bool {
+	// Within the wait, two looks at the least: the first may start before
+	// the healthy traffic's channel moves are over.
+	testenv.Eventually(t, wait-look, func() bool {
 		var ok bool
 		bc, ok = channelsOf(t, q)
 		return ok && waiting() == failing && bc.total >= failing
@@ -160,7 +182,7 @@ func waitingLeaveConsumingChannel(t *testing.T, kind topology.QueueOption) {
 			bc.consuming, failing)
 	}
 
-	testenv.Eventually(t, 15*time.Second, func() bool {
+	testenv.Eventually(t, wait+15*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		done := 0
@@ -171,7 +193,7 @@ func waitingLeaveConsumingChannel(t *testing.T, kind topology.QueueOption) {
 		}
 		return done == failing+healthy
 	}, "every message handled to its end")
-	testenv.Eventually(t, 5*time.Second, func() bool {
+	testenv.Eventually(t, 5*time.Second+3*look, func() bool {
 		bc, ok := channelsOf(t, q)
 		return ok && bc.total == 0
 	}, "every delivery acknowledged")
@@ -233,6 +255,7 @@ func TestLadderMovingSubscriptionReusesChannels(t *testing.T) {
 			most = max(most, bc.channels)
 		}
 	}
+	look := channelsLook(t)
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -242,7 +265,7 @@ func TestLadderMovingSubscriptionReusesChannels(t *testing.T) {
 		}
 		return total == n+n/5
 	}, "every message handled, the failing ones twice")
-	testenv.Eventually(t, 5*time.Second, func() bool {
+	testenv.Eventually(t, 5*time.Second+3*look, func() bool {
 		bc, ok := channelsOf(t, q)
 		return ok && bc.total == 0
 	}, "every delivery acknowledged")
@@ -270,7 +293,12 @@ func TestLadderMovingSubscriptionReusesChannels(t *testing.T) {
 func TestLadderStopCarriesWaitsFromEveryChannel(t *testing.T) {
 	t.Parallel()
 	b, _ := consBroker(t)
-	p := retry.Exponential(3, 5*time.Second)
+	// The first wait must outlast the looks at the broker before Stop: it
+	// scales with what one look costs (see waitingLeaveConsumingChannel).
+	look := channelsLook(t)
+	wait := max(5*time.Second, 4*look+time.Second).Round(time.Second)
+	t.Logf("one look at the broker's channels takes %v: the failing messages wait %v", look.Round(time.Millisecond), wait)
+	p := retry.Exponential(3, wait)
 	q := testenv.Queue(t, b, p, topology.Classic())
 	const n = 40
 	var mu sync.Mutex
@@ -290,7 +318,7 @@ func TestLadderStopCarriesWaitsFromEveryChannel(t *testing.T) {
 	testenv.Publish(t, b, q, consMessages("w", n)...)
 	testenv.Eventually(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return first == n }, "every message in its first wait")
 	var bc brokerChannels
-	testenv.Eventually(t, 5*time.Second, func() bool {
+	testenv.Eventually(t, wait-look, func() bool {
 		var ok bool
 		bc, ok = channelsOf(t, q)
 		return ok && bc.total == n

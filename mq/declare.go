@@ -15,6 +15,10 @@ import (
 // never a publisher's or a consumer's. Declaring is idempotent, so a
 // service declares its topology on every boot; it never deletes anything.
 //
+// A quorum queue declared without a dead-letter route is reported
+// (EventDeadLetterMissing, a warning): past its delivery limit the broker
+// drops a returned message instead of dead-lettering it.
+//
 // A refusal is a *BrokerError naming the item, the reply code and the
 // broker's reason: errors.Is(err, ErrPreconditionFailed) when an existing
 // queue has different arguments. A connection lost midway is waited out and
@@ -51,6 +55,13 @@ func (b *Broker) Declare(ctx context.Context, t *topology.Topology) error {
 		for _, q := range queues {
 			if _, err := ch.QueueDeclare(q.Name, q.Durable, q.AutoDelete, q.Exclusive, false, q.Args); err != nil {
 				return fmt.Sprintf("declare queue %q", q.Name), err
+			}
+			if _, routed := q.Args[topology.ArgDeadLetterExchange]; q.Args[topology.ArgQueueType] == "quorum" && !routed {
+				limit := "the broker's default (RabbitMQ 4.x: 20)"
+				if l, ok := q.Args["x-delivery-limit"]; ok {
+					limit = fmt.Sprint(l)
+				}
+				b.log.Warn(EventDeadLetterMissing, "queue", q.Name, "delivery_limit", limit)
 			}
 		}
 		for _, bd := range bindings {

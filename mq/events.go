@@ -28,6 +28,12 @@ const (
 	// outside every middleware). Event.Kind says why. On a quorum queue each
 	// return counts against its delivery limit (RabbitMQ 4.x: 20 by default).
 	EventRequeued = "acemq.message.requeued"
+	// EventDeadLetterMissing: Declare declared a quorum queue with no
+	// dead-letter route (no x-dead-letter-exchange). A message returned to
+	// it past its delivery limit (RabbitMQ 4.x: 20 by default; 3.x: none
+	// unless x-delivery-limit is set) is dropped by the broker, not
+	// dead-lettered; give the queue topology.DeadLetter() to keep it.
+	EventDeadLetterMissing = "acemq.queue.dead.letter.missing"
 )
 
 // Events of connections and consumers that keep dying.

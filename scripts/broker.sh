@@ -1,38 +1,200 @@
 #!/usr/bin/env bash
-# Makes sure a RabbitMQ broker answers on AMQP_URL's port (default 5672):
-# starts the local rabbitmq-server if none answers, installing the Debian
-# package first if it is missing. Used by `make broker`, which `make test`,
-# `make demo` and .ci/run depend on. Fails loudly when no broker comes up.
+# Brokers of every RabbitMQ version the suite runs on, beside each other:
+#
+#   scripts/broker.sh                 same as `up 3.10` (make broker, test, demo)
+#   scripts/broker.sh up [VERSION]    make sure a node of VERSION answers
+#   scripts/broker.sh down VERSION    stop that node (4.0 and 4.3 only)
+#   scripts/broker.sh env VERSION     up, then print `export AMQP_URL=…` and
+#                                     `export RABBITMQCTL=…` lines, for
+#                                     eval "$(scripts/broker.sh env 4.3)"
+#   scripts/broker.sh versions        the versions it knows, one a line
+#
+# VERSION 3.10 (the default) is the machine's own broker: rabbit@localhost on
+# 127.0.0.1:5672, the Debian package; when none answers it is started, and
+# installed first when missing. This script never stops it and never changes
+# its configuration.
+#
+# VERSION 4.0 and 4.3 run from Debian's own packages in debootstrapped folders
+# under $BROKERS_DIR (default /var/cache/acemq/brokers, outside any clone, so
+# a fresh clone reuses them): trixie (rabbitmq-server 4.0.5) and sid (4.3.6),
+# each on its own node name and ports:
+#
+#   4.3  sid     rabbit43@localhost  AMQP 127.0.0.1:5673  distribution 25673
+#   4.0  trixie  rabbit40@localhost  AMQP 127.0.0.1:5674  distribution 25674
+#
+# `up` adopts a node already running in that layout (started by hand or by an
+# earlier run), and otherwise builds what is missing: the folder (debootstrap
+# from the mirror apt already uses, ~400 MB and ~1.5 min each), /proc and /dev
+# mounted into it, /etc/hosts copied, then the node started detached. It says
+# what it installs before it installs it, and fails loudly when no node
+# answers in time. A marker <suite>.up is touched beside the folder when the
+# node answers.
 set -euo pipefail
 
-port="${AMQP_PORT:-5672}"
-answers() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
-ready() { answers && rabbitmqctl -q await_startup >/dev/null 2>&1; }
+me=broker
+brokers_dir="${BROKERS_DIR:-/var/cache/acemq/brokers}"
+start_timeout="${BROKER_START_TIMEOUT:-120}" # seconds
 
-if answers && { ! command -v rabbitmqctl >/dev/null || ready; }; then
-  echo "broker: RabbitMQ answers on 127.0.0.1:$port"
-  exit 0
-fi
+say() { echo "$me: $*" >&2; }
+die() { echo "$me: $*" >&2; exit 1; }
+answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+sudo_cmd() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if ! command -v rabbitmq-server >/dev/null 2>&1; then
-  echo "broker: rabbitmq-server is not installed; installing the Debian package"
-  sudo_cmd=""
-  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq rabbitmq-server
-fi
+# layout VERSION: sets suite, node, amqp_port, dist_port (and dir).
+layout() {
+  case "$1" in
+  3.10 | 3) suite="" node="rabbit@localhost" amqp_port="${AMQP_PORT:-5672}" dist_port="" ;;
+  4.3) suite=sid node="rabbit43@localhost" amqp_port=5673 dist_port=25673 ;;
+  4.0) suite=trixie node="rabbit40@localhost" amqp_port=5674 dist_port=25674 ;;
+  *) die "unknown version '$1' (known: 3.10, 4.0, 4.3)" ;;
+  esac
+  dir=""
+  [ -z "$suite" ] || dir="$brokers_dir/$suite"
+}
 
-if ! answers; then
-  echo "broker: starting rabbitmq-server -detached"
-  rabbitmq-server -detached || true
-fi
-
-for _ in $(seq 1 90); do
-  if ready; then
-    echo "broker: RabbitMQ is up on 127.0.0.1:$port"
-    exit 0
+# ctl ARGS...: rabbitmqctl against the version's node, bounded in time.
+ctl() {
+  if [ -z "$suite" ]; then
+    timeout --kill-after=10 60 rabbitmqctl -q "$@"
+  else
+    timeout --kill-after=10 60 chroot "$dir" rabbitmqctl -q -n "$node" "$@"
   fi
-  sleep 1
-done
-echo "broker: RabbitMQ did not come up on 127.0.0.1:$port within 90 s" >&2
-exit 1
+}
+
+# The machine's broker: today's behaviour of broker.sh, unchanged.
+up_local() {
+  ready() { answers "$amqp_port" && rabbitmqctl -q await_startup >/dev/null 2>&1; }
+  if answers "$amqp_port" && { ! command -v rabbitmqctl >/dev/null || ready; }; then
+    say "RabbitMQ answers on 127.0.0.1:$amqp_port"
+    return 0
+  fi
+  if ! command -v rabbitmq-server >/dev/null 2>&1; then
+    say "rabbitmq-server is not installed; installing the Debian package rabbitmq-server (apt-get install)"
+    sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive sudo_cmd apt-get install -y -qq rabbitmq-server
+  fi
+  if ! answers "$amqp_port"; then
+    say "starting rabbitmq-server -detached"
+    rabbitmq-server -detached || true
+  fi
+  for _ in $(seq 1 90); do
+    if ready; then
+      say "RabbitMQ is up on 127.0.0.1:$amqp_port"
+      return 0
+    fi
+    sleep 1
+  done
+  die "RabbitMQ did not come up on 127.0.0.1:$amqp_port within 90 s"
+}
+
+# mirror: the Debian mirror apt already uses on this machine.
+mirror() {
+  local m
+  m="$(grep -hs -E '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list /etc/apt/sources.list 2>/dev/null |
+    grep -v -e security -e '\[.*\]' | sed -E 's/^URIs:[[:space:]]*//; s/^deb[[:space:]]+//; s/[[:space:]].*//' | head -n 1)"
+  echo "${m:-http://deb.debian.org/debian}"
+}
+
+# build: the debootstrapped folder, when it is missing or incomplete.
+build() {
+  [ -x "$dir/usr/sbin/rabbitmq-server" ] && return 0
+  mkdir -p "$brokers_dir"
+  if ! command -v debootstrap >/dev/null 2>&1; then
+    say "debootstrap is not installed; installing the Debian package debootstrap (apt-get install)"
+    sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive sudo_cmd apt-get install -y -qq debootstrap
+  fi
+  local m
+  m="$(mirror)"
+  if [ -e "$dir" ]; then
+    say "$dir has no rabbitmq-server: removing it to build it again"
+    unmount
+    rm -rf --one-file-system "$dir"
+  fi
+  say "installing Debian $suite (minbase) with its rabbitmq-server package into $dir from $m (about 400 MB, 1.5 min; log $dir.log)"
+  if ! sudo_cmd debootstrap --variant=minbase --include=rabbitmq-server "$suite" "$dir" "$m" >"$dir.log" 2>&1; then
+    tail -n 20 "$dir.log" >&2
+    die "debootstrap of $suite failed (log $dir.log)"
+  fi
+}
+
+mounts() {
+  mountpoint -q "$dir/proc" || sudo_cmd mount -t proc proc "$dir/proc"
+  mountpoint -q "$dir/dev" || sudo_cmd mount --bind /dev "$dir/dev"
+  cmp -s /etc/hosts "$dir/etc/hosts" || cp /etc/hosts "$dir/etc/hosts"
+}
+
+unmount() {
+  ! mountpoint -q "$dir/proc" 2>/dev/null || sudo_cmd umount "$dir/proc" || true
+  ! mountpoint -q "$dir/dev" 2>/dev/null || sudo_cmd umount "$dir/dev" || true
+}
+
+up_chroot() {
+  mkdir -p "$brokers_dir"
+  exec 9>"$brokers_dir/.$suite.lock"
+  flock 9 # one `up` per folder at a time: parallel callers wait, then adopt
+  if answers "$amqp_port" && ctl await_startup --timeout 10 >/dev/null 2>&1; then
+    touch "$brokers_dir/$suite.up"
+    say "RabbitMQ $version answers on 127.0.0.1:$amqp_port ($node in $dir)"
+    return 0
+  fi
+  answers "$amqp_port" && die "127.0.0.1:$amqp_port answers, but not as $node in $dir"
+  build
+  mounts
+  rm -f "$brokers_dir/$suite.up"
+  say "starting $node in $dir: AMQP 127.0.0.1:$amqp_port, distribution $dist_port"
+  # The node must not inherit the lock (fd 9) nor our output: it outlives
+  # this script, and would hold the one and keep a caller's $(…) open.
+  if ! chroot "$dir" env HOME=/var/lib/rabbitmq RABBITMQ_NODENAME="$node" \
+    RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT="$dist_port" rabbitmq-server -detached \
+    9>&- </dev/null >"$brokers_dir/$suite.start.log" 2>&1; then
+    say "rabbitmq-server -detached failed (a node still starting?); waiting for it all the same:"
+    cat "$brokers_dir/$suite.start.log" >&2
+  fi
+  local deadline=$((SECONDS + start_timeout))
+  until answers "$amqp_port" && ctl await_startup --timeout 10 >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      tail -n 40 "$dir/var/log/rabbitmq/$node.log" >&2 2>/dev/null || true
+      die "$node did not answer on 127.0.0.1:$amqp_port within ${start_timeout}s"
+    fi
+    sleep 1
+  done
+  touch "$brokers_dir/$suite.up"
+  say "RabbitMQ $version is up on 127.0.0.1:$amqp_port ($node in $dir)"
+}
+
+up() {
+  version="${1:-3.10}"
+  layout "$version"
+  if [ -z "$suite" ]; then up_local; else up_chroot; fi
+}
+
+down() {
+  version="${1:-}"
+  [ -n "$version" ] || die "usage: $0 down 4.0|4.3"
+  layout "$version"
+  [ -n "$suite" ] || die "never stopping the machine's own broker (3.10 on 5672)"
+  rm -f "$brokers_dir/$suite.up"
+  if ctl status >/dev/null 2>&1; then
+    say "stopping $node in $dir"
+    ctl stop >/dev/null
+  else
+    say "$node is not running"
+  fi
+}
+
+env_lines() {
+  up "${1:-3.10}" >&2
+  local ctlcmd="rabbitmqctl"
+  [ -z "$suite" ] || ctlcmd="chroot $dir rabbitmqctl -n $node"
+  echo "export AMQP_URL='amqp://guest:guest@127.0.0.1:$amqp_port/'"
+  echo "export RABBITMQCTL='$ctlcmd'"
+}
+
+case "${1:-up}" in
+up) up "${2:-3.10}" ;;
+down) down "${2:-}" ;;
+env) env_lines "${2:-3.10}" ;;
+versions) printf '%s\n' 3.10 4.0 4.3 ;;
+*) die "usage: $0 [up [VERSION] | down VERSION | env VERSION | versions]" ;;
+esac

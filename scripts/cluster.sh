@@ -17,10 +17,21 @@
 # (/var/lib/rabbitmq/.erlang.cookie): the Debian wrapper runs every
 # rabbitmq-server and rabbitmqctl as that user when called as root.
 #
+# When RABBITMQCTL names a chroot (`eval "$(scripts/broker.sh env 4.3)"`), the
+# three nodes run from that folder's RabbitMQ (a 4.3 cluster inside the sid
+# folder) and $CLUSTER_BASE is a path inside it; the folder's own node
+# (rabbit43@localhost) is not touched either.
+#
 # `up` fails loudly (after tearing down what it started) when the cluster is
 # not up with three running nodes within its time bounds. `down` is safe to
 # run when nothing is up.
 set -Eeuo pipefail
+
+# node-lib.sh for root, rootcmd and in_root (the installation the nodes run
+# from); the node functions below are this script's own, for three nodes.
+me=cluster
+# shellcheck source=scripts/node-lib.sh
+. "$(dirname "$0")/node-lib.sh"
 
 base="${CLUSTER_BASE:-/tmp/acemq-cluster}"
 nodes=(c1 c2 c3)
@@ -37,7 +48,7 @@ dist_port() { echo $((25680 + ${1#c})); } # c1 -> 25681
 ctl() {
   local node="$1"
   shift
-  timeout --kill-after=10 "$ctl_timeout" rabbitmqctl -q -n "$node@localhost" "$@"
+  timeout --kill-after=10 "$ctl_timeout" "${rootcmd[@]}" rabbitmqctl -q -n "$node@localhost" "$@"
 }
 
 # node_env NODE: the environment one node runs with. RABBITMQ_CONF_ENV_FILE
@@ -45,6 +56,7 @@ ctl() {
 # names the shared node) is not read.
 node_env() {
   local n="$1" d="$base/$1"
+  [ -z "$root" ] || echo "HOME=/var/lib/rabbitmq"
   echo "RABBITMQ_CONF_ENV_FILE=$d/rabbitmq-env.conf"
   echo "RABBITMQ_NODENAME=$n@localhost"
   echo "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1"
@@ -61,9 +73,9 @@ node_env() {
 }
 
 prepare() {
-  local n="$1" d="$base/$1"
+  local n="$1" d="$root$base/$1"
   mkdir -p "$d/mnesia" "$d/log"
-  node_env "$n" | sed -e 's/^RABBITMQ_//' -e "s/^\(ERL_FLAGS=\)\(.*\)/export \1\"\2\"/" >"$d/rabbitmq-env.conf"
+  node_env "$n" | grep -v '^HOME=' | sed -e 's/^RABBITMQ_//' -e "s/^\(ERL_FLAGS=\)\(.*\)/export \1\"\2\"/" >"$d/rabbitmq-env.conf"
   cat >"$d/rabbitmq.conf" <<EOF
 listeners.tcp.local = 127.0.0.1:$(port "$n")
 loopback_users.guest = true
@@ -93,7 +105,7 @@ await() {
   until ctl "$n" await_startup --timeout 10 >/dev/null 2>&1; do
     if ((SECONDS >= deadline)); then
       echo "cluster: $n@localhost did not start within ${start_timeout}s; its log:" >&2
-      tail -n 40 "$base/$n/log/$n@localhost.log" >&2 2>/dev/null || true
+      tail -n 40 "$root$base/$n/log/$n@localhost.log" >&2 2>/dev/null || true
       return 1
     fi
     sleep 1
@@ -106,20 +118,20 @@ running_nodes() {
 }
 
 up() {
-  command -v rabbitmq-server >/dev/null || die "rabbitmq-server is not installed (run make broker)"
+  in_root sh -c "command -v rabbitmq-server" >/dev/null || die "rabbitmq-server is not installed (run make broker)"
   for n in "${nodes[@]}"; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$(port "$n")") 2>/dev/null; then
       die "port $(port "$n") is taken (a cluster already up? run: $0 down)"
     fi
   done
-  if [ -e "$base" ]; then
+  if [ -e "$root$base" ]; then
     say "removing the leftovers of an earlier run"
     down
   fi
-  mkdir -p "$base"
+  mkdir -p "$root$base"
   for n in "${nodes[@]}"; do prepare "$n"; done
-  chown -R rabbitmq:rabbitmq "$base"
-  chmod 755 "$base"
+  in_root chown -R rabbitmq:rabbitmq "$base"
+  chmod 755 "$root$base"
 
   up_ok=0
   trap '[ "${up_ok:-0}" = 1 ] || { echo "cluster: up failed; tearing down" >&2; down >&2 || true; }' EXIT
@@ -128,7 +140,7 @@ up() {
     say "starting $n@localhost on 127.0.0.1:$(port "$n")"
     local -a envs
     mapfile -t envs < <(node_env "$n")
-    env "${envs[@]}" rabbitmq-server -detached
+    in_root env "${envs[@]}" rabbitmq-server -detached
   done
   for n in "${nodes[@]}"; do await "$n"; done
   for n in c2 c3; do
@@ -172,8 +184,8 @@ down() {
     fi
   done
   case "$base" in
-  /tmp/* | "${TMPDIR:-/tmp}"/*) rm -rf "$base" ;;
-  *) [ -e "$base" ] && echo "cluster: not removing $base (outside the temp directory)" >&2 ;;
+  /tmp/* | "${TMPDIR:-/tmp}"/*) rm -rf "$root$base" ;;
+  *) [ -e "$root$base" ] && echo "cluster: not removing $base (outside the temp directory)" >&2 ;;
   esac
   return 0
 }
@@ -189,12 +201,13 @@ node_arg() {
 # away with the broker application (stop_app), the VM may stay: the VM is
 # known by the environment this script started it with.
 ours() {
-  tr '\0' '\n' <"/proc/$2/environ" 2>/dev/null |
+  [ "$(readlink "/proc/$2/root" 2>/dev/null)" = "${root:-/}" ] &&
+    tr '\0' '\n' <"/proc/$2/environ" 2>/dev/null |
     grep -qx "RABBITMQ_MNESIA_BASE=$base/$1/mnesia"
 }
 node_pid() {
   local n="$1" pid=""
-  [ -f "$base/$n/$n.pid" ] && pid="$(cat "$base/$n/$n.pid" 2>/dev/null || true)"
+  [ -f "$root$base/$n/$n.pid" ] && pid="$(cat "$root$base/$n/$n.pid" 2>/dev/null || true)"
   if [ -n "$pid" ] && ours "$n" "$pid"; then
     echo "$pid"
     return
@@ -221,12 +234,12 @@ kill_node() {
 start_node() {
   local n
   n="$(node_arg "${1:-}")"
-  [ -d "$base/$n" ] || die "$n@localhost was never set up (run: $0 up)"
+  [ -d "$root$base/$n" ] || die "$n@localhost was never set up (run: $0 up)"
   if [ -z "$(node_pid "$n")" ]; then
     say "starting $n@localhost on 127.0.0.1:$(port "$n")"
     local -a envs
     mapfile -t envs < <(node_env "$n")
-    env "${envs[@]}" rabbitmq-server -detached
+    in_root env "${envs[@]}" rabbitmq-server -detached
   elif ! ctl "$n" await_startup --timeout 5 >/dev/null 2>&1; then
     step "$n" start_app
   fi

@@ -29,7 +29,7 @@ me=mgmtnode
 . "$(dirname "$0")/node-lib.sh"
 
 up() {
-  command -v rabbitmq-server >/dev/null || die "rabbitmq-server is not installed (run make broker)"
+  in_root sh -c "command -v rabbitmq-server" >/dev/null || die "rabbitmq-server is not installed (run make broker)"
   for p in "$amqp_port" "$http_port"; do
     answers "$p" && die "port $p is taken (a management node already up? run: $0 down)"
   done
@@ -41,11 +41,10 @@ up() {
     echo "loopback_users.guest = true"
     echo "log.console = false"
     echo "log.file.level = info"
-  } >"$base/rabbitmq.conf"
-  echo "[]." >"$base/advanced.config"
-  echo "[rabbitmq_management]." >"$base/enabled_plugins"
-  chown -R rabbitmq:rabbitmq "$base"
-  chmod 755 "$base"
+  } >"$root$base/rabbitmq.conf"
+  echo "[]." >"$root$base/advanced.config"
+  echo "[rabbitmq_management]." >"$root$base/enabled_plugins"
+  own_base
   start_node "$http_port" "AMQP 127.0.0.1:$amqp_port, management API 127.0.0.1:$http_port"
 }
 

@@ -10,16 +10,30 @@
 #   ctl_timeout    seconds per rabbitmqctl call
 #
 # and writes the node's rabbitmq.conf, advanced.config and enabled_plugins
-# itself; everything else — the environment the node runs in, starting it,
+# itself (under "$root$base": see below); everything else — the environment the node runs in, starting it,
 # finding its VM and tearing it down — is here, once.
 
 say() { echo "$me: $*"; }
 die() { echo "$me: $*" >&2; exit 1; }
 
-ctl() { timeout --kill-after=10 "$ctl_timeout" rabbitmqctl -q -n "$node@localhost" "$@"; }
+# root: the installation the node runs from. Empty is the machine's own
+# RabbitMQ; when RABBITMQCTL names a chroot (scripts/broker.sh env 4.3 prints
+# `chroot /var/cache/acemq/brokers/sid rabbitmqctl -n …`), the node runs
+# from that folder's RabbitMQ, so a suite on 4.3 gets a 4.3 node of its own.
+# $base is then a path inside the folder; "$root$base" is the same place as
+# seen from outside.
+root="" rootcmd=()
+if [[ "${RABBITMQCTL:-}" =~ ^chroot[[:space:]]+([^[:space:]]+) ]]; then
+  root="${BASH_REMATCH[1]}" rootcmd=(chroot "${BASH_REMATCH[1]}")
+fi
+# in_root CMD...: run CMD in the node's installation.
+in_root() { "${rootcmd[@]}" "$@"; }
+
+ctl() { timeout --kill-after=10 "$ctl_timeout" "${rootcmd[@]}" rabbitmqctl -q -n "$node@localhost" "$@"; }
 answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 node_env() {
+  [ -z "$root" ] || echo "HOME=/var/lib/rabbitmq"
   echo "RABBITMQ_CONF_ENV_FILE=$base/rabbitmq-env.conf"
   echo "RABBITMQ_NODENAME=$node@localhost"
   echo "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1"
@@ -39,14 +53,21 @@ node_env() {
 # with the env file the node reads, and a trap that tears everything down if
 # `up` does not get to set up_ok=1.
 prepare_base() {
-  if [ -e "$base" ]; then
+  if [ -e "$root$base" ]; then
     say "removing the leftovers of an earlier run"
     down
   fi
   up_ok=0
   trap '[ "${up_ok:-0}" = 1 ] || { echo "$me: up failed; tearing down" >&2; down >&2 || true; }' EXIT
-  mkdir -p "$base/mnesia" "$base/log"
-  node_env | sed -e 's/^RABBITMQ_//' -e "s/^\(ERL_FLAGS=\)\(.*\)/export \1\"\2\"/" >"$base/rabbitmq-env.conf"
+  mkdir -p "$root$base/mnesia" "$root$base/log"
+  node_env | grep -v '^HOME=' | sed -e 's/^RABBITMQ_//' -e "s/^\(ERL_FLAGS=\)\(.*\)/export \1\"\2\"/" >"$root$base/rabbitmq-env.conf"
+}
+
+# own_base: hand $base to the installation's rabbitmq user (its uid differs
+# between the machine and a chroot).
+own_base() {
+  in_root chown -R rabbitmq:rabbitmq "$base"
+  chmod 755 "$root$base"
 }
 
 # start_node PORT WHAT: start the node and wait until it has started and
@@ -57,12 +78,12 @@ start_node() {
   say "starting $node@localhost: $what"
   local -a envs
   mapfile -t envs < <(node_env)
-  env "${envs[@]}" rabbitmq-server -detached
+  in_root env "${envs[@]}" rabbitmq-server -detached
   local deadline=$((SECONDS + start_timeout))
   until ctl await_startup --timeout 10 >/dev/null 2>&1 && answers "$port"; do
     if ((SECONDS >= deadline)); then
       echo "$me: $node@localhost did not answer on $port within ${start_timeout}s; its log:" >&2
-      tail -n 40 "$base/log/$node@localhost.log" >&2 2>/dev/null || true
+      tail -n 40 "$root$base/log/$node@localhost.log" >&2 2>/dev/null || true
       exit 1
     fi
     sleep 1
@@ -75,11 +96,12 @@ start_node() {
 # with the broker application; the VM is known by the environment it was
 # started with.
 ours() {
-  tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -qx "RABBITMQ_MNESIA_BASE=$base/mnesia"
+  [ "$(readlink "/proc/$1/root" 2>/dev/null)" = "${root:-/}" ] &&
+    tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -qx "RABBITMQ_MNESIA_BASE=$base/mnesia"
 }
 node_pid() {
   local pid=""
-  [ -f "$base/$node.pid" ] && pid="$(cat "$base/$node.pid" 2>/dev/null || true)"
+  [ -f "$root$base/$node.pid" ] && pid="$(cat "$root$base/$node.pid" 2>/dev/null || true)"
   if [ -n "$pid" ] && ours "$pid"; then
     echo "$pid"
     return
@@ -113,8 +135,8 @@ down() {
     fi
   fi
   case "$base" in
-  /tmp/* | "${TMPDIR:-/tmp}"/*) rm -rf "$base" ;;
-  *) [ -e "$base" ] && echo "$me: not removing $base (outside the temp directory)" >&2 ;;
+  /tmp/* | "${TMPDIR:-/tmp}"/*) rm -rf "$root$base" ;;
+  *) [ -e "$root$base" ] && echo "$me: not removing $base (outside the temp directory)" >&2 ;;
   esac
   return 0
 }

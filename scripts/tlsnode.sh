@@ -37,13 +37,13 @@ up() {
   for f in ca.pem server.pem server-key.pem; do
     [ -r "$certs/$f" ] || die "$certs/$f is missing"
   done
-  command -v rabbitmq-server >/dev/null || die "rabbitmq-server is not installed (run make broker)"
+  in_root sh -c "command -v rabbitmq-server" >/dev/null || die "rabbitmq-server is not installed (run make broker)"
   for p in "$amqp_port" "$amqps_port"; do
     answers "$p" && die "port $p is taken (a TLS node already up? run: $0 down)"
   done
   prepare_base
-  mkdir -p "$base/certs"
-  cp "$certs/ca.pem" "$certs/server.pem" "$certs/server-key.pem" "$base/certs/"
+  mkdir -p "$root$base/certs"
+  cp "$certs/ca.pem" "$certs/server.pem" "$certs/server-key.pem" "$root$base/certs/"
   {
     echo "listeners.tcp.local = 127.0.0.1:$amqp_port"
     echo "listeners.ssl.local = 127.0.0.1:$amqps_port"
@@ -55,12 +55,11 @@ up() {
     echo "loopback_users.guest = true"
     echo "log.console = false"
     echo "log.file.level = info"
-  } >"$base/rabbitmq.conf"
-  echo "[]." >"$base/advanced.config"
-  echo "[]." >"$base/enabled_plugins"
-  chown -R rabbitmq:rabbitmq "$base"
-  chmod 755 "$base"
-  chmod 600 "$base/certs/server-key.pem"
+  } >"$root$base/rabbitmq.conf"
+  echo "[]." >"$root$base/advanced.config"
+  echo "[]." >"$root$base/enabled_plugins"
+  own_base
+  chmod 600 "$root$base/certs/server-key.pem"
   start_node "$amqps_port" "AMQP 127.0.0.1:$amqp_port, AMQPS 127.0.0.1:$amqps_port"
 }
 

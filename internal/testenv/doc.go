@@ -8,8 +8,12 @@
 //     from it, CleanupDerived), CleanupExchanges, Publish, Count,
 //     WaitCount, GetAll, and Stop for a consumer;
 //   - faults and checks: Proxy (a TCP proxy in front of the broker, to cut
-//     or refuse connections), ClosedAddr, Rabbitmqctl, Eventually, Poll and Wait,
-//     NoLeaks (goroutines back to baseline when the test ends), CPU;
+//     or refuse connections), ClosedAddr, Rabbitmqctl (the command line from
+//     RABBITMQCTL, default `rabbitmqctl`: every rabbitmqctl call of the
+//     tests goes through it), Eventually, Poll and Wait, NoLeaks (goroutines
+//     back to baseline when the test ends), CPU;
+//   - the broker's version (BrokerVersion, from the connection's server
+//     properties), for the tests whose assertions differ by version;
 //   - logs: Logger and Discard, and LogRecorder, a slog.Handler that keeps
 //     every record for assertions on the library's events.
 //

@@ -4,7 +4,10 @@
 // the raw baseline of its group, the client's CPU time per message (this
 // process, from getrusage), the broker's CPU time per message (the
 // beam.smp process, from /proc/<pid>/stat) and the client's heap
-// allocations per message. `make bench` runs it.
+// allocations per message. `make bench` runs it, on the machine's broker
+// and on RabbitMQ 4.3 (RABBITMQCTL, as scripts/broker.sh env prints it,
+// finds the broker's process). Consuming and publishing are measured on
+// classic and (-quorum, default on) quorum queues.
 //
 // Rounds alternate the contestants of a group, the one going first
 // rotating round by round, so drift on a busy machine hits all alike; every

@@ -50,6 +50,7 @@ var (
 	only      = flag.String("only", "", "run only the groups whose title contains this")
 	profile   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprof   = flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
+	quorum    = flag.Bool("quorum", true, "also measure consuming and publishing on quorum queues (the library's default queue type)")
 )
 
 func envOr(k, def string) string {
@@ -193,7 +194,13 @@ func findBroker(ctx context.Context) (int, string) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if out, err := exec.CommandContext(cctx, "rabbitmqctl", "eval", "os:getpid().").Output(); err == nil {
+	// RABBITMQCTL, as the tests read it: the command for the broker at
+	// -url when it is not the machine's own (scripts/broker.sh env 4.3).
+	ctl := strings.Fields(os.Getenv("RABBITMQCTL"))
+	if len(ctl) == 0 {
+		ctl = []string{"rabbitmqctl"}
+	}
+	if out, err := exec.CommandContext(cctx, ctl[0], append(ctl[1:], "eval", "os:getpid().")...).Output(); err == nil {
 		if pid, err := strconv.Atoi(strings.Trim(strings.TrimSpace(string(out)), `"`)); err == nil && pid > 0 {
 			return pid, "rabbitmqctl eval 'os:getpid().'"
 		}
@@ -341,19 +348,27 @@ func run(ctx context.Context) error {
 
 	base := "bench.acemq." + mq.NewMessageID()
 	queues := []string{base, base + ".1", base + ".2", base + ".3"}
+	// The same on quorum queues, the library's default type.
+	qqueues := []string{base + ".q", base + ".q.1", base + ".q.2", base + ".q.3"}
 	plan := topology.New()
 	for _, q := range queues {
 		plan = plan.Queue(q, topology.Classic())
 	}
+	if *quorum {
+		for _, q := range qqueues {
+			plan = plan.Queue(q, topology.Quorum())
+		}
+	}
 	if err := b.Declare(ctx, plan); err != nil {
 		return err
 	}
+	all := slices.Concat(queues, qqueues)
 	defer func() {
-		for _, q := range queues {
+		for _, q := range all {
 			_, _ = b.DeleteQueue(context.Background(), q)
 		}
 	}()
-	q := queues[0]
+	q, qq := queues[0], qqueues[0]
 
 	body := make([]byte, 256)
 	for i := range body {
@@ -370,11 +385,19 @@ func run(ctx context.Context) error {
 				return err
 			}
 		}
+		if *quorum {
+			for _, q := range qqueues {
+				if _, err := ch.QueuePurge(q, false); err != nil {
+					return err
+				}
+			}
+		}
 		return nil
 	}
 	fill := func(via *mq.Broker) func() error {
 		return func() error { return fillQueue(ctx, via, q, body, *conN) }
 	}
+	qfill := func() error { return fillQueue(ctx, filler, qq, body, *conN) }
 	want := func(title string) bool { return *only == "" || strings.Contains(title, *only) }
 
 	var groups []group
@@ -424,6 +447,29 @@ func run(ctx context.Context) error {
 			run: func() (mark, mark, int, error) { return oursPublish(ctx, p, b, queues, body, *pubN, *workers) }},
 	}); err != nil {
 		return err
+	}
+	if *quorum {
+		pf := pfs[0]
+		title := fmt.Sprintf("Consuming, prefetch %d (256-byte persistent messages, quorum queue, no-op handler)", pf)
+		if err := add(title, []contestant{
+			{name: "raw amqp091-go, `Ack(tag, false)` per message", prepare: qfill,
+				run: func() (mark, mark, int, error) { return rawConsume(p, conn, qq, *conN, pf, 1) }},
+			{name: "raw, `Ack(tag, multiple=true)` every 10", prepare: qfill,
+				run: func() (mark, mark, int, error) { return rawConsume(p, conn, qq, *conN, pf, 10) }},
+			{name: "`Consume` with `middleware.Standard`", prepare: qfill,
+				run: func() (mark, mark, int, error) { return oursConsume(ctx, p, b, qq, *conN, pf) }},
+		}); err != nil {
+			return err
+		}
+		title = fmt.Sprintf("Publishing, %d goroutines round-robin over four quorum queues (256-byte persistent, confirms on)", *workers)
+		if err := add(title, []contestant{
+			{name: fmt.Sprintf("raw amqp091-go, one channel, %d confirms in flight", *workers),
+				run: func() (mark, mark, int, error) { return rawPublish(p, conn, qqueues, body, *pubN, *workers) }},
+			{name: fmt.Sprintf("one `Publisher`, `Publish` from %d goroutines", *workers),
+				run: func() (mark, mark, int, error) { return oursPublish(ctx, p, b, qqueues, body, *pubN, *workers) }},
+		}); err != nil {
+			return err
+		}
 	}
 	title = "Publishing in batches of 1000, one queue"
 	if err := add(title, []contestant{
