@@ -30,7 +30,10 @@ type session struct {
 	// slots holds one token per delivery being handled: at most the
 	// consumer's concurrency. A delivery waiting in-process gives its token
 	// back (Delivery.Wait) and a worker goroutine is added in its place, so
-	// the queue goes on; workers counts those goroutines.
+	// the queue goes on; workers counts those goroutines. The tokens are
+	// the consumer's (Consumer.slots), shared by its sessions: a handler
+	// still running after its session ended (it ignores its context) keeps
+	// its own token in the next session, and only that one.
 	slots   chan struct{}
 	workers atomic.Int32
 	wg      sync.WaitGroup
@@ -94,7 +97,7 @@ func openSession(ctx context.Context, c *Consumer) (*session, error) {
 		c.b.closeLater(l.ch)
 		return nil, err
 	}
-	s := &session{c: c, st: cn, draining: make(chan struct{}), slots: make(chan struct{}, c.cfg.concurrency),
+	s := &session{c: c, st: cn, draining: make(chan struct{}), slots: c.slots,
 		lost: make(chan *amqp.Error, 1), cancels: make(chan string, 1),
 		move: make(chan struct{}, 1), moverDone: make(chan struct{}),
 		lanes: []*lane{l}, streams: []*stream{st}}
@@ -150,7 +153,7 @@ func (s *session) serve() string {
 		s.dropAcks()
 		s.drain()
 		s.cancel()
-		<-workersDone
+		s.awaitCut(workersDone)
 		if e == nil {
 			return "channel closed"
 		}
@@ -166,6 +169,27 @@ func (s *session) serve() string {
 		return "delivery stream ended"
 	}
 }
+
+// awaitCut waits, after a loss, for the handlers whose contexts it cut,
+// at most lostGrace: a handler that ignores its context must not keep the
+// consumer from resubscribing. One still running then is the consumer's
+// to wait for (Consumer.outlive); it holds its slot until it returns, and
+// settles on a channel that is gone (the broker has requeued its delivery).
+func (s *session) awaitCut(workersDone <-chan struct{}) {
+	t := time.NewTimer(lostGrace)
+	defer t.Stop()
+	select {
+	case <-workersDone:
+	case <-t.C:
+		s.c.log.Warn("acemq.consumer.handler.stuck", "after", lostGrace)
+		s.c.outlive(workersDone)
+	}
+}
+
+// lostGrace is how long a session that lost its channel waits for its
+// handlers, their contexts cancelled, before the consumer resubscribes
+// without them.
+const lostGrace = time.Second
 
 // release gives back a delivery of st that was never started, with
 // basic.nack: it is nobody's failure, and RabbitMQ 4.3 does not count such
