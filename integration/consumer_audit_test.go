@@ -7,10 +7,13 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
@@ -62,5 +65,96 @@ func TestAuditStuckHandlerDoesNotStopResubscription(t *testing.T) {
 	case <-c.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("Done not closed 10 s after the stuck handler returned")
+	}
+}
+
+// A fresh message that shares its id with one the consumer returned
+// earlier is attempt 1: the memo of returns describes the returned copy,
+// not every message with its id.
+func TestAuditFreshMessageWithAReturnedIdIsAttemptOne(t *testing.T) {
+	b, _ := consBroker(t)
+	q := coreQueue(t, b, nil)
+	pub := b.Publisher("")
+	ctx := testenv.Context(t, 30*time.Second)
+	var fresh atomic.Int32 // the attempt the second message read
+	var newSeen atomic.Bool
+	h := mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+		if string(d.Body) == "new" {
+			fresh.Store(int32(d.Attempt()))
+			newSeen.Store(true)
+			return nil
+		}
+		if d.Attempt() == 3 {
+			if err := pub.Publish(ctx, q, mq.Message{MessageId: "dup", Body: []byte("new")}); err != nil {
+				return mq.Requeue(err)
+			}
+		}
+		if !newSeen.Load() && d.Attempt() < 20 {
+			return mq.Requeue(fmt.Errorf("not yet"))
+		}
+		return nil
+	})
+	c, err := b.Consume(ctx, q, h, mq.WithRequeuePause(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Stop(t, c)
+	testenv.Publish(t, b, q, mq.Message{MessageId: "dup", Body: []byte("old")})
+	testenv.Eventually(t, 20*time.Second, newSeen.Load, "the second message never came")
+	if got := fresh.Load(); got != 1 {
+		t.Fatalf("a fresh message with the id of one requeued earlier read attempt %d, want 1", got)
+	}
+}
+
+// Two replicas: A returns a message and loses its connection before the
+// redelivery; B takes it; a replay of it lands on A, which must not charge
+// it with what it remembered of the copy before.
+func TestAuditReplayOnAReplicaThatRememberedTheIdIsAttemptOne(t *testing.T) {
+	direct, a, p, q := coreCutRig(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	var first atomic.Bool
+	var replayAttempt atomic.Int32
+	cutNow := make(chan struct{})
+	ha := mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+		if d.Headers[mq.HeaderReplayedAt] != nil {
+			replayAttempt.Store(int32(d.Attempt()))
+			return nil
+		}
+		if first.CompareAndSwap(false, true) {
+			close(cutNow) // cut during the requeue pause: remembered, never redelivered here
+			return mq.Requeue(fmt.Errorf("fails once"))
+		}
+		return nil
+	})
+	ca, err := a.Consume(ctx, q, ha, mq.WithRequeuePause(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Stop(t, ca)
+	testenv.Publish(t, direct, q, mq.Message{MessageId: "replica", Body: []byte("x")})
+	select {
+	case <-cutNow:
+	case <-ctx.Done():
+		t.Fatal("replica A never got the message")
+	}
+	time.Sleep(100 * time.Millisecond) // settle has remembered it and pauses
+	var onB atomic.Bool
+	cb, err := direct.Consume(ctx, q, mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+		onB.Store(true)
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Cut()
+	testenv.Eventually(t, 10*time.Second, onB.Load, "replica B never got the message A lost")
+	testenv.Stop(t, cb)
+	// The operator replays it (as ops.Replay does: same id, attempt reset,
+	// replayed-at stamped).
+	testenv.Publish(t, direct, q, mq.Message{MessageId: "replica", Body: []byte("x"),
+		Headers: amqp.Table{mq.HeaderReplayedAt: time.Now().UTC()}})
+	testenv.Eventually(t, 10*time.Second, func() bool { return replayAttempt.Load() != 0 }, "the replay never reached A")
+	if got := replayAttempt.Load(); got != 1 {
+		t.Fatalf("the replay read attempt %d on the replica that remembered its id, want 1", got)
 	}
 }

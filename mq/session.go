@@ -431,7 +431,6 @@ func (s *session) settle(d *Delivery, err error) {
 		if d.outcome == "" {
 			d.outcome = OutcomeAck
 		}
-		c.memo.forget(d)
 		serr = d.lane.acks.Ack(d.DeliveryTag)
 	case errors.Is(err, ErrRequeue):
 		d.outcome, d.cause = OutcomeRequeue, err
@@ -452,7 +451,6 @@ func (s *session) settle(d *Delivery, err error) {
 		serr = d.lane.acks.Give(d.DeliveryTag, giveRequeue) // counted: the message failed
 	default:
 		d.outcome, d.cause = OutcomeReject, err
-		c.memo.forget(d)
 		c.log.Warn("acemq.message.rejected", "message_id", d.MessageId, "attempt", d.attempt, "error", err)
 		serr = d.lane.acks.Give(d.DeliveryTag, giveReject)
 	}
