@@ -17,6 +17,7 @@ import (
 
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/retry"
 )
 
 // A handler that ignores its context holds its own slot across a lost
@@ -156,5 +157,68 @@ func TestAuditReplayOnAReplicaThatRememberedTheIdIsAttemptOne(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool { return replayAttempt.Load() != 0 }, "the replay never reached A")
 	if got := replayAttempt.Load(); got != 1 {
 		t.Fatalf("the replay read attempt %d on the replica that remembered its id, want 1", got)
+	}
+}
+
+// auditVersion is the version the test broker reports ("3.10.8", "4.3.6").
+func auditVersion(t *testing.T) string {
+	t.Helper()
+	conn, err := amqp.Dial(testenv.URL())
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer conn.Close()
+	v, _ := conn.Properties["version"].(string)
+	return v
+}
+
+// auditCountsOnlyFailures says whether the broker counts only the returns
+// that say a message failed toward x-delivery-count (RabbitMQ 4.3 on).
+func auditCountsOnlyFailures(v string) bool {
+	var major, minor int
+	fmt.Sscanf(v, "%d.%d", &major, &minor)
+	return major > 4 || major == 4 && minor >= 3
+}
+
+// Stopping a consumer with a window of deliveries it never started gives
+// them back as nobody's failure: on 4.3, deploy after deploy, their
+// x-delivery-count stays absent.
+func TestAuditRepeatedStopsLeaveTheDeliveryCount(t *testing.T) {
+	b, _ := consBroker(t)
+	q := testenv.Queue(t, b, retry.Policy{})
+	const total, window, rounds = 60, 50, 3
+	testenv.Publish(t, b, q, consMessages("deploy", total)...)
+	var handled atomic.Int32
+	for round := range rounds {
+		var started atomic.Int32
+		c, err := b.Consume(testenv.Context(t, 10*time.Second), q, mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+			started.Add(1)
+			time.Sleep(20 * time.Millisecond)
+			handled.Add(1)
+			return nil
+		}), mq.WithPrefetch(window), mq.WithConcurrency(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			m, _ := b.MessageCount(testenv.Context(t, 5*time.Second), q)
+			return started.Load() > 0 && m <= total-int(handled.Load())-window
+		}, "round %d: the consumer did not receive its window", round)
+		testenv.Stop(t, c)
+	}
+	got := testenv.GetAll(t, b, q)
+	if len(got)+int(handled.Load()) != total {
+		t.Fatalf("%d left and %d handled of %d published", len(got), handled.Load(), total)
+	}
+	counted := 0
+	for _, d := range got {
+		if n, _ := d.Headers["x-delivery-count"].(int64); n > 0 {
+			counted++
+		}
+	}
+	v := auditVersion(t)
+	t.Logf("RabbitMQ %s: %d of %d messages left after %d stops carry x-delivery-count > 0", v, counted, len(got), rounds)
+	if auditCountsOnlyFailures(v) && counted != 0 {
+		t.Fatalf("after %d stops %d of %d messages carry x-delivery-count > 0, want 0", rounds, counted, len(got))
 	}
 }

@@ -97,7 +97,8 @@ func (c *Consumer) Err() error {
 // Stop drains the consumer: it cancels consumption, lets in-flight
 // handlers finish within ctx and settles them, closes the channels, then
 // runs the middleware's Stop hooks. Messages received but not yet handled
-// go back to the queue with basic.nack before the channels close: nobody's
+// go back to the queue with one multiple basic.nack per channel, whose
+// arrival a round trip confirms before the channel closes: nobody's
 // failure, which RabbitMQ 4.3 does not count toward a quorum queue's
 // delivery limit (a return by the close it would). If ctx ends first,
 // in-flight handlers' contexts are cancelled, the channel is closed (the
