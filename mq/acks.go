@@ -62,10 +62,10 @@ const (
 type giveBack uint8
 
 const (
-	giveReject  giveBack = iota // basic.reject, no requeue: dead-lettered or dropped
-	giveRequeue                 // basic.reject with requeue: the message failed; counted
-	giveRelease                 // basic.nack with requeue: nobody's failure; not counted on 4.3+
-	giveReleaseUpTo             // giveRelease, multiple: every delivery up to the tag not settled yet
+	giveReject      giveBack = iota // basic.reject, no requeue: dead-lettered or dropped
+	giveRequeue                     // basic.reject with requeue: the message failed; counted
+	giveRelease                     // basic.nack with requeue: nobody's failure; not counted on 4.3+
+	giveReleaseUpTo                 // giveRelease, multiple: every delivery up to the tag not settled yet
 )
 
 func newAcker(ack func(uint64, bool) error, give func(uint64, giveBack) error, each bool, prefetch int) *acker {
