@@ -269,3 +269,28 @@ func TestAuditFailingSetAsideIsNotDroppedByTheDeliveryLimit(t *testing.T) {
 			v, lg.Count(mq.EventSetAsideFailed), dlq, testenv.Count(t, b, q), q)
 	}
 }
+
+// Deliberate cuts of a working connection are not flapping, even a few
+// within StableAfter: flapping is a connection that keeps dying soon after
+// it opens.
+func TestAuditCutsOfAWorkingConnectionAreNotFlapping(t *testing.T) {
+	lg := testenv.NewLogRecorder(t)
+	p, u := testenv.Proxy(t)
+	b := testenv.Broker(t, mq.Config{URLs: []string{u}, Logger: lg.Logger(), Heartbeat: 2 * time.Second})
+	q := coreQueue(t, b, nil)
+	pub := b.Publisher("")
+	defer pub.Close()
+	for i := range 3 {
+		time.Sleep(1500 * time.Millisecond)
+		if err := pub.Publish(testenv.Context(t, 10*time.Second), q, mq.Message{MessageId: fmt.Sprint("w", i)}); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		if n := p.Cut(); n != 1 {
+			t.Fatalf("cut %d: %d connections", i+1, n)
+		}
+		testenv.Eventually(t, 10*time.Second, func() bool { return lg.Count(mq.EventConnectionRestored) == i+1 }, "restored after cut %d", i+1)
+	}
+	if n := lg.Count(mq.EventConnectionFlapping); n != 0 {
+		t.Fatalf("%d %s records for 3 cuts, each of a connection up for 1.5 s", n, mq.EventConnectionFlapping)
+	}
+}

@@ -35,7 +35,7 @@ const (
 
 // Events of connections and consumers that keep dying.
 const (
-	// EventConnectionFlapping: the connection died within StableAfter of
+	// EventConnectionFlapping: the connection died within a second of
 	// coming up FlapAlarm times in a row (an endpoint that accepts and then
 	// drops every connection, a load balancer in front of a dead node).
 	// Logged once per streak, with the last error; every redial of the
