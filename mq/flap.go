@@ -74,13 +74,14 @@ func (b *Broker) flapWait(flaps int) time.Duration {
 // SYNTAX_ERROR and closes the connection).
 //
 // amqp091-go reports a socket that closed or broke under it as 501 too
-// ("EOF", a reset, a broken pipe): that is a lost connection, not a frame
-// it could not decode, and is no sign of a poison message.
+// ("EOF", a reset, a broken pipe, the socket's own errStalled): that is a
+// lost connection, not a frame it could not decode, and is no sign of a
+// poison message.
 func frameError(why string) bool {
 	if !strings.Contains(why, "Exception (501)") && !strings.Contains(why, "Exception (502)") {
 		return false
 	}
-	for _, lost := range []string{`"EOF"`, "connection reset", "broken pipe", "use of closed network connection", "i/o timeout"} {
+	for _, lost := range []string{`"EOF"`, "connection reset", "broken pipe", "use of closed network connection", "i/o timeout", errStalled.Error()} {
 		if strings.Contains(why, lost) {
 			return false
 		}

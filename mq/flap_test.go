@@ -67,3 +67,12 @@ func TestFlapAlarmNeedsLossesSoonAfterOpening(t *testing.T) {
 		g.up(now)
 	}
 }
+
+// The socket's own stall error comes back from amqp091-go as a 501 too: a
+// lost connection, not a frame it could not decode.
+func TestFrameErrorIsNotTheSocketsStall(t *testing.T) {
+	why := `Exception (501) Reason: "` + errStalled.Error() + `: no byte written for 10s"`
+	if frameError(why) {
+		t.Fatalf("frameError(%s) = true for a socket that stopped draining", why)
+	}
+}
