@@ -86,6 +86,9 @@ func (s *session) shut(release bool) {
 			_ = l.acks.Close()
 			_ = l.ch.Close()
 		}
+		for range len(s.allLanes()) - 1 {
+			s.st.dropLane() // every lane but the first came from the budget
+		}
 	})
 }
 
