@@ -207,9 +207,10 @@ func (r *remembered) group(queue string) (declaration, bool) {
 
 // recoverOn declares again, on c, a new connection not yet handed to
 // anyone, what the broker forgot with the last one (remembered.lost). Each
-// item is declared on its own: a refusal (an exclusive queue the broker
-// still holds for the dead connection: RESOURCE_LOCKED) costs that item
-// and the bindings of that queue, never the rest, and is logged as
+// item is declared on its own, a queue with its bindings before it is
+// reported: a refusal (an exclusive queue the broker still holds for the
+// dead connection: RESOURCE_LOCKED) costs that item and the rest of that
+// queue's bindings, never the rest, and is logged as
 // EventTopologyRedeclareFailed; the consumer of such a queue finds it
 // missing later and declares it then (redeclareMissing). It is bounded by
 // the dial timeout.
@@ -263,7 +264,6 @@ func (b *Broker) recoverOn(c *conn) {
 		}
 		return true, brokerError(op, err)
 	}
-	failedQ := map[string]bool{}
 	report := func(err error) {
 		b.log.Warn(EventTopologyRedeclareFailed, "why", "reconnect", "error", err)
 		b.hooks.emit(ctx, Event{Name: EventTopologyRedeclareFailed, Err: err})
@@ -276,10 +276,18 @@ func (b *Broker) recoverOn(c *conn) {
 			}
 		}
 	}
+	// Each queue with its bindings, then reported: once the record is
+	// written, what is published to its exchanges reaches it.
+	done := map[string]bool{}
 	for _, q := range d.queues {
 		goOn, err := one(declaration{queues: []topology.Queue{q}})
+		for i := 0; err == nil && i < len(d.bindings); i++ {
+			if bd := d.bindings[i]; bd.Queue == q.Name {
+				goOn, err = one(declaration{bindings: []topology.Binding{bd}})
+			}
+		}
+		done[q.Name] = true
 		if err != nil {
-			failedQ[q.Name] = true
 			report(err)
 			if !goOn {
 				return
@@ -289,8 +297,8 @@ func (b *Broker) recoverOn(c *conn) {
 		b.log.Info(EventTopologyRedeclared, "queue", q.Name, "why", "reconnect")
 		b.hooks.emit(ctx, Event{Name: EventTopologyRedeclared, Queue: q.Name})
 	}
-	for _, bd := range d.bindings {
-		if failedQ[bd.Queue] {
+	for _, bd := range d.bindings { // of durable queues to a forgotten exchange
+		if done[bd.Queue] {
 			continue
 		}
 		if goOn, err := one(declaration{bindings: []topology.Binding{bd}}); err != nil {
