@@ -167,6 +167,9 @@ func TestChaosRecoveryBroadcastAndDurable(t *testing.T) {
 		}
 	}
 	s := rec.summary(windows)
+	for e, n := range rec.failed {
+		t.Logf("publish failed %d times: %s", n, e)
+	}
 	sort.Slice(recoveries, func(i, j int) bool { return recoveries[i] < recoveries[j] })
 	line := fmt.Sprintf("CHAOS recovery: published=%d confirmed=%d handled=%d distinct=%d duplicates=%d lost=%d gap_a=%d gap_b=%d gap_d=%d gone=%d publish_failed=%d cuts=%d deleted=1 restarted=1 redeclared_after_cut_max=%v redeclared_after_delete=%v published_in=%v",
 		s.published, s.confirmed, s.handled, s.distinct, s.handled-s.distinct, s.lost,
@@ -211,12 +214,12 @@ type chaosRecovery struct {
 	published int
 	sentAt    map[string]time.Time
 	confirmed map[string]time.Time
-	failed    int
+	failed    map[string]int            // publish error → how many
 	handled   map[string]map[string]int // queue → id → calls that returned nil
 }
 
 func newChaosRecovery() *chaosRecovery {
-	return &chaosRecovery{sentAt: map[string]time.Time{}, confirmed: map[string]time.Time{}, handled: map[string]map[string]int{}}
+	return &chaosRecovery{sentAt: map[string]time.Time{}, confirmed: map[string]time.Time{}, failed: map[string]int{}, handled: map[string]map[string]int{}}
 }
 
 func (r *chaosRecovery) publish(ctx context.Context, pub *mq.Publisher, id string) {
@@ -228,7 +231,7 @@ func (r *chaosRecovery) publish(ctx context.Context, pub *mq.Publisher, id strin
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		r.failed++ // unroutable: no queue existed at all
+		r.failed[err.Error()]++ // unroutable: no queue existed at all
 		return
 	}
 	r.confirmed[id] = time.Now()
@@ -284,7 +287,10 @@ type chaosRecoverySummary struct {
 func (r *chaosRecovery) summary(windows map[string][]chaosWindow) chaosRecoverySummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := chaosRecoverySummary{published: r.published, confirmed: len(r.confirmed), failed: r.failed, gap: map[string]int{}}
+	s := chaosRecoverySummary{published: r.published, confirmed: len(r.confirmed), gap: map[string]int{}}
+	for _, n := range r.failed {
+		s.failed += n
+	}
 	for q, ws := range windows {
 		for id, f := range r.confirmed {
 			n := r.handled[q][id]
