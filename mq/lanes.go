@@ -49,8 +49,9 @@ type lane struct {
 	closes chan *amqp.Error
 	cancel chan string
 
-	held    atomic.Int32 // deliveries received and not yet settled
-	waiting atomic.Int32 // of those, waiting in-process
+	held    atomic.Int32  // deliveries received and not yet settled
+	waiting atomic.Int32  // of those, waiting in-process
+	top     atomic.Uint64 // the highest delivery tag received (see acker.ReleaseRest)
 
 	// Under session.mu.
 	cur *stream // what it consumes or consumed last; nil before the first consume
@@ -91,10 +92,23 @@ func openLane(ctx context.Context, c *Consumer) (*lane, *conn, error) {
 // giveOn sends a giveBack on ch.
 func giveOn(ch *amqp.Channel) func(uint64, giveBack) error {
 	return func(tag uint64, how giveBack) error {
-		if how == giveRelease {
+		switch how {
+		case giveRelease:
 			return ch.Nack(tag, false, true)
+		case giveReleaseUpTo:
+			return ch.Nack(tag, true, true)
 		}
 		return ch.Reject(tag, how == giveRequeue)
+	}
+}
+
+// received notes tag received on l.
+func (l *lane) received(tag uint64) {
+	for {
+		top := l.top.Load()
+		if tag <= top || l.top.CompareAndSwap(top, tag) {
+			return
+		}
 	}
 }
 
