@@ -106,14 +106,7 @@ func TestChaosRecoveryBroadcastAndDurable(t *testing.T) {
 			cB = chaosConsume(t, ctx, b, qB, rec.handler(qB))
 			t.Logf("restarted the consumer of %s", qB)
 		case "delete":
-			ch, err := direct.Channel(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := ch.QueueDelete(qD, false, false, false); err != nil {
-				t.Fatal(err)
-			}
-			_ = ch.Close()
+			testenv.DeleteBehind(t, direct, qD)
 			deletedAt = time.Now()
 			t.Logf("deleted %s", qD)
 		}

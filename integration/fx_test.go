@@ -428,14 +428,7 @@ func TestFxTopologyQueueDeclaredAgain(t *testing.T) {
 		}))
 	app.RequireStart()
 	defer app.RequireStop()
-	ch, err := helper.Channel(testenv.Context(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	_ = ch.Close()
+	testenv.DeleteBehind(t, helper, q)
 	deleted := time.Now()
 	pub := helper.Publisher("")
 	defer pub.Close()

@@ -182,14 +182,7 @@ func TestRecoveryDeletedDurableQueue(t *testing.T) {
 	before, _ := recovPublish(t, ctx, pub, q, "before", 3)
 	testenv.Eventually(t, 5*time.Second, func() bool { ok, _ := seen.all(before); return ok }, "not handled before the deletion")
 
-	ch, err := b.Channel(ctx) // a channel of the test's own: the Broker does not see the delete
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	_ = ch.Close()
+	testenv.DeleteBehind(t, b, q)
 	deleted := time.Now()
 	ids, gap := recovPublish(t, ctx, pub, q, "after", 30)
 	var last time.Time
@@ -228,14 +221,7 @@ func recovDeleted(t *testing.T, b *mq.Broker, lg *testenv.LogRecorder, q string)
 		t.Fatal(err)
 	}
 	defer testenv.Stop(t, c)
-	ch, err := b.Channel(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	_ = ch.Close()
+	testenv.DeleteBehind(t, b, q)
 	recovWaitEvent(t, lg, mq.EventConsumerSubscribeFailed, 2, 5*time.Second)
 	time.Sleep(2 * time.Second)
 	if ok, err := b.QueueExists(ctx, q); err != nil || ok {
