@@ -56,7 +56,7 @@ const (
 	// auto-delete or transient queue, on a new connection, before any
 	// consumer resubscribed) or "missing" (a subscribe found the queue
 	// gone, and the consumer subscribes again at once). Event.Queue is the
-	// queue.
+	// queue; for "missing", Event.Err is the NOT_FOUND that found it gone.
 	EventTopologyRedeclared = "acemq.topology.redeclared"
 	// EventTopologyRedeclareFailed: declaring again was refused or could
 	// not be done (an exclusive queue still held for the connection that
