@@ -141,7 +141,7 @@ func TestRecoveryExclusiveBroadcastAfterCut(t *testing.T) {
 		restored := recovWaitEvent(t, lg, mq.EventConnectionRestored, cut, 10*time.Second)
 		ids, gap := recovPublish(t, ctx, pub, "", fmt.Sprintf("after%d", cut), 20)
 		var last time.Time
-		if !testenv.Poll(restored.Add(recovWindow).Sub(time.Now()), func() bool {
+		if !testenv.Poll(time.Until(restored.Add(recovWindow)), func() bool {
 			var ok bool
 			ok, last = seen.all(ids)
 			return ok
@@ -186,7 +186,7 @@ func TestRecoveryDeletedDurableQueue(t *testing.T) {
 	deleted := time.Now()
 	ids, gap := recovPublish(t, ctx, pub, q, "after", 30)
 	var last time.Time
-	if !testenv.Poll(deleted.Add(recovWindow).Sub(time.Now()), func() bool {
+	if !testenv.Poll(time.Until(deleted.Add(recovWindow)), func() bool {
 		var ok bool
 		ok, last = seen.all(ids)
 		return ok
