@@ -130,9 +130,19 @@ func (c *Consumer) isStopping() bool {
 	}
 }
 
-// subscribe runs the middleware's Subscribe hooks, then opens a session:
-// a channel with the consumer's prefetch, consuming its queue.
+// subscribe subscribes (subscribeOnce), and once more if the queue was
+// missing and the Broker declared it again (recovery.go).
 func (c *Consumer) subscribe(ctx context.Context, resub bool) (*session, error) {
+	sub, err := c.subscribeOnce(ctx, resub)
+	if err != nil && c.b.redeclareMissing(ctx, c.queue, err) {
+		sub, err = c.subscribeOnce(ctx, resub)
+	}
+	return sub, err
+}
+
+// subscribeOnce runs the middleware's Subscribe hooks, then opens a
+// session: a channel with the consumer's prefetch, consuming its queue.
+func (c *Consumer) subscribeOnce(ctx context.Context, resub bool) (*session, error) {
 	info := &Subscription{Queue: c.queue, Broker: c.b, Logger: c.log, Resubscribe: resub, handlers: c.built}
 	for _, h := range c.built {
 		if s, ok := h.(Subscriber); ok {

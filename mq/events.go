@@ -51,6 +51,23 @@ const (
 	EventConsumerPoison = "acemq.consumer.poison"
 )
 
+// Events of topology recovery: what the broker forgot, the library
+// declares again (Broker.Declare, docs/recovery.md).
+const (
+	// EventTopologyRedeclared: the library declared a queue again, with
+	// its bindings. Logged with why: "reconnect" (an exclusive,
+	// auto-delete or transient queue, on a new connection, before any
+	// consumer resubscribed) or "missing" (a subscribe found the queue
+	// gone, and the consumer subscribes again at once). Event.Queue is the
+	// queue; for "missing", Event.Err is the NOT_FOUND that found it gone.
+	EventTopologyRedeclared = "acemq.topology.redeclared"
+	// EventTopologyRedeclareFailed: declaring again was refused or could
+	// not be done (an exclusive queue still held for the connection that
+	// died, say). A consumer of the queue retries with backoff and tries
+	// again when it finds the queue missing.
+	EventTopologyRedeclareFailed = "acemq.topology.redeclare.failed"
+)
+
 // Event is a notable thing the library did or could not do.
 type Event struct {
 	// Name is one of the Event* constants.
