@@ -59,6 +59,10 @@
 // with all the mistakes at once. fx hands a value group over in a random
 // order, so the module sorts what it gets (fragments by their printout,
 // consumers by queue): declaration and start go the same way on every run.
+// The topology is declared through [mq.Broker.Declare], so the broker
+// declares again what RabbitMQ forgets of it (exclusive and auto-delete
+// queues after a reconnect, a queue deleted under its consumer) unless
+// mq.Config.NoRedeclare is set.
 //
 // [WithMiddleware] wraps every consumer's handler in the middleware given,
 // outside each consumer's own (Consumer.Standard, Consumer.Options). It may

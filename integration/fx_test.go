@@ -380,14 +380,16 @@ func (p *fxLifecycleProbe) Stop(context.Context) error {
 }
 
 // A consumer that gives up (its queue deleted, WithGiveUpAfter) asks the
-// app to shut down with exit code 1.
+// app to shut down with exit code 1. The app declared the queue, so it is
+// told not to declare it again (Config.NoRedeclare): otherwise it would.
 func TestFxConsumerGivingUpShutsTheAppDown(t *testing.T) {
 	helper := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
 	q := testenv.Name(t)
 	testenv.Cleanup(t, q)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
-	app := fxApp(t, fxConfig(t),
+	app := fxApp(t, fx.Supply(mq.Config{URLs: []string{testenv.URL()}, Logger: testenv.Logger(t),
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond, NoRedeclare: true}),
 		fxmodule.AsTopology(func() *topology.Topology { return topology.New().Queue(q, topology.Classic()) }),
 		fxmodule.AsConsumer(func() fxmodule.Consumer {
 			return fxmodule.Consumer{Queue: q,
@@ -408,4 +410,45 @@ func TestFxConsumerGivingUpShutsTheAppDown(t *testing.T) {
 		t.Fatal("the app was not asked to shut down")
 	}
 	app.RequireStop()
+}
+
+// The fx topology goes through Broker.Declare, so a queue it declared and
+// somebody deleted under its consumer is declared again, and what is
+// published after the deletion is handled (issue 21).
+func TestFxTopologyQueueDeclaredAgain(t *testing.T) {
+	helper := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
+	q := testenv.Name(t)
+	testenv.CleanupDerived(t, q, servicePolicy)
+	got := make(chan string, 16)
+	app := fxApp(t, fxConfig(t),
+		fxmodule.AsTopology(func() *topology.Topology { return topology.New().Queue(q, topology.Retry(servicePolicy)) }),
+		fxmodule.AsConsumer(func() fxmodule.Consumer {
+			return fxmodule.Consumer{Queue: q, Standard: true,
+				Handler: mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error { got <- d.MessageId; return nil })}
+		}))
+	app.RequireStart()
+	defer app.RequireStop()
+	testenv.DeleteBehind(t, helper, q)
+	deleted := time.Now()
+	pub := helper.Publisher("")
+	defer pub.Close()
+	ctx := testenv.Context(t, 10*time.Second)
+	for {
+		err := pub.Publish(ctx, q, mq.Message{MessageId: "after"})
+		if err == nil {
+			break
+		}
+		// Unroutable while the queue is gone; 4.x may nack one routed to it
+		// as it goes.
+		if !errors.Is(err, mq.ErrUnroutable) && !errors.Is(err, mq.ErrNacked) {
+			t.Fatalf("publish: %v (is %s not declared again?)", err, q)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case id := <-got:
+		t.Logf("%s handled %v after the deletion", id, time.Since(deleted).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the message published after the deletion was not handled within 5 s")
+	}
 }

@@ -62,9 +62,10 @@ const (
 type giveBack uint8
 
 const (
-	giveReject  giveBack = iota // basic.reject, no requeue: dead-lettered or dropped
-	giveRequeue                 // basic.reject with requeue: the message failed; counted
-	giveRelease                 // basic.nack with requeue: nobody's failure; not counted on 4.3+
+	giveReject      giveBack = iota // basic.reject, no requeue: dead-lettered or dropped
+	giveRequeue                     // basic.reject with requeue: the message failed; counted
+	giveRelease                     // basic.nack with requeue: nobody's failure; not counted on 4.3+
+	giveReleaseUpTo                 // giveRelease, multiple: every delivery up to the tag not settled yet
 )
 
 func newAcker(ack func(uint64, bool) error, give func(uint64, giveBack) error, each bool, prefetch int) *acker {
@@ -73,13 +74,13 @@ func newAcker(ack func(uint64, bool) error, give func(uint64, giveBack) error, e
 
 // Ack records a positive settlement of tag and sends what is due.
 func (a *acker) Ack(tag uint64) error {
-	if a.each {
-		return a.ack(tag, false)
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return ErrClosed
+	}
+	if a.each {
+		return a.sentLocked(tag, a.ack(tag, false))
 	}
 	if tag == a.next {
 		// In order, the common case: the prefix grows by one, with no map
@@ -111,13 +112,13 @@ func (a *acker) Ack(tag uint64) error {
 
 // Give sends the positive acks due below tag's, then gives tag back.
 func (a *acker) Give(tag uint64, how giveBack) error {
-	if a.each {
-		return a.give(tag, how)
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return ErrClosed
+	}
+	if a.each {
+		return a.sentLocked(tag, a.give(tag, how))
 	}
 	ferr := a.flushLocked(false)
 	if err := a.give(tag, how); err != nil {
@@ -126,6 +127,44 @@ func (a *acker) Give(tag uint64, how giveBack) error {
 	a.above[tag] = tagReturned
 	a.advanceLocked()
 	return ferr
+}
+
+// sentLocked notes tag settled on the wire, unless err says the send
+// failed (AckEach): ReleaseRest must know which deliveries the broker
+// still holds.
+func (a *acker) sentLocked(tag uint64, err error) error {
+	if err == nil {
+		a.above[tag] = tagSent
+		a.advanceLocked()
+	}
+	return err
+}
+
+// ReleaseRest sends the positive acks due, then gives back every delivery
+// up to top (the highest tag received) not settled yet with one multiple
+// basic.nack, and refuses anything later. A multiple nack must name a tag
+// the broker still holds, so it names the highest unsettled one; released
+// says whether there was one.
+func (a *acker) ReleaseRest(top uint64) (released bool, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false, ErrClosed
+	}
+	if !a.each {
+		err = a.flushLocked(true)
+	}
+	a.closed = true
+	for tag := top; tag >= a.next && tag > 0; tag-- {
+		if _, done := a.above[tag]; done {
+			continue
+		}
+		if gerr := a.give(tag, giveReleaseUpTo); gerr != nil {
+			return false, gerr
+		}
+		return true, err
+	}
+	return false, err
 }
 
 // Leave marks the channel as one the session moved from (true) or

@@ -328,3 +328,43 @@ func TestAckerStuckAsksToMoveOn(t *testing.T) {
 		})
 	}
 }
+
+func TestReleaseRestNamesTheHighestTagStillHeld(t *testing.T) {
+	for _, each := range []bool{false, true} {
+		var gives []string
+		var acks []string
+		a := newAcker(func(tag uint64, multiple bool) error {
+			acks = append(acks, fmt.Sprint(tag, multiple))
+			return nil
+		}, func(tag uint64, how giveBack) error {
+			gives = append(gives, fmt.Sprint(tag, how))
+			return nil
+		}, each, DefaultPrefetch)
+		_ = a.Ack(1)
+		_ = a.Ack(3)
+		_ = a.Give(5, giveRequeue)
+		released, err := a.ReleaseRest(6)
+		if err != nil || !released {
+			t.Fatalf("each=%v: released %v, %v", each, released, err)
+		}
+		want := []string{fmt.Sprint(5, giveRequeue), fmt.Sprint(6, giveReleaseUpTo)}
+		if fmt.Sprint(gives) != fmt.Sprint(want) {
+			t.Errorf("each=%v: gave %v, want %v (one multiple nack naming 6)", each, gives, want)
+		}
+		if err := a.Ack(2); err == nil {
+			t.Errorf("each=%v: an ack after ReleaseRest was taken", each)
+		}
+		b := newAcker(func(uint64, bool) error { return nil }, func(tag uint64, how giveBack) error {
+			if how == giveReleaseUpTo {
+				t.Errorf("each=%v: released up to %d with nothing held", each, tag)
+			}
+			return nil
+		}, each, DefaultPrefetch)
+		_ = b.Ack(1)
+		_ = b.Give(2, giveReject)
+		if released, _ := b.ReleaseRest(2); released {
+			t.Errorf("each=%v: released with every tag settled", each)
+		}
+		_ = acks
+	}
+}

@@ -1,13 +1,16 @@
 package mq
 
 import (
+	"container/list"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -32,23 +35,61 @@ func deliveryCount(h amqp.Table) (int, bool) {
 	return 0, false
 }
 
-// attemptMemo remembers, per message id, the attempt a message returned to
-// its queue by the consumer itself must resume at (a wait cut short by a
-// lost channel, a failed hop): the broker redelivers the copy with its old
+// attemptMemo remembers the attempt a copy returned to its queue by the
+// consumer itself must resume at (a wait cut short by a lost channel, a
+// failed hop): the broker redelivers the copy with its old
 // x-acemq-attempt, and without the memo the count would start again. It
-// lives as long as the Consumer, across resubscribes; it is bounded, the
-// oldest entries going first.
+// lives as long as the Consumer, across resubscribes.
+//
+// An entry describes one copy, and only its next delivery reads it:
+//   - only a redelivered delivery reads the memo (a fresh message that
+//     shares the id of one returned earlier is a message of its own);
+//   - the copy must match the one returned (copyMark: the attempt it
+//     carried, a replay's stamp, its timestamp and size);
+//   - the first redelivery of the id takes the entry, whether it matched
+//     or not (another replica may have taken the copy meanwhile, and what
+//     comes back later is another copy), and one older than memoAge is
+//     ignored;
+//   - past memoSize entries the oldest goes.
 type attemptMemo struct {
-	size atomic.Int32 // len(next), read without the lock on every delivery
-	mu   sync.Mutex
-	next map[string]int
-	fifo []string
-	head int
+	size  atomic.Int32 // len(byID), read without the lock on every delivery
+	mu    sync.Mutex
+	byID  map[string]*list.Element // of *memoEntry
+	order list.List                // oldest first
 }
 
-// memoSize bounds the memo: a consumer that has this many messages in
-// flight between a return and its redelivery forgets the oldest.
+type memoEntry struct {
+	id   string
+	next int      // the attempt the redelivery resumes at
+	mark copyMark // the copy returned
+	at   time.Time
+}
+
+// copyMark is what tells one copy of a message from another with the
+// same id: the attempt it carried, the stamp a replay puts on it, its
+// timestamp and the size of its body.
+type copyMark struct {
+	attempt  int
+	replayed string
+	stamp    time.Time
+	size     int
+}
+
+func markOf(raw *amqp.Delivery) copyMark {
+	m := copyMark{attempt: AttemptOf(raw.Headers), stamp: raw.Timestamp, size: len(raw.Body)}
+	if v, ok := raw.Headers[HeaderReplayedAt]; ok {
+		m.replayed = fmt.Sprint(v)
+	}
+	return m
+}
+
+// memoSize bounds the memo: a consumer that has this many copies returned
+// and not yet redelivered forgets the oldest.
 const memoSize = 4096
+
+// memoAge is how long an entry waits for its redelivery; one that comes
+// later (or never: another replica took it) reads its headers alone.
+const memoAge = 10 * time.Minute
 
 // returnGrace is how many returns of a copy the broker may count
 // (x-delivery-count) before each further one counts as an attempt used. A
@@ -61,57 +102,61 @@ const returnGrace = 2
 
 // attempt is the attempt number a delivery is: the x-acemq-attempt it
 // carries, plus the returns of the copy the broker counts (quorum queues:
-// x-delivery-count) past returnGrace, and never less than what this
-// consumer remembers of it.
+// x-delivery-count) past returnGrace, and, for a redelivery of the copy
+// this consumer returned, never less than what it remembers of it.
 func (m *attemptMemo) attempt(raw amqp.Delivery) int {
 	a := AttemptOf(raw.Headers)
 	if n, ok := deliveryCount(raw.Headers); ok && n > returnGrace {
 		a = int(min(int64(a)+int64(n-returnGrace), math.MaxInt32))
 	}
-	if m.size.Load() == 0 || raw.MessageId == "" {
+	if !raw.Redelivered || m.size.Load() == 0 || raw.MessageId == "" {
 		return a
 	}
 	m.mu.Lock()
-	r := m.next[raw.MessageId]
+	el := m.byID[raw.MessageId]
+	if el == nil {
+		m.mu.Unlock()
+		return a
+	}
+	e := m.dropLocked(el)
 	m.mu.Unlock()
-	return max(a, r)
+	if e.mark != markOf(&raw) || time.Since(e.at) > memoAge {
+		return a
+	}
+	return max(a, e.next)
 }
 
-// remember records that d's next delivery is the attempt after the last
-// one it used to the end.
+// remember records, as d goes back to its queue, the attempt its
+// redelivery resumes at: the one after the last it used to the end, or
+// the same one if the consumer cut it short. It replaces what was
+// remembered of the id before.
 func (m *attemptMemo) remember(d *Delivery) {
-	if d.MessageId == "" || d.used == 0 {
+	raw := (*amqp.Delivery)(&d.envelope)
+	next := max(d.used+1, d.attempt)
+	if d.MessageId == "" || next <= AttemptOf(raw.Headers) {
 		return
 	}
+	e := &memoEntry{id: d.MessageId, next: next, mark: markOf(raw), at: time.Now()}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.next == nil {
-		m.next = make(map[string]int)
-		m.fifo = make([]string, 0, 64)
+	if m.byID == nil {
+		m.byID = make(map[string]*list.Element)
 	}
-	if _, ok := m.next[d.MessageId]; !ok {
-		if len(m.fifo) < memoSize {
-			m.fifo = append(m.fifo, d.MessageId)
-		} else {
-			delete(m.next, m.fifo[m.head])
-			m.fifo[m.head] = d.MessageId
-			m.head = (m.head + 1) % memoSize
-		}
+	if el := m.byID[e.id]; el != nil {
+		m.dropLocked(el)
 	}
-	m.next[d.MessageId] = max(m.next[d.MessageId], d.used+1)
-	m.size.Store(int32(len(m.next)))
+	for m.order.Len() > 0 && (m.order.Len() >= memoSize || e.at.Sub(m.order.Front().Value.(*memoEntry).at) > memoAge) {
+		m.dropLocked(m.order.Front())
+	}
+	m.byID[e.id] = m.order.PushBack(e)
+	m.size.Store(int32(len(m.byID)))
 }
 
-// forget drops d once it is settled for good. Its id stays in the FIFO
-// until it is overwritten, which costs nothing but a slot.
-func (m *attemptMemo) forget(d *Delivery) {
-	if m.size.Load() == 0 || d.MessageId == "" {
-		return
-	}
-	m.mu.Lock()
-	delete(m.next, d.MessageId)
-	m.size.Store(int32(len(m.next)))
-	m.mu.Unlock()
+func (m *attemptMemo) dropLocked(el *list.Element) *memoEntry {
+	e := m.order.Remove(el).(*memoEntry)
+	delete(m.byID, e.id)
+	m.size.Store(int32(len(m.byID)))
+	return e
 }
 
 // AttemptOf reads the x-acemq-attempt header leniently: any integer type,

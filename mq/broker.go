@@ -36,6 +36,7 @@ type Broker struct {
 	gen        uint64
 	publishers map[*Publisher]struct{}
 	consumers  map[*Consumer]struct{}
+	reg        remembered // what Declare declared, to declare again (recovery.go)
 
 	calls      sync.WaitGroup // goroutines of bounded calls and background channel closes (see spawn)
 	callsEnded bool           // Close waits for calls: spawn starts no more
@@ -191,6 +192,9 @@ func (b *Broker) supervise(c *conn) {
 			}
 		}
 		g.up(time.Now())
+		// Before anyone gets the connection, what the broker forgot with
+		// the last one is declared again, so consumers resubscribe to it.
+		b.recoverOn(c)
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()

@@ -56,6 +56,14 @@ type Config struct {
 	ReconnectMax time.Duration
 	// Logger receives the library's log records. Default slog.Default().
 	Logger *slog.Logger
+	// NoRedeclare stops the Broker from declaring again what it declared
+	// (Broker.Declare) when the broker forgot it: exclusive, auto-delete
+	// and transient queues and exchanges after a reconnect, and a queue
+	// found missing under its consumer. Default false: the library
+	// declares them again (docs/recovery.md). Set it for a service that
+	// must not create queues; its consumers then retry a missing queue
+	// with backoff until somebody else declares it.
+	NoRedeclare bool
 }
 
 func (c Config) withDefaults() Config {

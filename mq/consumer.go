@@ -37,6 +37,9 @@ type Consumer struct {
 	err       error
 
 	subscribed atomic.Bool // consuming now: Broker.Check reads it
+
+	slots      chan struct{}  // the handler slots, shared by the sessions (see session.slots)
+	stragglers sync.WaitGroup // workers of ended sessions still in a handler (outlive)
 }
 
 // Consume subscribes h, wrapped in the consumer's middleware, to queue, and
@@ -49,7 +52,8 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 		return nil, fmt.Errorf("mq: consume %q: %w", queue, err)
 	}
 	c := &Consumer{b: b, queue: queue, cfg: cfg, log: b.log.With("queue", queue),
-		stopping: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{})}
+		stopping: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{}),
+		slots: make(chan struct{}, cfg.concurrency)}
 	c.handler, c.built = chain(&attemptHandler{next: h, hooks: b.hooks.attempt}, cfg.mws)
 	c.life, c.endLife = context.WithCancel(b.life)
 	if err := b.register(nil, c); err != nil {
@@ -93,7 +97,8 @@ func (c *Consumer) Err() error {
 // Stop drains the consumer: it cancels consumption, lets in-flight
 // handlers finish within ctx and settles them, closes the channels, then
 // runs the middleware's Stop hooks. Messages received but not yet handled
-// go back to the queue with basic.nack before the channels close: nobody's
+// go back to the queue with one multiple basic.nack per channel, whose
+// arrival a round trip confirms before the channel closes: nobody's
 // failure, which RabbitMQ 4.3 does not count toward a quorum queue's
 // delivery limit (a return by the close it would). If ctx ends first,
 // in-flight handlers' contexts are cancelled, the channel is closed (the
@@ -125,9 +130,19 @@ func (c *Consumer) isStopping() bool {
 	}
 }
 
-// subscribe runs the middleware's Subscribe hooks, then opens a session:
-// a channel with the consumer's prefetch, consuming its queue.
+// subscribe subscribes (subscribeOnce), and once more if the queue was
+// missing and the Broker declared it again (recovery.go).
 func (c *Consumer) subscribe(ctx context.Context, resub bool) (*session, error) {
+	sub, err := c.subscribeOnce(ctx, resub)
+	if err != nil && c.b.redeclareMissing(ctx, c.queue, err) {
+		sub, err = c.subscribeOnce(ctx, resub)
+	}
+	return sub, err
+}
+
+// subscribeOnce runs the middleware's Subscribe hooks, then opens a
+// session: a channel with the consumer's prefetch, consuming its queue.
+func (c *Consumer) subscribeOnce(ctx context.Context, resub bool) (*session, error) {
 	info := &Subscription{Queue: c.queue, Broker: c.b, Logger: c.log, Resubscribe: resub, handlers: c.built}
 	for _, h := range c.built {
 		if s, ok := h.(Subscriber); ok {
@@ -235,7 +250,18 @@ func (c *Consumer) closeHops() {
 	}
 }
 
+// outlive makes the workers of an ended session, still in a handler
+// (workersDone not closed), the consumer's: it ends (Done) only after them.
+func (c *Consumer) outlive(workersDone <-chan struct{}) {
+	c.stragglers.Add(1)
+	go func() {
+		defer c.stragglers.Done()
+		<-workersDone
+	}()
+}
+
 func (c *Consumer) finish(err error) {
+	c.stragglers.Wait() // Done closes when the last handler has returned
 	c.mu.Lock()
 	ctx := c.stopCtx
 	c.mu.Unlock()

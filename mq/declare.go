@@ -23,6 +23,15 @@ import (
 // broker's reason: errors.Is(err, ErrPreconditionFailed) when an existing
 // queue has different arguments. A connection lost midway is waited out and
 // the declaration run again, bounded by ctx.
+//
+// The Broker remembers what it declared. On every new connection, before
+// any consumer resubscribes, it declares again the exclusive, auto-delete
+// and transient queues and exchanges among them, with their bindings: the
+// broker deletes those with a connection (or a restart). A queue of theirs
+// found missing under its consumer (deleted, the consumer cancelled) is
+// declared again with its bindings and failure half, and the consumer
+// resubscribes. Durable things are not declared again on a reconnect.
+// Config.NoRedeclare turns this off; docs/recovery.md says more.
 func (b *Broker) Declare(ctx context.Context, t *topology.Topology) error {
 	if t == nil {
 		return errors.New("mq: declare: nil topology")
@@ -46,31 +55,21 @@ func (b *Broker) Declare(ctx context.Context, t *topology.Topology) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("mq: declare: %w", err)
 	}
-	return b.onChannel(ctx, "declare topology", func(ch *amqp.Channel) (string, error) {
-		for _, e := range exchanges {
-			if err := ch.ExchangeDeclare(e.Name, string(e.Kind), e.Durable, e.AutoDelete, e.Internal, false, e.Args); err != nil {
-				return fmt.Sprintf("declare exchange %q", e.Name), err
+	for _, q := range queues {
+		if _, routed := q.Args[topology.ArgDeadLetterExchange]; q.Args[topology.ArgQueueType] == "quorum" && !routed {
+			limit := "the broker's default (RabbitMQ 4.x: 20)"
+			if l, ok := q.Args["x-delivery-limit"]; ok {
+				limit = fmt.Sprint(l)
 			}
+			b.log.Warn(EventDeadLetterMissing, "queue", q.Name, "delivery_limit", limit)
 		}
-		for _, q := range queues {
-			if _, err := ch.QueueDeclare(q.Name, q.Durable, q.AutoDelete, q.Exclusive, false, q.Args); err != nil {
-				return fmt.Sprintf("declare queue %q", q.Name), err
-			}
-			if _, routed := q.Args[topology.ArgDeadLetterExchange]; q.Args[topology.ArgQueueType] == "quorum" && !routed {
-				limit := "the broker's default (RabbitMQ 4.x: 20)"
-				if l, ok := q.Args["x-delivery-limit"]; ok {
-					limit = fmt.Sprint(l)
-				}
-				b.log.Warn(EventDeadLetterMissing, "queue", q.Name, "delivery_limit", limit)
-			}
-		}
-		for _, bd := range bindings {
-			if err := ch.QueueBind(bd.Queue, bd.Key, bd.Exchange, false, bd.Args); err != nil {
-				return fmt.Sprintf("declare binding of queue %q to exchange %q on %q", bd.Queue, bd.Exchange, bd.Key), err
-			}
-		}
-		return "", nil
-	})
+	}
+	d := declaration{exchanges: exchanges, queues: queues, bindings: bindings}
+	if err := b.onChannel(ctx, "declare topology", d.on); err != nil {
+		return err
+	}
+	b.reg.note(d) // what the broker forgets is declared again (recovery.go)
+	return nil
 }
 
 // QueueExists reports whether queue exists (a passive declare on a
@@ -112,7 +111,8 @@ func (b *Broker) MessageCount(ctx context.Context, queue string) (int, error) {
 
 // DeleteQueue deletes queue and every message in it, returning how many
 // messages went with it. Destructive: for tests and tooling. Deleting a
-// queue that does not exist is not an error.
+// queue that does not exist is not an error. A queue deleted this way is
+// no longer declared again by the Broker (see Declare).
 func (b *Broker) DeleteQueue(ctx context.Context, queue string) (int, error) {
 	if err := CheckName("queue name", queue); err != nil {
 		return 0, err
@@ -126,6 +126,7 @@ func (b *Broker) DeleteQueue(ctx context.Context, queue string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	b.reg.forget(queue) // deleted on purpose: not to be declared again
 	return n, nil
 }
 

@@ -26,6 +26,14 @@
 // [Broker.DeleteQueue]) runs on a throwaway channel, so a refusal kills only
 // that. [Broker.Channel] hands one to code of your own.
 //
+// What the broker forgets, the Broker declares again: it remembers what
+// went through [Broker.Declare], and on every new connection, before any
+// consumer resubscribes, declares again the exclusive, auto-delete and
+// transient queues and exchanges among it, with their bindings; a queue
+// it declared that a subscribe finds missing (deleted under its consumer)
+// is declared again with its bindings and failure half
+// ([EventTopologyRedeclared]). [Config].NoRedeclare turns this off.
+//
 // The library owns the socket under each connection: a write that moves no
 // byte for two heartbeat intervals ends the connection, so no call waits on
 // a dead socket, and every call takes a context and returns by its end. TLS

@@ -10,7 +10,10 @@ const (
 	// the message was set aside in the dead-letter queue instead.
 	EventRungMissing = "acemq.retry.rung.missing"
 	// EventSetAsideFailed: a publish to .dlq or .parked failed; the original
-	// was returned to its queue after a pause, never dropped.
+	// was returned to its queue with basic.nack (the library's failure, not
+	// the message's: RabbitMQ 4.3 does not count it toward the delivery
+	// limit) after a pause that doubles with its returns. Up to 4.2 a queue
+	// with no dead-letter route drops it past its limit (docs/reliability.md).
 	EventSetAsideFailed = "acemq.messages.set.aside.failed"
 	// EventRetry: a failed attempt is retried (Event.Kind says in-process
 	// or broker; carried when a wait cut short by Stop is republished to
@@ -38,7 +41,7 @@ const (
 
 // Events of connections and consumers that keep dying.
 const (
-	// EventConnectionFlapping: the connection died within StableAfter of
+	// EventConnectionFlapping: the connection died within a second of
 	// coming up FlapAlarm times in a row (an endpoint that accepts and then
 	// drops every connection, a load balancer in front of a dead node).
 	// Logged once per streak, with the last error; every redial of the
@@ -52,6 +55,23 @@ const (
 	// 8192 entries). The consumer backs off between resubscribes; the
 	// message has to be removed by other means (see the README).
 	EventConsumerPoison = "acemq.consumer.poison"
+)
+
+// Events of topology recovery: what the broker forgot, the library
+// declares again (Broker.Declare, docs/recovery.md).
+const (
+	// EventTopologyRedeclared: the library declared a queue again, with
+	// its bindings. Logged with why: "reconnect" (an exclusive,
+	// auto-delete or transient queue, on a new connection, before any
+	// consumer resubscribed) or "missing" (a subscribe found the queue
+	// gone, and the consumer subscribes again at once). Event.Queue is the
+	// queue; for "missing", Event.Err is the NOT_FOUND that found it gone.
+	EventTopologyRedeclared = "acemq.topology.redeclared"
+	// EventTopologyRedeclareFailed: declaring again was refused or could
+	// not be done (an exclusive queue still held for the connection that
+	// died, say). A consumer of the queue retries with backoff and tries
+	// again when it finds the queue missing.
+	EventTopologyRedeclareFailed = "acemq.topology.redeclare.failed"
 )
 
 // Event is a notable thing the library did or could not do.

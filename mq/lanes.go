@@ -49,8 +49,9 @@ type lane struct {
 	closes chan *amqp.Error
 	cancel chan string
 
-	held    atomic.Int32 // deliveries received and not yet settled
-	waiting atomic.Int32 // of those, waiting in-process
+	held    atomic.Int32  // deliveries received and not yet settled
+	waiting atomic.Int32  // of those, waiting in-process
+	top     atomic.Uint64 // the highest delivery tag received (see acker.ReleaseRest)
 
 	// Under session.mu.
 	cur *stream // what it consumes or consumed last; nil before the first consume
@@ -91,10 +92,23 @@ func openLane(ctx context.Context, c *Consumer) (*lane, *conn, error) {
 // giveOn sends a giveBack on ch.
 func giveOn(ch *amqp.Channel) func(uint64, giveBack) error {
 	return func(tag uint64, how giveBack) error {
-		if how == giveRelease {
+		switch how {
+		case giveRelease:
 			return ch.Nack(tag, false, true)
+		case giveReleaseUpTo:
+			return ch.Nack(tag, true, true)
 		}
 		return ch.Reject(tag, how == giveRequeue)
+	}
+}
+
+// received notes tag received on l.
+func (l *lane) received(tag uint64) {
+	for {
+		top := l.top.Load()
+		if tag <= top || l.top.CompareAndSwap(top, tag) {
+			return
+		}
 	}
 }
 
@@ -328,8 +342,15 @@ func (s *session) moveOn(life context.Context) (moved bool, err error) {
 	}
 	s.mu.Lock()
 	if s.isDraining() {
+		// The drain came while it subscribed. Its ctx ends with the drain,
+		// so it cannot cancel this consumer itself: the stream joins the
+		// session's, for the Stop to cancel (cancelStreams) and to give back
+		// what it was sent (releaseUnread, close) rather than leave it to
+		// the channel's close, which RabbitMQ 4.3 counts.
+		next.cur = st
+		s.streams = append(s.streams, st)
 		s.mu.Unlock()
-		return false, c.b.bounded(ctx, func() error { return next.ch.Cancel(c.cfg.tag, false) }, nil)
+		return false, nil
 	}
 	old.cur.retired = true
 	old.acks.Leave(true)
@@ -363,17 +384,19 @@ func (s *session) moveOn(life context.Context) (moved bool, err error) {
 // if not, or if the session is draining.
 func (s *session) addLane(ctx context.Context) (*lane, error) {
 	c := s.c
-	if len(s.allLanes()) >= c.cfg.maxLanes() {
+	if len(s.allLanes()) >= c.cfg.maxLanes() || !s.st.takeLane() {
 		return nil, nil
 	}
 	l, _, err := openLane(ctx, c)
 	if err != nil {
+		s.st.dropLane()
 		return nil, err
 	}
 	s.mu.Lock()
 	if s.isDraining() { // the session's close may have listed its lanes already
 		s.mu.Unlock()
 		_ = l.ch.Close()
+		s.st.dropLane()
 		return nil, nil
 	}
 	s.lanes = append(s.lanes, l)

@@ -30,7 +30,10 @@ type session struct {
 	// slots holds one token per delivery being handled: at most the
 	// consumer's concurrency. A delivery waiting in-process gives its token
 	// back (Delivery.Wait) and a worker goroutine is added in its place, so
-	// the queue goes on; workers counts those goroutines.
+	// the queue goes on; workers counts those goroutines. The tokens are
+	// the consumer's (Consumer.slots), shared by its sessions: a handler
+	// still running after its session ended (it ignores its context) keeps
+	// its own token in the next session, and only that one.
 	slots   chan struct{}
 	workers atomic.Int32
 	wg      sync.WaitGroup
@@ -59,14 +62,47 @@ func (s *session) isDraining() bool {
 
 // close gives the channels up, after sending the acknowledgements still
 // due on them (on a channel already dead that send fails, and the broker
-// has requeued those deliveries anyway).
-func (s *session) close() {
+// has requeued those deliveries anyway) and giving back what was received
+// and never started: one multiple basic.nack per channel (acker.ReleaseRest),
+// nobody's failure, which RabbitMQ 4.3 does not count toward a quorum
+// queue's delivery limit, then a round trip on the channel before its
+// close (basic.qos: its answer comes once the broker has taken the nack; a
+// close that overtook it would return the rest as failed, which 4.3 counts).
+func (s *session) close() { s.shut(true) }
+
+// shut is close; release false leaves what is unsettled to the channel's
+// close (a Stop whose deadline passed, handlers still running).
+func (s *session) shut(release bool) {
 	s.closeOnce.Do(func() {
+		c := s.c
 		for _, l := range s.allLanes() {
+			if release {
+				if done, _ := l.acks.ReleaseRest(l.top.Load()); done {
+					ctx, cancel := s.releaseCtx()
+					_ = c.b.bounded(ctx, func() error { return l.ch.Qos(c.cfg.qos(), 0, false) }, nil)
+					cancel()
+				}
+			}
 			_ = l.acks.Close()
 			_ = l.ch.Close()
 		}
+		for range len(s.allLanes()) - 1 {
+			s.st.dropLane() // every lane but the first came from the budget
+		}
 	})
+}
+
+// releaseCtx bounds close's round trip: the Stop's context, and at most
+// releaseWait.
+func (s *session) releaseCtx() (context.Context, context.CancelFunc) {
+	c := s.c
+	c.mu.Lock()
+	ctx := c.stopCtx
+	c.mu.Unlock()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithTimeout(ctx, releaseWait)
 }
 
 // dropAcks forgets the acknowledgements not sent: a channel died.
@@ -94,7 +130,7 @@ func openSession(ctx context.Context, c *Consumer) (*session, error) {
 		c.b.closeLater(l.ch)
 		return nil, err
 	}
-	s := &session{c: c, st: cn, draining: make(chan struct{}), slots: make(chan struct{}, c.cfg.concurrency),
+	s := &session{c: c, st: cn, draining: make(chan struct{}), slots: c.slots,
 		lost: make(chan *amqp.Error, 1), cancels: make(chan string, 1),
 		move: make(chan struct{}, 1), moverDone: make(chan struct{}),
 		lanes: []*lane{l}, streams: []*stream{st}}
@@ -138,8 +174,8 @@ func (s *session) serve() string {
 		case <-workersDone:
 			s.releaseUnread(c.abort)
 		case <-c.abort:
-			s.close()  // first: the broker requeues what was not settled,
-			s.cancel() // and a handler cut short can no longer reject it
+			s.shut(false) // first: the broker requeues what was not settled,
+			s.cancel()    // and a handler cut short can no longer reject it
 			<-workersDone
 		}
 		return "stopped"
@@ -150,7 +186,7 @@ func (s *session) serve() string {
 		s.dropAcks()
 		s.drain()
 		s.cancel()
-		<-workersDone
+		s.awaitCut(workersDone)
 		if e == nil {
 			return "channel closed"
 		}
@@ -167,12 +203,31 @@ func (s *session) serve() string {
 	}
 }
 
-// release gives back a delivery of st that was never started, with
-// basic.nack: it is nobody's failure, and RabbitMQ 4.3 does not count such
-// a return toward a quorum queue's delivery limit, as it would a channel
-// closed holding it. On a dead channel the broker has returned it already.
-func (s *session) release(st *stream, raw amqp.Delivery) {
-	_ = st.lane.acks.Give(raw.DeliveryTag, giveRelease)
+// awaitCut waits, after a loss, for the handlers whose contexts it cut,
+// at most lostGrace: a handler that ignores its context must not keep the
+// consumer from resubscribing. One still running then is the consumer's
+// to wait for (Consumer.outlive); it holds its slot until it returns, and
+// settles on a channel that is gone (the broker has requeued its delivery).
+func (s *session) awaitCut(workersDone <-chan struct{}) {
+	t := time.NewTimer(lostGrace)
+	defer t.Stop()
+	select {
+	case <-workersDone:
+	case <-t.C:
+		s.c.log.Warn("acemq.consumer.handler.stuck", "after", lostGrace)
+		s.c.outlive(workersDone)
+	}
+}
+
+// lostGrace is how long a session that lost its channel waits for its
+// handlers, their contexts cancelled, before the consumer resubscribes
+// without them.
+const lostGrace = time.Second
+
+// release counts off a delivery of st that was never started: it goes
+// back with the others at the session's close (close, acker.ReleaseRest).
+// On a dead channel the broker has returned it already.
+func (s *session) release(st *stream) {
 	st.lane.held.Add(-1)
 }
 
@@ -203,13 +258,14 @@ func (s *session) cancelStreams() {
 	}
 }
 
-// releaseUnread gives back what the broker sent and no worker took, once
+// releaseUnread reads what the broker sent and no worker took, once
 // the consumer is cancelled and its workers are done: each stream whose
 // cancel the broker confirmed is read to its end (amqp091 ends it after
 // the cancel-ok, once what came before is read; a stream still consuming
-// would only be sent each message again). A stream not confirmed, one
-// whose end does not come within releaseWait, or an abort, leaves the rest
-// to the channel's close, which returns it too.
+// would only be sent each message again), its tags noted on its lane for
+// close's multiple nack. A stream not confirmed, one whose end does not
+// come within releaseWait, or an abort, leaves the rest to the channel's
+// close, which returns it too.
 func (s *session) releaseUnread(abort <-chan struct{}) {
 	s.mu.Lock()
 	var streams []*stream
@@ -229,7 +285,7 @@ func (s *session) releaseUnread(abort <-chan struct{}) {
 				if !ok {
 					break read
 				}
-				_ = st.lane.acks.Give(raw.DeliveryTag, giveRelease)
+				st.lane.received(raw.DeliveryTag) // given back at close
 			case <-t.C:
 				return
 			case <-abort:
@@ -272,17 +328,18 @@ func (s *session) work() {
 				return
 			}
 			st.lane.held.Add(1)
+			st.lane.received(raw.DeliveryTag)
 			select {
 			case s.slots <- struct{}{}:
 			case <-s.draining:
-				s.release(st, raw) // not started
+				s.release(st) // not started
 				s.workers.Add(-1)
 				return
 			}
 			select {
 			case <-s.draining: // both were ready: draining wins
 				<-s.slots
-				s.release(st, raw)
+				s.release(st)
 				s.workers.Add(-1)
 				return
 			default:
@@ -407,7 +464,6 @@ func (s *session) settle(d *Delivery, err error) {
 		if d.outcome == "" {
 			d.outcome = OutcomeAck
 		}
-		c.memo.forget(d)
 		serr = d.lane.acks.Ack(d.DeliveryTag)
 	case errors.Is(err, ErrRequeue):
 		d.outcome, d.cause = OutcomeRequeue, err
@@ -417,18 +473,21 @@ func (s *session) settle(d *Delivery, err error) {
 			why = KindPanic
 		}
 		s.requeued(d, why, err)
-		if c.cfg.requeuePause > 0 {
-			t := time.NewTimer(c.cfg.requeuePause)
+		how, pause := giveRequeue, c.cfg.requeuePause // counted: the message failed
+		if d.asideFailed {
+			how, pause = giveRelease, asidePause(pause, d.Headers)
+		}
+		if pause > 0 {
+			t := time.NewTimer(pause)
 			select {
 			case <-t.C:
 			case <-s.draining:
 			}
 			t.Stop()
 		}
-		serr = d.lane.acks.Give(d.DeliveryTag, giveRequeue) // counted: the message failed
+		serr = d.lane.acks.Give(d.DeliveryTag, how)
 	default:
 		d.outcome, d.cause = OutcomeReject, err
-		c.memo.forget(d)
 		c.log.Warn("acemq.message.rejected", "message_id", d.MessageId, "attempt", d.attempt, "error", err)
 		serr = d.lane.acks.Give(d.DeliveryTag, giveReject)
 	}
@@ -436,6 +495,32 @@ func (s *session) settle(d *Delivery, err error) {
 		c.log.Debug("acemq.settle.skipped", "message_id", d.MessageId, "outcome", string(d.outcome), "error", serr)
 	}
 }
+
+// asidePause is the pause before returning a delivery whose set-aside
+// failed (EventSetAsideFailed), which goes back with basic.nack: the
+// library's failure, not the message's, which RabbitMQ 4.3 does not count
+// toward a quorum queue's delivery limit. Up to 4.2 every return counts,
+// and a queue with no dead-letter route drops the message past its limit:
+// so the pause doubles with each return the broker has counted
+// (x-delivery-count, or on 4.3 x-acquired-count, which counts every one),
+// up to asidePauseMax, so that the limit (20 by default) is reached only
+// after about 13 minutes of set-asides failing with the default pause
+// (200 ms), not 4 seconds, and a loop on 4.3 costs little.
+func asidePause(pause time.Duration, h amqp.Table) time.Duration {
+	n, _ := deliveryCount(h)
+	if a, ok := h[headerAcquiredCount].(int64); ok && int(min(a, 64)) > n {
+		n = int(a)
+	}
+	return min(pause<<min(n, 16), asidePauseMax)
+}
+
+// headerAcquiredCount is the header RabbitMQ 4.3 puts on a quorum queue's
+// redelivery: every return of the copy, counted or not.
+const headerAcquiredCount = "x-acquired-count"
+
+// asidePauseMax bounds asidePause, far below the broker's delivery
+// timeout (consumer_timeout, 30 minutes by default).
+const asidePauseMax = time.Minute
 
 // requeued reports a return of d to its queue: each one counts against a
 // quorum queue's delivery limit (RabbitMQ 4.x: 20 by default), past which

@@ -3,6 +3,7 @@ package topology_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/acemq/acemq-go/retry"
@@ -110,4 +111,16 @@ func ExampleShort() {
 	// 1h30m0s → 90m orders.new.retry.90m
 	// 2h0m0s → 2h orders.new.retry.2h
 	// 1.5s → 1s orders.new.retry.1s
+}
+
+// A queue of this instance's own, bound to a fanout exchange: every
+// instance of the service hears every message.
+func ExampleInstanceQueue() {
+	q := topology.InstanceQueue("billing.prices")
+	t := topology.New().
+		Exchange("prices", topology.Fanout).
+		Queue(q, topology.Exclusive()).
+		Binding(q, "prices", "")
+	fmt.Println(t.Validate() == nil, strings.HasPrefix(q, "billing.prices."))
+	// Output: true true
 }

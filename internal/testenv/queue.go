@@ -114,3 +114,19 @@ func Stop(t testing.TB, c *mq.Consumer) {
 		t.Errorf("stop consumer of %s: %v", c.Queue(), err)
 	}
 }
+
+// DeleteBehind deletes q on a channel of b's own, as an operator or
+// another service would: b does not see it, so a queue b declared is
+// still one b declares again. It fails the test if the delete fails.
+func DeleteBehind(t testing.TB, b *mq.Broker, q string) {
+	t.Helper()
+	ctx := Context(t, 15*time.Second)
+	ch, err := b.Channel(ctx)
+	if err != nil {
+		t.Fatalf("delete %s: %v", q, err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+		t.Fatalf("delete %s: %v", q, err)
+	}
+}

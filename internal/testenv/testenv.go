@@ -73,8 +73,8 @@ func Context(t testing.TB, d time.Duration) context.Context {
 }
 
 // Broker starts a broker on URL() (or the given URLs) for the test and
-// closes it when the test ends. A broker that does not answer fails the
-// test.
+// closes it when the test ends, before anything Cleanup, CleanupDerived or
+// CleanupExchanges deletes. A broker that does not answer fails the test.
 func Broker(t testing.TB, cfg mq.Config, opts ...mq.Option) *mq.Broker {
 	t.Helper()
 	if len(cfg.URLs) == 0 {
@@ -95,14 +95,39 @@ func Broker(t testing.TB, cfg mq.Config, opts ...mq.Option) *mq.Broker {
 	if err := b.Start(ctx); err != nil {
 		t.Fatalf("the broker at %s does not answer (run `make broker`): %v", mq.Redact(cfg.URLs[0]), err)
 	}
-	t.Cleanup(func() {
+	track(t, b)
+	t.Cleanup(func() { closeTracked(t) })
+	return b
+}
+
+// brokers are the brokers Broker started, by test, until they are closed.
+var brokers = struct {
+	mu sync.Mutex
+	of map[testing.TB][]*mq.Broker
+}{of: map[testing.TB][]*mq.Broker{}}
+
+func track(t testing.TB, b *mq.Broker) {
+	brokers.mu.Lock()
+	defer brokers.mu.Unlock()
+	brokers.of[t] = append(brokers.of[t], b)
+}
+
+// closeTracked closes the brokers t's Broker calls started and are still
+// open. Cleanup runs it before it deletes anything: a consumer still
+// running would see its queue deleted, and its Broker would declare the
+// queue again (a queue it declared) and leave it behind.
+func closeTracked(t testing.TB) {
+	brokers.mu.Lock()
+	bs := brokers.of[t]
+	delete(brokers.of, t)
+	brokers.mu.Unlock()
+	for i := len(bs) - 1; i >= 0; i-- {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := b.Close(ctx); err != nil {
+		if err := bs[i].Close(ctx); err != nil {
 			t.Errorf("close broker: %v", err)
 		}
-	})
-	return b
+		cancel()
+	}
 }
 
 // Cleanup deletes the named queues when the test ends, on a broker of its
@@ -121,6 +146,7 @@ func Cleanup(t testing.TB, queues ...string) {
 // broker may be closed by then), all within 20 s.
 func atEnd(t testing.TB, fn func(ctx context.Context, b *mq.Broker)) {
 	t.Cleanup(func() {
+		closeTracked(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		b, err := mq.Dial(ctx, URL(), mq.WithLogger(Discard()))
