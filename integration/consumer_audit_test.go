@@ -16,8 +16,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-go/internal/testenv"
+	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/retry"
+	"github.com/acemq/acemq-go/topology"
 )
 
 // A handler that ignores its context holds its own slot across a lost
@@ -220,5 +222,75 @@ func TestAuditRepeatedStopsLeaveTheDeliveryCount(t *testing.T) {
 	t.Logf("RabbitMQ %s: %d of %d messages left after %d stops carry x-delivery-count > 0", v, counted, len(got), rounds)
 	if auditCountsOnlyFailures(v) && counted != 0 {
 		t.Fatalf("after %d stops %d of %d messages carry x-delivery-count > 0, want 0", rounds, counted, len(got))
+	}
+}
+
+// A set-aside that keeps failing, on a queue with the default topology
+// (no dead-letter route) and a delivery limit: on 4.3 the original goes
+// back as nobody's failure and is not counted, so once .dlq can be written
+// again the message is set aside there, never dropped by the broker.
+func TestAuditFailingSetAsideIsNotDroppedByTheDeliveryLimit(t *testing.T) {
+	b, lg := consBroker(t)
+	p := retry.Waits(time.Second).With(retry.InProcessLimit(0))
+	q := testenv.Queue(t, b, p, topology.Args(amqp.Table{"x-delivery-limit": 3}))
+	dlq := topology.DeadLetterQueue(q)
+	calls := &consCalls{}
+	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error { calls.add(d); return fmt.Errorf("fails") })
+	c, err := b.Consume(testenv.Context(t, 20*time.Second), q, h,
+		middleware.Standard(p, middleware.WithoutDeclare()), mq.WithRequeuePause(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Stop(t, c)
+	testenv.Publish(t, b, q, mq.Message{Body: []byte("r"), MessageId: "kept"})
+	time.Sleep(2 * time.Second) // some 40 returns with the 50 ms pause, far past the limit of 3
+	v := auditVersion(t)
+	if !auditCountsOnlyFailures(v) {
+		// Up to 4.2 every return counts, a nack too: past the limit the
+		// broker drops it (docs/reliability.md says when).
+		// The pause before each return doubles with the returns counted,
+		// so the limit takes long to reach (50, 100, 200 ms here).
+		at, _ := calls.snapshot()
+		t.Logf("RabbitMQ %s: %d calls, %d failed set-asides before the limit of 3", v, len(at), lg.Count(mq.EventSetAsideFailed))
+		if len(at) < 4 {
+			t.Fatalf("%d calls: the message was dropped before its delivery limit of 3", len(at))
+		}
+		if first, last := at[1].Sub(at[0]), at[3].Sub(at[2]); last < first+100*time.Millisecond {
+			t.Fatalf("the pause before a failed set-aside's return went from %v to %v: it does not grow with the returns counted", first, last)
+		}
+		return
+	}
+	if err := b.Declare(testenv.Context(t, 10*time.Second), topology.New().Queue(dlq, topology.Classic())); err != nil {
+		t.Fatal(err)
+	}
+	ok := testenv.Poll(10*time.Second, func() bool { return testenv.Count(t, b, dlq) == 1 })
+	if !ok {
+		t.Fatalf("RabbitMQ %s: after %d failed set-asides the message never reached %s once it existed (%d in %s): dropped by the delivery limit",
+			v, lg.Count(mq.EventSetAsideFailed), dlq, testenv.Count(t, b, q), q)
+	}
+}
+
+// Deliberate cuts of a working connection are not flapping, even a few
+// within StableAfter: flapping is a connection that keeps dying soon after
+// it opens.
+func TestAuditCutsOfAWorkingConnectionAreNotFlapping(t *testing.T) {
+	lg := testenv.NewLogRecorder(t)
+	p, u := testenv.Proxy(t)
+	b := testenv.Broker(t, mq.Config{URLs: []string{u}, Logger: lg.Logger(), Heartbeat: 2 * time.Second})
+	q := coreQueue(t, b, nil)
+	pub := b.Publisher("")
+	defer pub.Close()
+	for i := range 3 {
+		time.Sleep(1500 * time.Millisecond)
+		if err := pub.Publish(testenv.Context(t, 10*time.Second), q, mq.Message{MessageId: fmt.Sprint("w", i)}); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		if n := p.Cut(); n != 1 {
+			t.Fatalf("cut %d: %d connections", i+1, n)
+		}
+		testenv.Eventually(t, 10*time.Second, func() bool { return lg.Count(mq.EventConnectionRestored) == i+1 }, "restored after cut %d", i+1)
+	}
+	if n := lg.Count(mq.EventConnectionFlapping); n != 0 {
+		t.Fatalf("%d %s records for 3 cuts, each of a connection up for 1.5 s", n, mq.EventConnectionFlapping)
 	}
 }

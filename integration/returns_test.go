@@ -9,8 +9,9 @@ package integration
 // failure and is not counted (x-acquired-count counts every return). So:
 //
 //   - a return that is the message's failure (a handler's mq.Requeue, a
-//     panic outside every middleware, a set-aside that failed) or a reject
-//     is a basic.reject, so that 4.3 bounds a requeue loop;
+//     panic outside every middleware) or a reject is a basic.reject, so
+//     that 4.3 bounds a requeue loop; a set-aside that failed is the
+//     library's failure and goes back with basic.nack (consumer_audit_test);
 //   - a delivery never started when the consumer stops, and every message
 //     an ops tool looked at, goes back with basic.nack, so that a deploy or
 //     a peek does not bring it nearer its limit.

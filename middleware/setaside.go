@@ -14,8 +14,9 @@ import (
 // setAside republishes d to its queue's .dlq or .parked with the contract's
 // failure headers and returns nil once confirmed. When that publish fails,
 // it logs and reports EventSetAsideFailed and returns mq.Requeue: the
-// original goes back to its queue after a pause, never acknowledged, never
-// dropped.
+// original goes back to its queue after a pause, never acknowledged (the
+// consumer, seeing the event, returns it with basic.nack and a pause that
+// grows with its returns: see mq.EventSetAsideFailed).
 func setAside(ctx context.Context, d *mq.Delivery, reason mq.Reason, cause error) error {
 	target, kind, outcome := topology.DeadLetterQueue(d.Queue()), mq.HopDeadLetter, mq.OutcomeDeadLetter
 	if reason == mq.ReasonParked {

@@ -69,3 +69,22 @@ func TestMemoEvictsOnlyPastItsSize(t *testing.T) {
 		t.Fatalf("with 2 entries in a memo of %d, the older reads attempt %d, want 2", memoSize, got)
 	}
 }
+
+func TestAsidePauseDoublesWithTheReturnsCounted(t *testing.T) {
+	p := 200 * time.Millisecond
+	cases := []struct {
+		h    amqp.Table
+		want time.Duration
+	}{
+		{nil, p},
+		{amqp.Table{headerDeliveryCount: int64(3)}, 8 * p},
+		{amqp.Table{headerAcquiredCount: int64(2), headerDeliveryCount: int64(0)}, 4 * p},
+		{amqp.Table{headerDeliveryCount: int64(40)}, asidePauseMax},
+		{amqp.Table{headerAcquiredCount: int64(1 << 40)}, asidePauseMax},
+	}
+	for _, c := range cases {
+		if got := asidePause(p, c.h); got != c.want {
+			t.Errorf("asidePause(%v, %v) = %v, want %v", p, c.h, got, c.want)
+		}
+	}
+}

@@ -20,11 +20,50 @@ type conn struct {
 	server string // host:port
 	lost   chan struct{}
 
-	blocked   atomic.Bool // unblocked != nil, read without the lock on every publish
+	lanes     atomic.Int32 // consumers' extra lanes open on it (takeLane)
+	blocked   atomic.Bool  // unblocked != nil, read without the lock on every publish
 	blockMu   sync.Mutex
 	unblocked chan struct{} // non-nil while the broker blocks publishing
 	reason    string
 }
+
+// takeLane reserves a channel of c for a consumer's lane beyond its
+// first (see lanes.go), and reports whether one was left: lanes take at
+// most half of the channels negotiated (channel_max, 2047 by default), so
+// that in an outage, when every consumer's deliveries wait and each grows
+// to its WithMaxWaiting/16 extra lanes, publishers, hops and new
+// subscriptions still get a channel. A session refused one keeps its
+// waiting deliveries on the channel it consumes on.
+func (c *conn) takeLane() bool {
+	if c == nil || c.c == nil {
+		return true
+	}
+	budget := int32(c.c.Config.ChannelMax)
+	if budget <= 0 {
+		budget = defaultChannelMax
+	}
+	budget /= 2
+	for {
+		n := c.lanes.Load()
+		if n >= budget {
+			return false
+		}
+		if c.lanes.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// dropLane gives back a channel takeLane reserved.
+func (c *conn) dropLane() {
+	if c != nil {
+		c.lanes.Add(-1)
+	}
+}
+
+// defaultChannelMax is RabbitMQ's channel_max, which amqp091-go also asks
+// for.
+const defaultChannelMax = 2047
 
 // frameMax is the frame_max negotiated on c.
 func (c *conn) frameMax() int { return c.c.Config.FrameSize }

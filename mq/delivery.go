@@ -28,6 +28,8 @@ type Delivery struct {
 	lane    *lane     // the channel it came on, where it is settled
 	slot    bool      // holds one of its session's slots
 	used    int       // the last attempt that ran to its end (see endAttempt)
+
+	asideFailed bool // it reported EventSetAsideFailed: a return is the library's failure (see asidePause)
 }
 
 // deliverer is what a Delivery asks of whoever delivered it, as an
@@ -126,6 +128,9 @@ func (d *Delivery) Forward(ctx context.Context, queue string, kind HopKind, set 
 func (d *Delivery) Emit(ctx context.Context, e Event) {
 	if e.Queue == "" {
 		e.Queue = d.queue
+	}
+	if e.Name == EventSetAsideFailed {
+		d.asideFailed = true
 	}
 	d.runtime().event(ctx, e)
 }

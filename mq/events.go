@@ -10,7 +10,10 @@ const (
 	// the message was set aside in the dead-letter queue instead.
 	EventRungMissing = "acemq.retry.rung.missing"
 	// EventSetAsideFailed: a publish to .dlq or .parked failed; the original
-	// was returned to its queue after a pause, never dropped.
+	// was returned to its queue with basic.nack (the library's failure, not
+	// the message's: RabbitMQ 4.3 does not count it toward the delivery
+	// limit) after a pause that doubles with its returns. Up to 4.2 a queue
+	// with no dead-letter route drops it past its limit (docs/reliability.md).
 	EventSetAsideFailed = "acemq.messages.set.aside.failed"
 	// EventRetry: a failed attempt is retried (Event.Kind says in-process
 	// or broker; carried when a wait cut short by Stop is republished to
@@ -32,7 +35,7 @@ const (
 
 // Events of connections and consumers that keep dying.
 const (
-	// EventConnectionFlapping: the connection died within StableAfter of
+	// EventConnectionFlapping: the connection died within a second of
 	// coming up FlapAlarm times in a row (an endpoint that accepts and then
 	// drops every connection, a load balancer in front of a dead node).
 	// Logged once per streak, with the last error; every redial of the

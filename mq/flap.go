@@ -12,13 +12,21 @@ import (
 const StableAfter = 5 * time.Second
 
 // FlapAlarm is how many flaps in a row make EventConnectionFlapping (or
-// EventConsumerPoison).
+// EventConsumerPoison), each of them an end within flapSoon of coming up.
 const FlapAlarm = 3
+
+// flapSoon is how soon after coming up a connection or subscription must
+// end to count toward FlapAlarm: one that keeps dying right after it opens
+// (an endpoint that drops every connection after the handshake, a poison
+// message at the head of the queue), not one that worked for a while and
+// was cut (a failover, a chaos test's cuts a second or two apart).
+const flapSoon = time.Second
 
 // flapGuard counts the flaps of one connection or consumer session.
 type flapGuard struct {
 	upAt   time.Time
-	flaps  int // in a row: ends within StableAfter of coming up
+	flaps  int // in a row: ends within StableAfter of coming up (the backoff)
+	soon   int // in a row: ends within flapSoon of coming up (the alarm)
 	warned bool
 }
 
@@ -28,17 +36,24 @@ func (g *flapGuard) up(now time.Time) { g.upAt = now }
 // down records that it ended and returns the flaps in a row so far (0: it
 // had been up for StableAfter, which resets the count).
 func (g *flapGuard) down(now time.Time) int {
-	if now.Sub(g.upAt) >= StableAfter {
-		g.flaps, g.warned = 0, false
+	lived := now.Sub(g.upAt)
+	if lived >= StableAfter {
+		g.flaps, g.soon, g.warned = 0, 0, false
 		return 0
 	}
 	g.flaps++
+	if lived < flapSoon {
+		g.soon++
+	} else {
+		g.soon, g.warned = 0, false
+	}
 	return g.flaps
 }
 
-// alarm reports, once per streak, that the streak reached FlapAlarm.
+// alarm reports, once per streak, that FlapAlarm ends in a row came within
+// flapSoon of coming up.
 func (g *flapGuard) alarm() bool {
-	if g.flaps >= FlapAlarm && !g.warned {
+	if g.soon >= FlapAlarm && !g.warned {
 		g.warned = true
 		return true
 	}
@@ -59,13 +74,14 @@ func (b *Broker) flapWait(flaps int) time.Duration {
 // SYNTAX_ERROR and closes the connection).
 //
 // amqp091-go reports a socket that closed or broke under it as 501 too
-// ("EOF", a reset, a broken pipe): that is a lost connection, not a frame
-// it could not decode, and is no sign of a poison message.
+// ("EOF", a reset, a broken pipe, the socket's own errStalled): that is a
+// lost connection, not a frame it could not decode, and is no sign of a
+// poison message.
 func frameError(why string) bool {
 	if !strings.Contains(why, "Exception (501)") && !strings.Contains(why, "Exception (502)") {
 		return false
 	}
-	for _, lost := range []string{`"EOF"`, "connection reset", "broken pipe", "use of closed network connection", "i/o timeout"} {
+	for _, lost := range []string{`"EOF"`, "connection reset", "broken pipe", "use of closed network connection", "i/o timeout", errStalled.Error()} {
 		if strings.Contains(why, lost) {
 			return false
 		}

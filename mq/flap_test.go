@@ -9,7 +9,7 @@ func TestFlapGuard(t *testing.T) {
 	now := time.Now()
 	g := flapGuard{upAt: now}
 	for i := 1; i <= 5; i++ {
-		if n := g.down(now.Add(time.Second)); n != i {
+		if n := g.down(now.Add(200 * time.Millisecond)); n != i {
 			t.Fatalf("flap %d counted as %d", i, n)
 		}
 		if got, want := g.alarm(), i == FlapAlarm; got != want {
@@ -43,3 +43,36 @@ func TestFlapGuard(t *testing.T) {
 
 // A read held at the gate ends when the socket under it closes (the
 // connection is lost, or Close aborts it, before the listeners are in).
+
+// Cuts of connections that had been up for a while are losses, not flaps
+// worth an alarm, even when they come within StableAfter of each other (the
+// chaos scenarios cut a working connection every second or two).
+func TestFlapAlarmNeedsLossesSoonAfterOpening(t *testing.T) {
+	now := time.Now()
+	g := flapGuard{upAt: now}
+	for i := range 2 * FlapAlarm {
+		now = now.Add(1500 * time.Millisecond)
+		g.down(now)
+		if g.alarm() {
+			t.Fatalf("alarm after %d losses, each 1.5 s after its connection opened", i+1)
+		}
+		g.up(now)
+	}
+	for i := range FlapAlarm {
+		now = now.Add(10 * time.Millisecond)
+		g.down(now)
+		if got, want := g.alarm(), i == FlapAlarm-1; got != want {
+			t.Fatalf("alarm %v after %d losses right after opening", got, i+1)
+		}
+		g.up(now)
+	}
+}
+
+// The socket's own stall error comes back from amqp091-go as a 501 too: a
+// lost connection, not a frame it could not decode.
+func TestFrameErrorIsNotTheSocketsStall(t *testing.T) {
+	why := `Exception (501) Reason: "` + errStalled.Error() + `: no byte written for 10s"`
+	if frameError(why) {
+		t.Fatalf("frameError(%s) = true for a socket that stopped draining", why)
+	}
+}

@@ -342,8 +342,15 @@ func (s *session) moveOn(life context.Context) (moved bool, err error) {
 	}
 	s.mu.Lock()
 	if s.isDraining() {
+		// The drain came while it subscribed. Its ctx ends with the drain,
+		// so it cannot cancel this consumer itself: the stream joins the
+		// session's, for the Stop to cancel (cancelStreams) and to give back
+		// what it was sent (releaseUnread, close) rather than leave it to
+		// the channel's close, which RabbitMQ 4.3 counts.
+		next.cur = st
+		s.streams = append(s.streams, st)
 		s.mu.Unlock()
-		return false, c.b.bounded(ctx, func() error { return next.ch.Cancel(c.cfg.tag, false) }, nil)
+		return false, nil
 	}
 	old.cur.retired = true
 	old.acks.Leave(true)
@@ -377,17 +384,19 @@ func (s *session) moveOn(life context.Context) (moved bool, err error) {
 // if not, or if the session is draining.
 func (s *session) addLane(ctx context.Context) (*lane, error) {
 	c := s.c
-	if len(s.allLanes()) >= c.cfg.maxLanes() {
+	if len(s.allLanes()) >= c.cfg.maxLanes() || !s.st.takeLane() {
 		return nil, nil
 	}
 	l, _, err := openLane(ctx, c)
 	if err != nil {
+		s.st.dropLane()
 		return nil, err
 	}
 	s.mu.Lock()
 	if s.isDraining() { // the session's close may have listed its lanes already
 		s.mu.Unlock()
 		_ = l.ch.Close()
+		s.st.dropLane()
 		return nil, nil
 	}
 	s.lanes = append(s.lanes, l)

@@ -323,3 +323,19 @@ func TestMaxLanesAndQos(t *testing.T) {
 		}
 	}
 }
+
+func TestLanesTakeAtMostHalfTheChannels(t *testing.T) {
+	c := &conn{c: &amqp.Connection{Config: amqp.Config{ChannelMax: 20}}}
+	for i := range 10 {
+		if !c.takeLane() {
+			t.Fatalf("lane %d of a budget of 10 refused", i+1)
+		}
+	}
+	if c.takeLane() {
+		t.Fatal("an 11th lane on a connection of 20 channels was granted")
+	}
+	c.dropLane()
+	if !c.takeLane() {
+		t.Fatal("a lane given back was not granted again")
+	}
+}

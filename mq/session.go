@@ -86,6 +86,9 @@ func (s *session) shut(release bool) {
 			_ = l.acks.Close()
 			_ = l.ch.Close()
 		}
+		for range len(s.allLanes()) - 1 {
+			s.st.dropLane() // every lane but the first came from the budget
+		}
 	})
 }
 
@@ -470,15 +473,19 @@ func (s *session) settle(d *Delivery, err error) {
 			why = KindPanic
 		}
 		s.requeued(d, why, err)
-		if c.cfg.requeuePause > 0 {
-			t := time.NewTimer(c.cfg.requeuePause)
+		how, pause := giveRequeue, c.cfg.requeuePause // counted: the message failed
+		if d.asideFailed {
+			how, pause = giveRelease, asidePause(pause, d.Headers)
+		}
+		if pause > 0 {
+			t := time.NewTimer(pause)
 			select {
 			case <-t.C:
 			case <-s.draining:
 			}
 			t.Stop()
 		}
-		serr = d.lane.acks.Give(d.DeliveryTag, giveRequeue) // counted: the message failed
+		serr = d.lane.acks.Give(d.DeliveryTag, how)
 	default:
 		d.outcome, d.cause = OutcomeReject, err
 		c.log.Warn("acemq.message.rejected", "message_id", d.MessageId, "attempt", d.attempt, "error", err)
@@ -488,6 +495,32 @@ func (s *session) settle(d *Delivery, err error) {
 		c.log.Debug("acemq.settle.skipped", "message_id", d.MessageId, "outcome", string(d.outcome), "error", serr)
 	}
 }
+
+// asidePause is the pause before returning a delivery whose set-aside
+// failed (EventSetAsideFailed), which goes back with basic.nack: the
+// library's failure, not the message's, which RabbitMQ 4.3 does not count
+// toward a quorum queue's delivery limit. Up to 4.2 every return counts,
+// and a queue with no dead-letter route drops the message past its limit:
+// so the pause doubles with each return the broker has counted
+// (x-delivery-count, or on 4.3 x-acquired-count, which counts every one),
+// up to asidePauseMax, so that the limit (20 by default) is reached only
+// after about 13 minutes of set-asides failing with the default pause
+// (200 ms), not 4 seconds, and a loop on 4.3 costs little.
+func asidePause(pause time.Duration, h amqp.Table) time.Duration {
+	n, _ := deliveryCount(h)
+	if a, ok := h[headerAcquiredCount].(int64); ok && int(min(a, 64)) > n {
+		n = int(a)
+	}
+	return min(pause<<min(n, 16), asidePauseMax)
+}
+
+// headerAcquiredCount is the header RabbitMQ 4.3 puts on a quorum queue's
+// redelivery: every return of the copy, counted or not.
+const headerAcquiredCount = "x-acquired-count"
+
+// asidePauseMax bounds asidePause, far below the broker's delivery
+// timeout (consumer_timeout, 30 minutes by default).
+const asidePauseMax = time.Minute
 
 // requeued reports a return of d to its queue: each one counts against a
 // quorum queue's delivery limit (RabbitMQ 4.x: 20 by default), past which
