@@ -78,7 +78,7 @@ func recovPublish(t *testing.T, ctx context.Context, pub *mq.Publisher, key, pre
 			if err == nil {
 				break
 			}
-			// Unroutable while the queue is gone; 4.x may nack one
+			// Unroutable while the queue is gone; the broker may nack one
 			// routed to it as it goes; an auto-delete exchange may be
 			// gone too (NOT_FOUND).
 			gone := errors.Is(err, mq.ErrUnroutable) || errors.Is(err, mq.ErrNacked) || errors.Is(err, mq.ErrNotFound)
