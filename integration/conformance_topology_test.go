@@ -281,14 +281,11 @@ func TestConformanceStoredArguments(t *testing.T) {
 			t.Fatalf("%s: %v", tv.Name, err)
 		}
 		d := declared{tv: tv, prefix: prefix}
-		var exchanges, exclusive []string
+		var exchanges []string
 		for _, q := range tp.Queues() {
 			d.allDecl = append(d.allDecl, q.Name)
 			if q.Exclusive {
-				// Only the declaring connection may delete it; it goes with
-				// that connection anyway.
-				exclusive = append(exclusive, q.Name)
-				continue
+				continue // only the declaring connection may delete it; it goes with that connection
 			}
 			d.queues = append(d.queues, q.Name)
 		}
@@ -307,15 +304,10 @@ func TestConformanceStoredArguments(t *testing.T) {
 				d.allDecl = append(d.allDecl, c.Queue)
 			}
 		}
+		// The exclusive queues go with b's connection, which testenv closes
+		// before the cleanups below delete the rest.
 		testenv.Cleanup(t, d.queues...)
 		testenv.CleanupExchanges(t, exchanges...)
-		t.Cleanup(func() {
-			for _, q := range exclusive {
-				if _, err := b.DeleteQueue(testenv.Context(t, 15*time.Second), q); err != nil {
-					t.Errorf("delete %s: %v", q, err)
-				}
-			}
-		})
 		if err := b.Declare(ctx, own.Merge(tp)); err != nil {
 			t.Fatalf("%s: declare: %v", tv.Name, err)
 		}

@@ -438,7 +438,7 @@ func TestFxTopologyQueueDeclaredAgain(t *testing.T) {
 		if err == nil {
 			break
 		}
-		// Unroutable while the queue is gone; 4.x may nack one routed to it
+		// Unroutable while the queue is gone; the broker may nack one routed to it
 		// as it goes.
 		if !errors.Is(err, mq.ErrUnroutable) && !errors.Is(err, mq.ErrNacked) {
 			t.Fatalf("publish: %v (is %s not declared again?)", err, q)

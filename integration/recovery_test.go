@@ -62,7 +62,8 @@ func (s *recovSeen) all(ids []string) (bool, time.Time) {
 
 // recovPublish publishes n messages prefix-0 … through pub to key, one
 // every 20 ms, each published again while it comes back unroutable (the
-// queue not there yet: the gap) or nacked, for at most 10 s in all. It returns the
+// queue or its exchange not there yet: the gap) or nacked, for at most
+// 10 s in all. It returns the
 // ids and how many publishes were unroutable.
 func recovPublish(t *testing.T, ctx context.Context, pub *mq.Publisher, key, prefix string, n int) ([]string, int) {
 	t.Helper()
@@ -77,9 +78,11 @@ func recovPublish(t *testing.T, ctx context.Context, pub *mq.Publisher, key, pre
 			if err == nil {
 				break
 			}
-			// Unroutable while the queue is gone; 4.x may nack one
-			// routed to it as it goes.
-			if !(errors.Is(err, mq.ErrUnroutable) || errors.Is(err, mq.ErrNacked)) || ctx.Err() != nil {
+			// Unroutable while the queue is gone; the broker may nack one
+			// routed to it as it goes; an auto-delete exchange may be
+			// gone too (NOT_FOUND).
+			gone := errors.Is(err, mq.ErrUnroutable) || errors.Is(err, mq.ErrNacked) || errors.Is(err, mq.ErrNotFound)
+			if !gone || ctx.Err() != nil {
 				t.Fatalf("publish %s (%d unroutable so far: is the queue not declared again?): %v", id, gap, err)
 			}
 			gap++
@@ -115,6 +118,19 @@ func recovWaitEvent(t *testing.T, lg *testenv.LogRecorder, msg string, n int, d 
 // messages published to the exchange after the reconnect are handled
 // within 5 s of it.
 func TestRecoveryExclusiveBroadcastAfterCut(t *testing.T) {
+	recovBroadcast(t, nil, topology.Exclusive())
+}
+
+// The same with an auto-delete queue bound to an auto-delete exchange: the
+// broker deletes the queue with its last consumer and the exchange with
+// its last binding; both are declared again.
+func TestRecoveryAutoDeleteBroadcastAfterCut(t *testing.T) {
+	recovBroadcast(t, []topology.ExchangeOption{topology.AutoDelete()}, topology.AutoDelete())
+}
+
+// recovBroadcast runs a broadcast consumer on a queue declared with qopt,
+// bound to a fanout exchange declared with exopts, through two cuts.
+func recovBroadcast(t *testing.T, exopts []topology.ExchangeOption, qopt topology.QueueOption) {
 	testenv.NoLeaks(t)
 	ctx := testenv.Context(t, 60*time.Second)
 	lg := testenv.NewLogRecorder(t)
@@ -123,8 +139,8 @@ func TestRecoveryExclusiveBroadcastAfterCut(t *testing.T) {
 	direct := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
 	ex := testenv.Name(t, "fanout")
 	testenv.CleanupExchanges(t, ex)
-	q := topology.InstanceQueue(testenv.Name(t, "each")) // exclusive: it goes with the connection
-	if err := b.Declare(ctx, topology.New().Exchange(ex, topology.Fanout).Queue(q, topology.Exclusive()).Binding(q, ex, "")); err != nil {
+	q := topology.InstanceQueue(testenv.Name(t, "each")) // it goes with the connection
+	if err := b.Declare(ctx, topology.New().Exchange(ex, append(exopts, topology.Fanout)...).Queue(q, qopt).Binding(q, ex, "")); err != nil {
 		t.Fatal(err)
 	}
 	seen := newRecovSeen()

@@ -44,8 +44,9 @@ type Consumer struct {
 
 // Consume subscribes h, wrapped in the consumer's middleware, to queue, and
 // returns once the first subscribe succeeded: a missing queue or refused
-// access fails here, with the reason named. The consumer then runs until
-// Stop (or Broker.Close).
+// access fails here, with the reason named (a missing queue this Broker
+// declared is declared again first, as on every resubscribe: see
+// Broker.Declare). The consumer then runs until Stop (or Broker.Close).
 func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...ConsumerOption) (*Consumer, error) {
 	cfg := consumerConfigOf(b.cfg.ConnectionName, queue, h, opts)
 	if err := errors.Join(cfg.errs...); err != nil {
