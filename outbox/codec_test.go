@@ -91,6 +91,3 @@ func TestRetryWait(t *testing.T) {
 		}
 	}
 }
-
-
-
