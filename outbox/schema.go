@@ -56,7 +56,7 @@ func base(table string) string {
 // migrations with a tool of its own. The columns:
 //
 // Outbox: id (bigserial: the order rows are written in), created_at,
-// exchange, routing_key, ordering_key (” for none), message_id, body,
+// exchange, routing_key, ordering_key (empty for none), message_id, body,
 // properties (jsonb: every AMQP property and header, each header value with
 // its type), trace (jsonb: the writer's trace context), attempts,
 // retry_at (when a refused row may be tried again), last_error, and
