@@ -8,6 +8,7 @@ export AMQP_URL
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
+.PHONY: postgres
 .PHONY: all test unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium
 
 all: lint test
@@ -15,6 +16,14 @@ all: lint test
 ## broker: make sure a local RabbitMQ answers (install and start it if needed)
 broker:
 	@./scripts/broker.sh
+
+## postgres: make sure the machine's PostgreSQL 15 answers on 127.0.0.1:5432
+## with a database test (the outbox suites need it); starts it when it does not
+postgres:
+	@./scripts/postgres.sh
+
+# The outbox suites (integration, chaos, bench) need PostgreSQL.
+integration chaos bench: postgres
 
 ## test: unit tests, then integration tests against the local broker, all with -race
 test: broker unit integration
