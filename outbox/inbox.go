@@ -34,6 +34,11 @@ const (
 // (MetricDuplicates). Two deliveries of one key at once: the second waits
 // for the first's transaction, then runs only if that rolled back.
 //
+// When the inbox's own statements fail (the database is unreachable: its
+// begin, its record, its commit), the delivery is returned to its queue
+// (mq.Requeue), not retried down the ladder: the database's outage is not
+// the message's failure. The handler's own errors are the handler's.
+//
 // A delivery without a key is refused with middleware.Reject(ErrNoKey)
 // (a retry ladder sends it to the dead-letter queue at once). Records
 // older than Retention are deleted, at most once a minute, by a
@@ -89,12 +94,12 @@ func (h *inboxHandler) Handle(ctx context.Context, d *mq.Delivery) error {
 	in.maybeClean(ctx, d)
 	tx, err := in.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("outbox: inbox: begin: %w", err)
+		return mq.Requeue(fmt.Errorf("outbox: inbox: begin: %w", err))
 	}
 	res, err := tx.ExecContext(ctx, in.record, d.Queue(), key)
 	if err != nil {
 		_ = tx.Rollback()
-		return fmt.Errorf("outbox: inbox: record %q: %w", key, err)
+		return mq.Requeue(fmt.Errorf("outbox: inbox: record %q: %w", key, err))
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 0 {
 		_ = tx.Rollback()
@@ -110,7 +115,7 @@ func (h *inboxHandler) Handle(ctx context.Context, d *mq.Delivery) error {
 	if err := tx.Commit(); err != nil {
 		// Committed or not, a retry is safe: a committed record makes it
 		// a duplicate.
-		return fmt.Errorf("outbox: inbox: commit %q: %w", key, err)
+		return mq.Requeue(fmt.Errorf("outbox: inbox: commit %q: %w", key, err))
 	}
 	return nil
 }
