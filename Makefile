@@ -8,7 +8,7 @@ export AMQP_URL
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: postgres
+.PHONY: postgres bench-outbox
 .PHONY: all test unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium
 
 all: lint test
@@ -24,6 +24,14 @@ postgres:
 
 # The outbox suites (integration, chaos, bench) need PostgreSQL.
 integration chaos bench: postgres
+
+## bench-outbox: the outbox and the inbox against baselines of the same run
+## (tx cost, relay throughput, commit-to-delivery latency, inbox overhead);
+## part of `make bench` (OUTBOXBENCHFLAGS passes flags on, e.g. -rounds 7)
+bench-outbox: broker postgres
+	$(GO) run ./internal/cmd/outboxbench $(OUTBOXBENCHFLAGS)
+
+bench: bench-outbox
 
 ## test: unit tests, then integration tests against the local broker, all with -race
 test: broker unit integration

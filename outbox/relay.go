@@ -85,15 +85,34 @@ func (r *Relay) Run(ctx context.Context) error {
 	unreg := r.m.observe(r)
 	defer unreg()
 
-	lctx, stopListen := context.WithCancel(ctx)
-	wake := make(chan struct{}, 1)
+	lctx, stop := context.WithCancel(ctx)
+	defer stop()
+	wakes := make([]chan struct{}, loops)
+	for i := range wakes {
+		wakes[i] = make(chan struct{}, 1)
+	}
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); r.listen(lctx, wake) }()
-	defer wg.Wait()
-	defer stopListen()
+	wg.Go(func() { r.listen(lctx, wakes) })
+	errs := make([]error, loops)
+	for i := range loops {
+		wg.Go(func() {
+			if errs[i] = r.loop(lctx, wakes[i], i == 0); errs[i] != nil {
+				stop()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
 
-	idle := time.NewTimer(0)
+// loops is how many batches a relay has in flight at once: while one
+// waits for its confirms or its commit, the next is claimed and sent.
+const loops = 2
+
+// loop claims and publishes batches until ctx ends (nil) or the broker is
+// closed (mq.ErrClosed); the first loop also refreshes the gauges.
+func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) error {
+	idle := time.NewTimer(time.Hour)
 	defer idle.Stop()
 	var lastStats time.Time
 	pause := 50 * time.Millisecond
@@ -102,7 +121,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if errors.Is(err, mq.ErrClosed) {
 			return err
 		}
-		if time.Since(lastStats) >= max(r.c.poll, time.Second) {
+		if stats && time.Since(lastStats) >= max(r.c.poll, time.Second) {
 			r.stats(ctx)
 			lastStats = time.Now()
 		}
@@ -121,14 +140,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		default:
 			pause = 50 * time.Millisecond
 		}
-		idle.Reset(wait)
+		idle.Reset(wait) // no stale tick since Go 1.23
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
-			if !idle.Stop() {
-				<-idle.C
-			}
+			idle.Stop()
 		case <-idle.C:
 		}
 	}
@@ -140,10 +157,10 @@ var errNoListen = errors.New("outbox: the database driver is not pgx: polling on
 // listen holds a LISTEN connection and signals wake on every notification
 // (and once after each LISTEN, for rows written while it had none), until
 // ctx ends; a lost connection is replaced with backoff.
-func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
+func (r *Relay) listen(ctx context.Context, wakes []chan struct{}) {
 	pause := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := r.listenOnce(ctx, wake)
+		err := r.listenOnce(ctx, wakes)
 		if ctx.Err() != nil {
 			return
 		}
@@ -163,14 +180,16 @@ func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
 	}
 }
 
-func signal(wake chan<- struct{}) {
-	select {
-	case wake <- struct{}{}:
-	default:
+func signal(wakes []chan struct{}) {
+	for _, w := range wakes {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
 	}
 }
 
-func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}) error {
+func (r *Relay) listenOnce(ctx context.Context, wake []chan struct{}) error {
 	conn, err := r.db.Conn(ctx)
 	if err != nil {
 		return err
