@@ -142,7 +142,9 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-func body(i int) []byte { return fmt.Appendf(nil, `{"order":"o-%d","total":%d,"lines":[{"sku":"a","n":1}]}`, i, i) }
+func body(i int) []byte {
+	return fmt.Appendf(nil, `{"order":"o-%d","total":%d,"lines":[{"sku":"a","n":1}]}`, i, i)
+}
 
 // txCost: µs per transaction, order + outbox publish against order + a
 // plain insert of the same row.
