@@ -23,7 +23,9 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.uber.org/fx"
 
+	"github.com/acemq/acemq-go/fxmodule"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -454,5 +456,56 @@ func TestInboxEffectsOnce(t *testing.T) {
 	testenv.Stop(t, c2)
 	if n := byOrder.Load(); n != 2 {
 		t.Errorf("KeyBy: %d calls for two orders", n)
+	}
+}
+
+// outboxEvents is how the fx test's service names its event publisher.
+type outboxEvents interface{ mq.Sender }
+
+// An fx app with fxmodule.Module and outbox.Module: the topology is
+// declared, a handler's write through the outbox
+// sender (outbox.AsSender) inside the inbox's transaction reaches the
+// second queue once although the message came twice, a publish without a
+// transaction fails with ErrNoTx, and stop drains and leaves nothing
+// running.
+func TestOutboxFxModule(t *testing.T) {
+	testenv.NoLeaks(t)
+	db := outboxOpen(t, outboxURL())
+	s := outboxTables(t, db)
+	helper := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
+	in, out := testenv.Name(t, "in"), testenv.Name(t, "out")
+	testenv.Cleanup(t, in, out)
+	var events outboxEvents
+	app := fxApp(t,
+		fxConfig(t),
+		fx.Supply(db),
+		fxmodule.AsTopology(topology.New().Queue(in, topology.Classic()).Queue(out, topology.Classic())),
+		outbox.Module(outbox.WithSchema(s)),
+		outbox.AsSender[outboxEvents](""),
+		fx.Populate(&events),
+		fxmodule.AsConsumer(func(ev outboxEvents) fxmodule.Consumer {
+			return fxmodule.Consumer{Queue: in, Options: []mq.ConsumerOption{mq.WithMiddleware(outbox.Inbox(db, outbox.WithSchema(s)))},
+				Handler: mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+					return ev.Publish(ctx, out, mq.Message{MessageId: "shipped-" + d.MessageId})
+				})}
+		}),
+	)
+	app.RequireStart()
+	if err := events.Publish(context.Background(), out, mq.Message{}); !errors.Is(err, outbox.ErrNoTx) {
+		t.Errorf("a publish without a transaction: %v, want ErrNoTx", err)
+	}
+	testenv.Publish(t, helper, in, mq.Message{MessageId: "o-1"}, mq.Message{MessageId: "o-1"})
+	testenv.WaitCount(t, helper, out, 1, 15*time.Second)
+	time.Sleep(300 * time.Millisecond) // the duplicate, had it been published
+	app.RequireStop()
+	if got := testenv.GetAll(t, helper, out); len(got) != 1 || got[0].MessageId != "shipped-o-1" {
+		var ids []string
+		for _, d := range got {
+			ids = append(ids, d.MessageId)
+		}
+		t.Errorf("out holds %v, want exactly shipped-o-1 (the second o-1 a duplicate)", ids)
+	}
+	if n := outboxCount(t, db, s.Outbox, ""); n != 0 {
+		t.Errorf("%d rows left in the outbox", n)
 	}
 }
