@@ -509,3 +509,47 @@ func TestOutboxFxModule(t *testing.T) {
 		t.Errorf("%d rows left in the outbox", n)
 	}
 }
+
+// Order holds through a refusal: the first row of an ordering key cannot
+// be routed, so the key's second row waits (while a row of another key
+// goes out at once) until the first is set aside.
+func TestOutboxOrderWaitsForRefusedRow(t *testing.T) {
+	db := outboxOpen(t, outboxURL())
+	s := outboxTables(t, db)
+	b := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
+	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
+	ctx := testenv.Context(t, time.Minute)
+	ob := outbox.New(outbox.WithSchema(s), outbox.OrderBy(func(_, _ string, m *mq.Message) string { return m.Type }))
+	nowhere := testenv.Name(t, "nowhere")
+	for _, w := range []struct{ key, id, typ string }{{nowhere, "k-1", "k"}, {q, "k-2", "k"}, {q, "other-1", "other"}} {
+		if err := outboxWrite(ctx, db, ob, "", w.key, mq.Message{MessageId: w.id, Type: w.typ}, true, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.MaxAttempts(2), outbox.PollInterval(50*time.Millisecond)))
+	arrived := map[string]time.Duration{}
+	var mu sync.Mutex
+	c, err := b.Consume(ctx, q, mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+		mu.Lock()
+		arrived[d.MessageId] = time.Since(start)
+		mu.Unlock()
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 15*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(arrived) == 2 }, "k-2 and other-1 delivered")
+	testenv.Stop(t, c)
+	var asideAt time.Time
+	if err := db.QueryRowContext(ctx, "SELECT set_aside_at FROM "+s.Outbox+" WHERE message_id = 'k-1'").Scan(&asideAt); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("other-1 after %v, k-2 after %v; k-1 set aside after %v", arrived["other-1"], arrived["k-2"], asideAt.Sub(start))
+	if arrived["other-1"] > 2*time.Second {
+		t.Errorf("other-1, another key, waited %v for k's refused row", arrived["other-1"])
+	}
+	if arrived["k-2"] < time.Second { // k-1's second attempt comes 1 s after its first
+		t.Errorf("k-2 went out after %v, before k-1 was retried and set aside", arrived["k-2"])
+	}
+}

@@ -46,8 +46,10 @@ type relayQueries struct {
 // WithPublisherOptions.
 //
 // db should be opened with the pgx driver (github.com/jackc/pgx/v5/stdlib):
-// the relay then holds one of db's connections to LISTEN on. With another
-// driver it only polls.
+// the relay then holds one of db's connections to LISTEN on, for as long
+// as it runs, and uses up to two more for its batches (two are in flight
+// at once), so db's pool needs room for three. With another driver it
+// only polls.
 func NewRelay(db *sql.DB, b *mq.Broker, opts ...Option) *Relay {
 	c := newConfig(opts)
 	s, err := c.schema.resolved()
