@@ -4,8 +4,9 @@ package integration
 
 // Helpers of the outbox suites (issue 23), shared by the integration and
 // the chaos files: every name here starts with outbox. The suites need
-// PostgreSQL at PG_URL (default the machine's, 127.0.0.1:5432, database
-// test); `make test` starts it when it does not answer. What they create is
+// PostgreSQL: the integration files the machine's (PG_URL, default
+// 127.0.0.1:5432, database test; `make test` starts it when it does not
+// answer), the chaos scenario one of its own. What they create is
 // named goit_* and dropped afterwards.
 
 import (
@@ -13,7 +14,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"os"
 	"testing"
 	"time"
 
@@ -22,17 +22,6 @@ import (
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/outbox"
 )
-
-// outboxDefaultURL is the machine's PostgreSQL.
-const outboxDefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
-// outboxURL is the PostgreSQL the outbox suites use.
-func outboxURL() string {
-	if u := os.Getenv("PG_URL"); u != "" {
-		return u
-	}
-	return outboxDefaultURL
-}
 
 // outboxOpen opens url with the pgx driver, closed when the test ends; a
 // database that does not answer within 10 s fails the test.

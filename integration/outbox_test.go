@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -33,6 +34,18 @@ import (
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 )
+
+// outboxDefaultURL is the machine's PostgreSQL.
+const outboxDefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// outboxURL is the PostgreSQL the outbox suites use: PG_URL, or the
+// machine's.
+func outboxURL() string {
+	if u := os.Getenv("PG_URL"); u != "" {
+		return u
+	}
+	return outboxDefaultURL
+}
 
 // outboxRelay runs r until the test ends (or the returned stop is called)
 // and fails the test if Run returns an error.
@@ -206,58 +219,53 @@ func TestOutboxRelaysShareInOrder(t *testing.T) {
 	}
 }
 
-// outboxSum is the sum of the counter name's points whose
-// acemq.outbox.outcome is outcome (or all, for "").
-func outboxSum(t testing.TB, r *sdkmetric.ManualReader, name, outcome string) int64 {
+// outboxMetric is the metric name as r reads it now.
+func outboxMetric(t testing.TB, r *sdkmetric.ManualReader, name string) (metricdata.Metrics, bool) {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := r.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	var n int64
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
+			if m.Name == name {
+				return m, true
 			}
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
-				for _, p := range sum.DataPoints {
-					v, _ := p.Attributes.Value(outbox.OutcomeKey)
-					if outcome == "" || v.AsString() == outcome {
-						n += p.Value
-					}
-				}
-			}
+		}
+	}
+	return metricdata.Metrics{}, false
+}
+
+// outboxSum is the sum of the counter name's points whose
+// acemq.outbox.outcome is outcome (or all, for "").
+func outboxSum(t testing.TB, r *sdkmetric.ManualReader, name, outcome string) int64 {
+	t.Helper()
+	m, _ := outboxMetric(t, r, name)
+	sum, _ := m.Data.(metricdata.Sum[int64])
+	var n int64
+	for _, p := range sum.DataPoints {
+		if v, _ := p.Attributes.Value(outbox.OutcomeKey); outcome == "" || v.AsString() == outcome {
+			n += p.Value
 		}
 	}
 	return n
 }
 
 // outboxGauge is the value of gauge name at the point with attribute
-// state (or the only point, for "").
+// acemq.outbox.state state (or the first point, for "").
 func outboxGauge(t testing.TB, r *sdkmetric.ManualReader, name, state string) (float64, bool) {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
+	m, _ := outboxMetric(t, r, name)
+	switch g := m.Data.(type) {
+	case metricdata.Gauge[int64]:
+		for _, p := range g.DataPoints {
+			if v, _ := p.Attributes.Value(outbox.StateKey); state == "" || v.AsString() == state {
+				return float64(p.Value), true
 			}
-			switch g := m.Data.(type) {
-			case metricdata.Gauge[int64]:
-				for _, p := range g.DataPoints {
-					if v, _ := p.Attributes.Value(outbox.StateKey); state == "" || v.AsString() == state {
-						return float64(p.Value), true
-					}
-				}
-			case metricdata.Gauge[float64]:
-				for _, p := range g.DataPoints {
-					return p.Value, true
-				}
-			}
+		}
+	case metricdata.Gauge[float64]:
+		for _, p := range g.DataPoints {
+			return p.Value, true
 		}
 	}
 	return 0, false

@@ -173,9 +173,30 @@ func encodeValue(v any) (value, error) {
 	return ev, nil
 }
 
+// numbers read a number back from the string it is written as, into the
+// type its tag names.
+var numbers = map[string]func(s string) (any, error){
+	"i8":  func(s string) (any, error) { n, err := strconv.ParseInt(s, 10, 8); return int8(n), err },
+	"i16": func(s string) (any, error) { n, err := strconv.ParseInt(s, 10, 16); return int16(n), err },
+	"i32": func(s string) (any, error) { n, err := strconv.ParseInt(s, 10, 32); return int32(n), err },
+	"i64": func(s string) (any, error) { return strconv.ParseInt(s, 10, 64) },
+	"int": func(s string) (any, error) { n, err := strconv.ParseInt(s, 10, 64); return int(n), err },
+	"u8":  func(s string) (any, error) { n, err := strconv.ParseUint(s, 10, 8); return uint8(n), err },
+	"u16": func(s string) (any, error) { n, err := strconv.ParseUint(s, 10, 16); return uint16(n), err },
+	"u32": func(s string) (any, error) { n, err := strconv.ParseUint(s, 10, 32); return uint32(n), err },
+	"f32": func(s string) (any, error) { f, err := strconv.ParseFloat(s, 32); return float32(f), err },
+	"f64": func(s string) (any, error) { return strconv.ParseFloat(s, 64) },
+}
+
 func decodeValue(ev value) (any, error) {
 	var s string
 	str := func() error { return json.Unmarshal(ev.V, &s) }
+	if parse, ok := numbers[ev.T]; ok {
+		if err := str(); err != nil {
+			return nil, err
+		}
+		return parse(s)
+	}
 	switch ev.T {
 	case "null":
 		return nil, nil
@@ -193,53 +214,6 @@ func decodeValue(ev value) (any, error) {
 			b = []byte{}
 		}
 		return b, err
-	case "i8", "i16", "i32", "i64", "int":
-		if err := str(); err != nil {
-			return nil, err
-		}
-		bits := map[string]int{"i8": 8, "i16": 16, "i32": 32, "i64": 64, "int": 64}[ev.T]
-		n, err := strconv.ParseInt(s, 10, bits)
-		if err != nil {
-			return nil, err
-		}
-		switch ev.T {
-		case "i8":
-			return int8(n), nil
-		case "i16":
-			return int16(n), nil
-		case "i32":
-			return int32(n), nil
-		case "int":
-			return int(n), nil
-		}
-		return n, nil
-	case "u8", "u16", "u32":
-		if err := str(); err != nil {
-			return nil, err
-		}
-		bits := map[string]int{"u8": 8, "u16": 16, "u32": 32}[ev.T]
-		n, err := strconv.ParseUint(s, 10, bits)
-		if err != nil {
-			return nil, err
-		}
-		switch ev.T {
-		case "u8":
-			return uint8(n), nil
-		case "u16":
-			return uint16(n), nil
-		}
-		return uint32(n), nil
-	case "f32":
-		if err := str(); err != nil {
-			return nil, err
-		}
-		f, err := strconv.ParseFloat(s, 32)
-		return float32(f), err
-	case "f64":
-		if err := str(); err != nil {
-			return nil, err
-		}
-		return strconv.ParseFloat(s, 64)
 	case "time":
 		if err := str(); err != nil {
 			return nil, err
