@@ -91,7 +91,7 @@ func newRelayMetrics(mp metric.MeterProvider) *relayMetrics {
 }
 
 // observe registers the gauges' callback for as long as the relay runs.
-func (m *relayMetrics) observe(*Relay) func() {
+func (m *relayMetrics) observe() func() {
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(m.depth, m.pending.Load(), m.attrPending)
 		o.ObserveInt64(m.depth, m.aside.Load(), m.attrAsideState)

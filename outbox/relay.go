@@ -84,7 +84,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return r.err
 	}
 	defer r.closePublishers()
-	unreg := r.m.observe(r)
+	unreg := r.m.observe()
 	defer unreg()
 
 	lctx, stop := context.WithCancel(ctx)
@@ -252,7 +252,11 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	r.publish(bctx, send)
+	// The publishes get nine tenths of the batch's time, so the deletes and
+	// the commit of what was confirmed still fit in it.
+	pctx, pcancel := context.WithTimeout(bctx, r.c.timeout*9/10)
+	r.publish(pctx, send)
+	pcancel()
 
 	var done []int64
 	var transient error
