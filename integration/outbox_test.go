@@ -561,3 +561,34 @@ func TestOutboxOrderWaitsForRefusedRow(t *testing.T) {
 		t.Errorf("k-2 went out after %v, before k-1 was retried and set aside", arrived["k-2"])
 	}
 }
+
+// A broker that cannot be reached is not the rows' fault: while the
+// relay's connection is cut and refused, its batches run out of time and
+// leave every row as it was (no attempt counted, nothing set aside); once
+// the broker is back, every row goes out.
+func TestOutboxBrokerOutageLeavesRowsUntouched(t *testing.T) {
+	db := outboxOpen(t, outboxURL())
+	s := outboxTables(t, db)
+	direct := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
+	q := testenv.Queue(t, direct, retry.Policy{}, topology.Classic())
+	proxy, u := testenv.Proxy(t)
+	b := testenv.Broker(t, mq.Config{URLs: []string{u}, Logger: testenv.Discard()})
+	ctx := testenv.Context(t, time.Minute)
+	outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.PublishTimeout(time.Second), outbox.PollInterval(100*time.Millisecond)))
+
+	proxy.Refuse(true)
+	proxy.Cut()
+	ob := outbox.New(outbox.WithSchema(s))
+	for i := range 20 {
+		if err := outboxWrite(ctx, db, ob, "", q, mq.Message{MessageId: fmt.Sprint("outage-", i)}, true, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2500 * time.Millisecond) // two batches run out of time at least
+	if n := outboxCount(t, db, s.Outbox, "attempts = 0 AND set_aside_at IS NULL"); n != 20 {
+		t.Errorf("during the outage %d of 20 rows are untouched", n)
+	}
+	proxy.Refuse(false)
+	testenv.WaitCount(t, direct, q, 20, 30*time.Second)
+	testenv.Eventually(t, 10*time.Second, func() bool { return outboxCount(t, db, s.Outbox, "") == 0 }, "the outbox drained")
+}
