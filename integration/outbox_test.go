@@ -592,3 +592,32 @@ func TestOutboxBrokerOutageLeavesRowsUntouched(t *testing.T) {
 	testenv.WaitCount(t, direct, q, 20, 30*time.Second)
 	testenv.Eventually(t, 10*time.Second, func() bool { return outboxCount(t, db, s.Outbox, "") == 0 }, "the outbox drained")
 }
+
+// Two deliveries of one key at once (two workers): the second waits for
+// the first's transaction and is then a duplicate; the handler runs once.
+func TestInboxConcurrentDuplicates(t *testing.T) {
+	db := outboxOpen(t, outboxURL())
+	s := outboxTables(t, db)
+	lg := testenv.NewLogRecorder(t, "acemq.message.settled")
+	b := testenv.Broker(t, mq.Config{Logger: lg.Logger()})
+	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
+	ctx := testenv.Context(t, time.Minute)
+	var calls atomic.Int32
+	c, err := b.Consume(ctx, q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+		calls.Add(1)
+		time.Sleep(300 * time.Millisecond) // the second delivery arrives meanwhile
+		return nil
+	}), mq.WithConcurrency(2), mq.WithPrefetch(2), mq.WithMiddleware(outbox.Inbox(db, outbox.WithSchema(s))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Publish(t, b, q, mq.Message{MessageId: "same"}, mq.Message{MessageId: "same"})
+	testenv.Eventually(t, 10*time.Second, func() bool { return lg.Count(outbox.EventDuplicate) == 1 }, "one duplicate")
+	testenv.Stop(t, c)
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler called %d times for two deliveries of one key at once", n)
+	}
+	if n := outboxCount(t, db, s.Inbox, "key = 'same'"); n != 1 {
+		t.Errorf("%d records", n)
+	}
+}
