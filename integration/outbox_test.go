@@ -621,3 +621,28 @@ func TestInboxConcurrentDuplicates(t *testing.T) {
 		t.Errorf("%d records", n)
 	}
 }
+
+// WithoutNotify writes no NOTIFY: a relay polling once a minute does not
+// wake for the row (so it was NOTIFY that woke it in
+// TestOutboxNotifyWakesRelay); a relay that looks at the table does
+// publish it.
+func TestOutboxWithoutNotifyPolls(t *testing.T) {
+	db := outboxOpen(t, outboxURL())
+	s := outboxTables(t, db)
+	b := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
+	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
+	ctx := testenv.Context(t, time.Minute)
+	stop := outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.PollInterval(time.Minute)))
+	time.Sleep(500 * time.Millisecond) // its first look, and its LISTEN
+	ob := outbox.New(outbox.WithSchema(s), outbox.WithoutNotify())
+	if err := outboxWrite(ctx, db, ob, "", q, mq.Message{MessageId: "quiet"}, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if n := testenv.Count(t, b, q); n != 0 {
+		t.Fatalf("%d messages: something woke the relay without a NOTIFY", n)
+	}
+	stop()
+	outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.PollInterval(100*time.Millisecond)))
+	testenv.WaitCount(t, b, q, 1, 10*time.Second)
+}

@@ -21,22 +21,31 @@ type Outbox struct {
 	prop    propagation.TextMapPropagator
 	orderBy func(exchange, routingKey string, m *mq.Message) string
 	insert  string
+	notify  bool
 }
 
-// New returns an Outbox. Options: WithSchema, WithPropagators, OrderBy. A
+// New returns an Outbox. Options: WithSchema, WithPropagators, OrderBy,
+// WithoutNotify. A
 // bad table name makes every Publish fail with ErrSchema.
 func New(opts ...Option) *Outbox {
 	c := newConfig(opts)
 	s, err := c.schema.resolved()
-	return &Outbox{schema: s, err: err, prop: c.prop, orderBy: c.orderBy,
-		insert: fmt.Sprintf(`WITH r AS (INSERT INTO %s (exchange, routing_key, ordering_key, message_id, body, properties, trace)
-VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING 1) SELECT pg_notify($8, '') FROM r`, s.Outbox)}
+	o := &Outbox{schema: s, err: err, prop: c.prop, orderBy: c.orderBy, notify: !c.noNotify}
+	insert := fmt.Sprintf(`INSERT INTO %s (exchange, routing_key, ordering_key, message_id, body, properties, trace)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`, s.Outbox)
+	if o.notify {
+		// One round trip: the row, and the notification PostgreSQL
+		// delivers when (and only if) the transaction commits.
+		insert = "WITH r AS (" + insert + " RETURNING 1) SELECT pg_notify($8, '') FROM r"
+	}
+	o.insert = insert
+	return o
 }
 
 // Publish writes m, to be published to exchange with routingKey, into the
 // outbox table within tx, and has PostgreSQL notify the relays when tx
-// commits. It neither commits nor rolls back tx: the message is published
-// if and only if tx commits.
+// commits (unless WithoutNotify). It neither commits nor rolls back tx:
+// the message is published if and only if tx commits.
 //
 // Everything is kept: the body, every property and header (each header
 // value with its type), and the trace context of ctx's span, which the
@@ -78,7 +87,11 @@ func (o *Outbox) Publish(ctx context.Context, tx *sql.Tx, exchange, routingKey s
 	if body == nil {
 		body = []byte{}
 	}
-	if _, err := tx.ExecContext(ctx, o.insert, exchange, routingKey, key, m.MessageId, body, p, trace, o.schema.Outbox); err != nil {
+	args := []any{exchange, routingKey, key, m.MessageId, body, p, trace}
+	if o.notify {
+		args = append(args, o.schema.Outbox)
+	}
+	if _, err := tx.ExecContext(ctx, o.insert, args...); err != nil {
 		return fmt.Errorf("outbox: write to %s: %w", o.schema.Outbox, err)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -147,16 +148,20 @@ func body(i int) []byte {
 }
 
 // txCost: µs per transaction, order + outbox publish against order + a
-// plain insert of the same row.
+// plain insert of the same row; then transactions per second with
+// concurrent writers, with and without the outbox's NOTIFY.
 func (r *rig) txCost(ctx context.Context) error {
-	ob := outbox.New(outbox.WithSchema(r.s))
+	notifying := outbox.New(outbox.WithSchema(r.s))
+	quiet := outbox.New(outbox.WithSchema(r.s), outbox.WithoutNotify())
 	plainQ := fmt.Sprintf(`INSERT INTO %s (exchange, routing_key, message_id, body, properties) VALUES ($1, $2, $3, $4, $5)`, r.plain)
 	orderQ := fmt.Sprintf(`INSERT INTO %s (id, total) VALUES ($1, $2)`, r.orders)
 	props := []byte(`{"content_type":"application/json","delivery_mode":2,"message_id":"x","type":"order.placed"}`)
-	n := 0
-	var stmt [2]time.Duration // the publish or plain insert statement alone: [plain, outbox]
-	one := func(withOutbox bool) error {
-		n++
+	var next atomic.Int64
+	var stmt [2]atomic.Int64 // ns in the statement alone: [plain insert, outbox publish]
+	// one is a transaction writing an order and its event through ob, or
+	// with a plain insert when ob is nil.
+	one := func(ob *outbox.Outbox) error {
+		n := int(next.Add(1))
 		tx, err := r.db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
@@ -167,30 +172,35 @@ func (r *rig) txCost(ctx context.Context) error {
 			return err
 		}
 		start := time.Now()
-		if withOutbox {
+		if ob != nil {
 			err = ob.Publish(ctx, tx, "orders-events", "order.placed", mq.Message{Body: body(n), ContentType: "application/json", Type: "order.placed", MessageId: oid})
-			stmt[1] += time.Since(start)
+			stmt[1].Add(int64(time.Since(start)))
 		} else {
 			_, err = tx.ExecContext(ctx, plainQ, "orders-events", "order.placed", oid, body(n), props)
-			stmt[0] += time.Since(start)
+			stmt[0].Add(int64(time.Since(start)))
 		}
 		if err != nil {
 			return err
 		}
 		return tx.Commit()
 	}
-	// Each pair of transactions is one of each, one after the other, so
-	// the machine's load (fsync at commit, other users) falls on both.
+	truncate := func() error {
+		_, err := r.db.ExecContext(ctx, "TRUNCATE "+r.s.Outbox+", "+r.plain)
+		return err
+	}
+
+	// Each pair of transactions is one of each, taking turns to go first,
+	// so the machine's load (fsync at commit, other users) falls on both.
 	var with, without []float64
 	for range *rounds {
 		var dw, do time.Duration
 		for i := range *txN {
-			for _, w := range [][]bool{{false, true}, {true, false}}[i%2] { // each first half the time
+			for _, ob := range [][]*outbox.Outbox{{nil, notifying}, {notifying, nil}}[i%2] {
 				start := time.Now()
-				if err := one(w); err != nil {
+				if err := one(ob); err != nil {
 					return err
 				}
-				if w {
+				if ob != nil {
 					dw += time.Since(start)
 				} else {
 					do += time.Since(start)
@@ -199,15 +209,50 @@ func (r *rig) txCost(ctx context.Context) error {
 		}
 		with = append(with, float64(dw.Microseconds())/float64(*txN))
 		without = append(without, float64(do.Microseconds())/float64(*txN))
-		if _, err := r.db.ExecContext(ctx, "TRUNCATE "+r.s.Outbox+", "+r.plain); err != nil {
+		if err := truncate(); err != nil {
 			return err
 		}
 	}
 	mw, mo := median(with), median(without)
 	fmt.Printf("%-44s %11.0f µs %11.0f µs %7.2fx %s\n", "tx: order + event (outbox vs plain insert)", mw, mo, mw/mo, fmt.Sprintf("(+%.0f µs per publish)", mw-mo))
 	total := float64(*rounds * *txN)
-	sw, so := float64(stmt[1].Microseconds())/total, float64(stmt[0].Microseconds())/total
-	fmt.Printf("%-44s %11.0f µs %11.0f µs %7.2fx %s\n", "  the statement alone (mean)", sw, so, sw/so, "")
+	sw, so := float64(stmt[1].Load())/1000/total, float64(stmt[0].Load())/1000/total
+	fmt.Printf("%-44s %11.0f µs %11.0f µs %7.2fx\n", "  the statement alone (mean)", sw, so, sw/so)
+
+	// Concurrent writers: every notifying transaction takes PostgreSQL's
+	// notification lock at commit and holds it until the commit is on disk.
+	const writers = 8
+	rates := map[*outbox.Outbox][]float64{}
+	for k := range *rounds {
+		order := []*outbox.Outbox{nil, notifying, quiet}
+		order = append(order[k%3:], order[:k%3]...) // each goes first in turn
+		for _, ob := range order {
+			start := time.Now()
+			var wg sync.WaitGroup
+			var failed atomic.Value
+			for range writers {
+				wg.Go(func() {
+					for range *txN / writers {
+						if err := one(ob); err != nil {
+							failed.Store(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if err, _ := failed.Load().(error); err != nil {
+				return err
+			}
+			rates[ob] = append(rates[ob], float64(*txN/writers*writers)/time.Since(start).Seconds())
+		}
+		if err := truncate(); err != nil {
+			return err
+		}
+	}
+	rp, rn, rq := median(rates[nil]), median(rates[notifying]), median(rates[quiet])
+	fmt.Printf("%-44s %10.0f tx/s %10.0f tx/s %7.2fx\n", fmt.Sprintf("tx: %d concurrent writers, NOTIFY", writers), rn, rp, rn/rp)
+	fmt.Printf("%-44s %10.0f tx/s %10.0f tx/s %7.2fx\n", fmt.Sprintf("tx: %d concurrent writers, WithoutNotify", writers), rq, rp, rq/rp)
 	return nil
 }
 
