@@ -55,7 +55,8 @@ func newConfig(opts []Option) config {
 	return c
 }
 
-// WithSchema names the tables (all three). Default: the zero Schema
+// WithSchema names the tables, for the Outbox, the Relay and the Inbox
+// (give all three the same). Default: the zero Schema
 // (DefaultOutboxTable, DefaultInboxTable).
 func WithSchema(s Schema) Option { return optionFunc(func(c *config) { c.schema = s }) }
 
