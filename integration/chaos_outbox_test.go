@@ -196,11 +196,12 @@ func (c *outboxChildRelay) stop(t *testing.T) {
 }
 
 // N orders, each written with its order.placed event in one transaction
-// by 4 concurrent writers (every 10th rolled back on purpose), while the
-// relay, in a child process, is killed with SIGKILL 4 times mid-run, its
-// broker connection is cut twice through a proxy, the consumer is
-// restarted twice and PostgreSQL is restarted once. The consumer books
-// through the inbox. At the end every committed order's event was
+// by 4 concurrent writers (every 10th rolled back on purpose), while two
+// relays, each in a child process of its own sharing the table, are
+// killed with SIGKILL 4 times in all, each time while the one killed holds
+// claimed rows; their broker connections are cut twice through a proxy,
+// the consumer is restarted twice and PostgreSQL is restarted once. The
+// consumer books through the inbox. At the end every committed order's event was
 // delivered (lost=0), none of a rolled-back order was, and the effects
 // table has exactly one row per committed order (effects=N).
 //
@@ -267,9 +268,17 @@ func TestChaosOutboxKillRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = logf.Close(); _ = os.Remove(logf.Name()) })
-	relayDB := pg.url() + "&application_name=goit-outbox-relay"
-	relay := outboxStartChild(t, relayDB, proxied, s, logf)
-	t.Cleanup(func() { relay.kill() }) // whichever child runs last, even when the test fails early
+	// Two relays, two processes, one table (two service instances).
+	relayDB := func(i int) string { return fmt.Sprintf("%s&application_name=goit-outbox-relay-%d", pg.url(), i) }
+	var relays [2]*outboxChildRelay
+	for i := range relays {
+		relays[i] = outboxStartChild(t, relayDB(i), proxied, s, logf)
+	}
+	t.Cleanup(func() { // whichever children run last, even when the test fails early
+		for _, r := range relays {
+			r.kill()
+		}
+	})
 
 	// The writers: order i at start + i/orders of spread; a write that
 	// fails (PostgreSQL restarting) is tried again with the same id until
@@ -315,18 +324,19 @@ func TestChaosOutboxKillRelay(t *testing.T) {
 	}
 	var faults []fault
 	midBatch := 0
-	for range kills {
-		faults = append(faults, fault{"kill relay", func() {
+	for k := range kills {
+		i := k % len(relays)
+		faults = append(faults, fault{fmt.Sprintf("kill relay %d", i), func() {
 			// Mid-batch: when the relay's transaction holds claimed rows
 			// while their publishes wait for the broker.
 			if testenv.Poll(3*time.Second, func() bool {
-				return outboxCount(t, db, "pg_stat_activity", "application_name = 'goit-outbox-relay' AND state = 'idle in transaction'") > 0
+				return outboxCount(t, db, "pg_stat_activity", "application_name = $1 AND state = 'idle in transaction'", fmt.Sprint("goit-outbox-relay-", i)) > 0
 			}) {
 				midBatch++
 			}
-			relay.kill()
+			relays[i].kill()
 			time.Sleep(time.Duration(50+rand.N(200)) * time.Millisecond)
-			relay = outboxStartChild(t, relayDB, proxied, s, logf)
+			relays[i] = outboxStartChild(t, relayDB(i), proxied, s, logf)
 		}})
 	}
 	for range cuts {
@@ -358,7 +368,9 @@ func TestChaosOutboxKillRelay(t *testing.T) {
 			outboxCount(t, db, s.Outbox, ""), outboxCount(t, db, "goit_effects", ""), committed, testenv.Count(t, direct, q))
 	}
 	time.Sleep(500 * time.Millisecond) // late duplicates, if any, arrive
-	relay.stop(t)
+	for _, r := range relays {
+		r.stop(t)
+	}
 	testenv.Stop(t, c)
 
 	effects := outboxCount(t, db, "goit_effects", "")
@@ -391,7 +403,7 @@ func TestChaosOutboxKillRelay(t *testing.T) {
 	if b, err := os.ReadFile(logf.Name()); err == nil && len(b) > 0 {
 		t.Logf("child relay output:\n%s", b)
 	}
-	line := fmt.Sprintf("CHAOS outbox: orders=%d committed=%d rolled_back=%d deliveries=%d duplicates_suppressed=%d handler_calls=%d effects=%d lost=%d rolled_back_delivered=%d kills=%d mid_batch=%d cuts=%d consumer_restarts=2 pg_restarts=1 write_retries=%d",
+	line := fmt.Sprintf("CHAOS outbox: orders=%d committed=%d rolled_back=%d deliveries=%d duplicates_suppressed=%d handler_calls=%d effects=%d lost=%d rolled_back_delivered=%d relays=2 kills=%d mid_batch=%d cuts=%d consumer_restarts=2 pg_restarts=1 write_retries=%d",
 		orders, committed, rolled, delivered.Load(), suppressed, calls.Load(), effects, lost, rolledSeen,
 		kills, midBatch, cuts, writeRetries.Load())
 	if t.Failed() {
