@@ -31,4 +31,8 @@ const (
 	// once for a message the wire cannot carry): set_aside_at is set, the
 	// row stays in the table for a person to look at.
 	EventSetAside = "acemq.outbox.set.aside"
+	// EventRelayFailed: a relay's batch failed on the database or ran out
+	// of PublishTimeout (the broker unreachable); its rows are as they were
+	// and the relay tries again after a pause.
+	EventRelayFailed = "acemq.outbox.relay.failed"
 )

@@ -133,7 +133,7 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) erro
 		wait := r.c.poll
 		switch {
 		case err != nil:
-			r.log.LogAttrs(ctx, slog.LevelWarn, "acemq.outbox.relay.failed", slog.String("table", r.schema.Outbox), slog.Any("error", err))
+			r.log.LogAttrs(ctx, slog.LevelWarn, EventRelayFailed, slog.String("table", r.schema.Outbox), slog.Any("error", err))
 			wait = min(pause, r.c.poll)
 			pause = min(pause*2, 5*time.Second)
 		case full:
