@@ -10,7 +10,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +37,8 @@ var (
 	batch   = flag.Int("batch", 200, "the relay's batch, and the direct publisher's goroutines")
 	latN    = flag.Int("latency", 200, "commits measured for latency")
 	inboxN  = flag.Int("inbox", 2000, "deliveries per inbox round")
+	only    = flag.String("only", "", "run only the measures whose name starts with this: tx, throughput, inbox, latency")
+	profile = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 )
 
 func envOr(k, def string) string {
@@ -48,11 +52,24 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func main() {
 	flag.Parse()
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "outboxbench:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "outboxbench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	if err := run(ctx); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "outboxbench:", err)
-		os.Exit(1)
+		os.Exit(1) //nolint:gocritic // the profile is stopped above
 	}
 }
 
@@ -120,17 +137,16 @@ CREATE TABLE %s (id bigserial PRIMARY KEY, exchange text NOT NULL, routing_key t
 
 	fmt.Printf("outbox and inbox, PostgreSQL %s, broker %s, %d rounds (median)\n\n", redactPG(*pgURL), mq.Redact(*amqpURL), *rounds)
 	fmt.Printf("%-44s %14s %14s %8s %s\n", "measure", "outbox/inbox", "baseline", "ratio", "target")
-	if err := r.txCost(ctx); err != nil {
-		return fmt.Errorf("tx cost: %w", err)
-	}
-	if err := r.throughput(ctx); err != nil {
-		return fmt.Errorf("throughput: %w", err)
-	}
-	if err := r.inbox(ctx); err != nil {
-		return fmt.Errorf("inbox: %w", err)
-	}
-	if err := r.latency(ctx); err != nil {
-		return fmt.Errorf("latency: %w", err)
+	for _, m := range []struct {
+		name string
+		run  func(context.Context) error
+	}{{"tx", r.txCost}, {"throughput", r.throughput}, {"inbox", r.inbox}, {"latency", r.latency}} {
+		if !strings.HasPrefix(m.name, *only) {
+			continue
+		}
+		if err := m.run(ctx); err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
 	}
 	return nil
 }
