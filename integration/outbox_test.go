@@ -646,3 +646,39 @@ func TestOutboxWithoutNotifyPolls(t *testing.T) {
 	outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.PollInterval(100*time.Millisecond)))
 	testenv.WaitCount(t, b, q, 1, 10*time.Second)
 }
+
+// While the inbox's database fails (here: its table is gone), a delivery
+// waits in the consumer, retrying with backoff, rather than going back to
+// its queue again and again, which RabbitMQ 4.x counts towards a quorum
+// queue's delivery limit; once the database answers, it is handled, once.
+func TestInboxWaitsOutTheDatabase(t *testing.T) {
+	db := outboxOpen(t, outboxURL())
+	s := outboxTables(t, db)
+	lg := testenv.NewLogRecorder(t, "acemq.message.settled")
+	b := testenv.Broker(t, mq.Config{Logger: lg.Logger()})
+	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
+	ctx := testenv.Context(t, time.Minute)
+	if _, err := db.ExecContext(ctx, "ALTER TABLE "+s.Inbox+" RENAME TO "+s.Inbox+"_away"); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	c, err := b.Consume(ctx, q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { calls.Add(1); return nil }),
+		mq.WithRequeuePause(50*time.Millisecond), mq.WithMiddleware(outbox.Inbox(db, outbox.WithSchema(s), outbox.WithLogger(lg.Logger()))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Publish(t, b, q, mq.Message{MessageId: "patient"})
+	time.Sleep(1500 * time.Millisecond)
+	requeued := lg.Count(mq.EventRequeued)
+	if _, err := db.ExecContext(ctx, "ALTER TABLE "+s.Inbox+"_away RENAME TO "+s.Inbox); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 15*time.Second, func() bool { return calls.Load() == 1 }, "the message handled once the table is back")
+	testenv.Stop(t, c)
+	if requeued != 0 {
+		t.Errorf("the delivery went back to its queue %d times in 1.5 s of database failure", requeued)
+	}
+	if n := lg.Count(outbox.EventInboxFailed); n == 0 {
+		t.Errorf("no %s while the database failed", outbox.EventInboxFailed)
+	}
+}

@@ -35,4 +35,8 @@ const (
 	// of PublishTimeout (the broker unreachable); its rows are as they were
 	// and the relay tries again after a pause.
 	EventRelayFailed = "acemq.outbox.relay.failed"
+	// EventInboxFailed: the inbox's own statements failed (the database
+	// is unreachable); the delivery waits in the consumer and is tried
+	// again after a backoff.
+	EventInboxFailed = "acemq.inbox.failed"
 )

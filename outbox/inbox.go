@@ -35,9 +35,15 @@ const (
 // for the first's transaction, then runs only if that rolled back.
 //
 // When the inbox's own statements fail (the database is unreachable: its
-// begin, its record, its commit), the delivery is returned to its queue
-// (mq.Requeue), not retried down the ladder: the database's outage is not
-// the message's failure. The handler's own errors are the handler's.
+// begin, its record, its commit), the delivery is not the one to blame: it
+// is not sent down the retry ladder, nor returned to its queue (which
+// RabbitMQ 4.x counts towards a quorum queue's delivery limit), but waits
+// in the consumer, tried again after 50 ms, doubling, at most 5 s
+// (EventInboxFailed each time), until the database answers; only a stop
+// or a lost channel (Delivery.Draining) or the end of its context returns
+// it (mq.Requeue). A retry after a failed commit runs the handler again
+// (a commit that did go through makes it a duplicate). The handler's own
+// errors are the handler's.
 //
 // A delivery without a key is refused with middleware.Reject(ErrNoKey)
 // (a retry ladder sends it to the dead-letter queue at once). Records
@@ -92,32 +98,62 @@ func (h *inboxHandler) Handle(ctx context.Context, d *mq.Delivery) error {
 		return middleware.Reject(fmt.Errorf("queue %q: %w", d.Queue(), ErrNoKey))
 	}
 	in.maybeClean(ctx, d)
+	pause := 50 * time.Millisecond
+	for {
+		dbFailed, err := h.once(ctx, d, key)
+		if !dbFailed {
+			return err
+		}
+		// The database failed, not the message: wait here rather than
+		// return the delivery to its queue, where every return counts
+		// towards a quorum queue's delivery limit on RabbitMQ 4.x.
+		in.logger(d).LogAttrs(ctx, slog.LevelWarn, EventInboxFailed, slog.String("queue", d.Queue()), slog.String("key", key),
+			slog.Duration("retry_in", pause), slog.Any("error", err))
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return mq.Requeue(err)
+		case <-d.Draining():
+			t.Stop()
+			return mq.Requeue(err)
+		case <-t.C:
+		}
+		pause = min(pause*2, 5*time.Second)
+	}
+}
+
+// once runs the delivery in one transaction: record, handler, commit. It
+// says whether an error was the database's (begin, record, commit), to be
+// tried again, rather than the handler's.
+func (h *inboxHandler) once(ctx context.Context, d *mq.Delivery, key string) (dbFailed bool, err error) {
+	in := h.in
 	tx, err := in.db.BeginTx(ctx, nil)
 	if err != nil {
-		return mq.Requeue(fmt.Errorf("outbox: inbox: begin: %w", err))
+		return true, fmt.Errorf("outbox: inbox: begin: %w", err)
 	}
 	res, err := tx.ExecContext(ctx, in.record, d.Queue(), key)
 	if err != nil {
 		_ = tx.Rollback()
-		return mq.Requeue(fmt.Errorf("outbox: inbox: record %q: %w", key, err))
+		return true, fmt.Errorf("outbox: inbox: record %q: %w", key, err)
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 0 {
 		_ = tx.Rollback()
 		in.dups.Add(ctx, 1)
 		in.logger(d).LogAttrs(ctx, slog.LevelInfo, EventDuplicate,
 			slog.String("queue", d.Queue()), slog.String("key", key), slog.String("message_id", d.MessageId))
-		return nil
+		return false, nil
 	}
 	if err := h.next.Handle(WithTx(ctx, tx), d); err != nil {
 		_ = tx.Rollback()
-		return err
+		return false, err
 	}
 	if err := tx.Commit(); err != nil {
-		// Committed or not, a retry is safe: a committed record makes it
-		// a duplicate.
-		return mq.Requeue(fmt.Errorf("outbox: inbox: commit %q: %w", key, err))
+		// Committed or not, running it again is safe: a committed record
+		// makes the next try a duplicate.
+		return true, fmt.Errorf("outbox: inbox: commit %q: %w", key, err)
 	}
-	return nil
+	return false, nil
 }
 
 func (in *inbox) logger(d *mq.Delivery) *slog.Logger {
