@@ -682,3 +682,44 @@ func TestInboxWaitsOutTheDatabase(t *testing.T) {
 		t.Errorf("no %s while the database failed", outbox.EventInboxFailed)
 	}
 }
+
+// A row to an exchange that does not exist (the broker closes the channel
+// with 404) is set aside with the broker's reason, and the rows of the
+// same batch to a queue that exists all go out: the refusal is the row's
+// alone.
+func TestOutboxMissingExchangeSetAside(t *testing.T) {
+	db := outboxOpen(t, outboxURL())
+	s := outboxTables(t, db)
+	b := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
+	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
+	ctx := testenv.Context(t, time.Minute)
+	ob := outbox.New(outbox.WithSchema(s))
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if i == 10 {
+			if err := ob.Publish(ctx, tx, testenv.Name(t, "missing"), "x", mq.Message{MessageId: "lost-exchange"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ob.Publish(ctx, tx, "", q, mq.Message{MessageId: fmt.Sprint("fine-", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.MaxAttempts(1)))
+	testenv.WaitCount(t, b, q, 20, 15*time.Second)
+	testenv.Eventually(t, 10*time.Second, func() bool { return outboxCount(t, db, s.Outbox, "") == 1 }, "only the refused row left")
+	var lastErr string
+	var aside bool
+	if err := db.QueryRowContext(ctx, "SELECT last_error, set_aside_at IS NOT NULL FROM "+s.Outbox).Scan(&lastErr, &aside); err != nil {
+		t.Fatal(err)
+	}
+	if !aside || (!strings.Contains(lastErr, "404") && !strings.Contains(strings.ToLower(lastErr), "not found")) {
+		t.Errorf("the refused row: set aside %v, last_error %q", aside, lastErr)
+	}
+}
