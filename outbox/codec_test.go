@@ -89,3 +89,26 @@ func TestRetryWait(t *testing.T) {
 		}
 	}
 }
+
+// Publish refuses what the wire could never carry before it touches the
+// transaction.
+func TestPublishRefusesTheUncarriable(t *testing.T) {
+	o := New()
+	long := strings.Repeat("k", 256)
+	for name, c := range map[string]struct {
+		key string
+		m   mq.Message
+	}{
+		"routing key": {key: long},
+		"message id":  {key: "k", m: mq.Message{MessageId: long}},
+		"header":      {key: "k", m: mq.Message{Headers: amqp.Table{"ch": make(chan int)}}},
+		"uint64":      {key: "k", m: mq.Message{Headers: amqp.Table{"n": uint64(1)}}},
+	} {
+		if err := o.Publish(t.Context(), nil, "", c.key, c.m); !errors.Is(err, mq.ErrInvalid) {
+			t.Errorf("%s: err = %v, want mq.ErrInvalid", name, err)
+		}
+	}
+	if err := o.Publish(t.Context(), nil, "", "k", mq.Message{}); !errors.Is(err, ErrNoTx) {
+		t.Errorf("a valid message without a transaction: err = %v, want ErrNoTx", err)
+	}
+}

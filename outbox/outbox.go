@@ -52,10 +52,15 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)`, s.Outbox)
 // relay's publish continues. A new message's defaults are applied here, as
 // Publisher.Publish would apply them (persistent; a MessageId and a
 // Timestamp when empty), so the id is known at once and the same on every
-// resend. ErrHeader for a header value AMQP cannot carry.
+// resend. What the wire could never carry (a name or property over 255
+// bytes, a header value AMQP cannot hold) is refused here, before anything
+// is written, with an error matching mq.ErrInvalid.
 func (o *Outbox) Publish(ctx context.Context, tx *sql.Tx, exchange, routingKey string, m mq.Message) error {
 	if o.err != nil {
 		return o.err
+	}
+	if err := check(exchange, routingKey, &m); err != nil {
+		return fmt.Errorf("outbox: publish to exchange %q with key %q: %w", exchange, routingKey, err)
 	}
 	if tx == nil {
 		return ErrNoTx
@@ -95,6 +100,25 @@ func (o *Outbox) Publish(ctx context.Context, tx *sql.Tx, exchange, routingKey s
 		return fmt.Errorf("outbox: write to %s: %w", o.schema.Outbox, err)
 	}
 	return nil
+}
+
+// check refuses, before anything is written, what the broker's wire could
+// never carry (mq's validator: names and short strings too long, header
+// values AMQP cannot hold), so the caller's transaction learns it, not a
+// set-aside row. What only the publish itself can find out (the frame
+// size, the expiration's form) the relay sets aside.
+func check(exchange, routingKey string, m *mq.Message) error {
+	for _, f := range [...]struct{ name, v string }{
+		{"exchange name", exchange}, {"routing key", routingKey},
+		{"content type", m.ContentType}, {"content encoding", m.ContentEncoding},
+		{"correlation id", m.CorrelationId}, {"reply-to", m.ReplyTo}, {"expiration", m.Expiration},
+		{"message id", m.MessageId}, {"type", m.Type}, {"user id", m.UserId}, {"app id", m.AppId},
+	} {
+		if err := mq.CheckName(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	return mq.CheckTable("headers", m.Headers)
 }
 
 // Sender returns an mq.Sender to exchange whose Publish writes to the
