@@ -49,6 +49,12 @@
 // an HTTP call to a carrier). Those happen as often as the handler runs;
 // see docs/outbox.md.
 //
+// # fx
+//
+// Module provides the *Outbox and runs a Relay with an fx app's lifecycle
+// (after fxmodule.Module); AsSender provides an outbox-backed mq.Sender
+// interface, fxmodule.AsPublisher's counterpart. See docs/outbox.md.
+//
 // # Schema
 //
 // Schema.Create makes the tables (names configurable, Schema.SQL prints
