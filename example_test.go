@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -17,9 +18,9 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/acemq/acemq-go/fxmodule"
+	"github.com/acemq/acemq-go/fxmodule/fxmoduletest"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
-	"github.com/acemq/acemq-go/mqtest"
 	"github.com/acemq/acemq-go/ops"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
@@ -46,25 +47,43 @@ func ship(ctx context.Context, d *mq.Delivery, o Order) error {
 	return nil // an error retries; middleware.Park(err) parks; middleware.Reject(err) dead-letters
 }
 
+// shippingConsumer is ship under middleware.Standard with the topology's policy for the queue.
+func shippingConsumer() fxmodule.Consumer {
+	return fxmodule.Consumer{Queue: "shipping.orders", Handler: typed.Handler(ship), Standard: true}
+}
+
 func main() {
 	fx.New(
 		fx.Supply(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}}),
 		fxmodule.Module,
 		fxmodule.AsTopology(ordersTopology),
-		fxmodule.AsConsumer(func() fxmodule.Consumer {
-			// Standard: middleware.Standard with the topology's policy for the queue.
-			return fxmodule.Consumer{Queue: "shipping.orders", Handler: typed.Handler(ship), Standard: true}
-		}),
-		fxmodule.AsPublisher[OrderEvents]("orders-events"),
-		fx.Invoke(func(b *mq.Broker, events OrderEvents) {
-			http.Handle("/readyz", fxmodule.ReadyHandler(b)) // connected, not blocked, every consumer subscribed
-			http.HandleFunc("/orders", func(w http.ResponseWriter, r *http.Request) {
-				if err := typed.Publish(r.Context(), events, "order.placed", Order{ID: r.FormValue("id")}); err != nil {
-					http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				}
-			})
-		}),
+		fxmodule.AsConsumer(shippingConsumer),
+		fxmodule.AsPublisher[OrderEvents]("orders-events"), // a topic exchange: an event nobody takes is no error
+		fx.Invoke(serveHTTP),
 	).Run()
+}
+
+// serveHTTP serves /readyz and POST /orders from a server the app starts and stops.
+func serveHTTP(lc fx.Lifecycle, b *mq.Broker, events OrderEvents) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /readyz", fxmodule.ReadyHandler(b)) // connected, not blocked, every consumer subscribed
+	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
+		if err := typed.Publish(r.Context(), events, "order.placed", Order{ID: r.FormValue("id")}); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		}
+	})
+	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			ln, err := net.Listen("tcp", srv.Addr)
+			if err != nil {
+				return err // the app does not start
+			}
+			go srv.Serve(ln) // returns http.ErrServerClosed at Shutdown
+			return nil
+		},
+		OnStop: srv.Shutdown, // appended after the module's hooks, so it stops first
+	})
 }
 
 var _ = main // compiled, not run: it would connect
@@ -72,8 +91,7 @@ var _ = main // compiled, not run: it would connect
 // README: Handlers tested without a broker.
 
 func TestShip(t *testing.T) {
-	q, _ := ordersTopology().QueueNamed("shipping.orders")
-	c := mqtest.New(t, "shipping.orders", typed.Handler(ship), middleware.Standard(q.Retry))
+	c := fxmoduletest.Consumer(t, shippingConsumer(), ordersTopology()) // the chain the app runs
 	r := c.Deliver(mq.Message{Body: []byte(`{"id":"o-1"}`)})
 	if r.Outcome != mq.OutcomeAck {
 		t.Fatalf("got %v", r)
@@ -212,4 +230,32 @@ func containsRun(hay, needle []string) bool {
 		}
 	}
 	return false
+}
+
+// TestREADMEServesHTTPOnItsLifecycle: the README's fx service serves its
+// HTTP handlers from a server the app's lifecycle starts and stops, as
+// examples/service does; handlers registered on http.DefaultServeMux with
+// no server started would serve nothing.
+func TestREADMEServesHTTPOnItsLifecycle(t *testing.T) {
+	found := false
+	for i, b := range snippets(t, "README.md") {
+		text := strings.Join(b, "\n")
+		if !strings.Contains(text, "fx.New(") || !strings.Contains(text, "http.") {
+			continue
+		}
+		found = true
+		for _, bad := range []string{"http.Handle(", "http.HandleFunc(", "http.DefaultServeMux"} {
+			if strings.Contains(text, bad) {
+				t.Errorf("README Go snippet %d registers on http.DefaultServeMux (%s)", i+1, bad)
+			}
+		}
+		for _, want := range []string{"fx.Lifecycle", "OnStart:", ".Serve(", "OnStop:"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("README Go snippet %d starts no server on the app's lifecycle (no %s)", i+1, want)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no README Go snippet builds an fx app serving HTTP")
+	}
 }

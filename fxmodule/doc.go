@@ -74,8 +74,27 @@
 // # Publishers and health
 //
 // AsPublisher provides a publisher to an exchange as an interface type the
-// app names, so a test supplies a fake (mqtest.Publisher). Publishers are
-// closed with the broker, after every consumer has drained.
+// app names, so a test supplies a fake (fxmoduletest.Publisher). To a
+// topic, fanout or headers exchange of the app's topology it is an event
+// publisher and allows unroutable publishes (an event nobody subscribes to
+// yet is normal); to the default or a direct exchange it is a command
+// publisher and stays mandatory (PublisherOptions; docs/contract.md, "Events
+// and commands"). Publishers are closed with the broker, after every
+// consumer has drained.
+//
+// # The dead-letter console
+//
+// WithConsole provides an *ops.Console that watches every queue the merged
+// topology gives a .dlq or .parked, logs operator actions to the module's
+// logger and closes at stop before the broker; the service mounts it on
+// its own admin server (the module serves nothing itself).
+//
+// # Testing
+//
+// Package fxmoduletest runs a Consumer through exactly the chain the module
+// builds for it (ConsumerOptions, the function the module itself calls) on
+// an mqtest consumer, and fakes an AsPublisher publisher with the options
+// the module would give it.
 // ReadyHandler serves /readyz from Broker.Check: connected, not blocked,
 // every consumer subscribed.
 //

@@ -37,7 +37,7 @@ func Example() {
 }
 
 // OrderEvents is the app's name for its publisher to orders-events; a
-// test provides a fake (mqtest.Publisher) instead.
+// test provides a fake (fxmoduletest.Publisher) instead.
 type OrderEvents interface{ mq.Sender }
 
 // A publisher provided to the app's constructors, a readiness probe, and

@@ -97,11 +97,19 @@ type middlewareSet struct {
 }
 
 // AsPublisher provides a publisher to exchange as P, an interface type
-// the app names (a test supplies a fake of it instead, mqtest.Publisher
+// the app names (a test supplies a fake of it instead, fxmoduletest.Publisher
 // say):
 //
 //	type OrderEvents interface{ mq.Sender }
 //	fxmodule.AsPublisher[OrderEvents]("orders-events")
+//
+// The publisher is built with PublisherOptions: to an exchange the app's
+// topology declares as topic, fanout or headers it is an event publisher
+// and allows unroutable publishes (an event nobody subscribes to yet is
+// normal); to the default exchange, a direct exchange or one the topology
+// does not declare it is a command publisher and stays mandatory (a
+// command no queue takes fails with mq.ErrUnroutable). opts come after the
+// default: mq.Mandatory() makes an event publisher mandatory again.
 //
 // P must be an interface that *mq.Publisher implements (mq.Sender itself
 // will do for an app with one publisher); anything else fails fx.New
@@ -114,9 +122,37 @@ func AsPublisher[P any](exchange string, opts ...mq.PublisherOption) fx.Option {
 		return fx.Error(fmt.Errorf("fxmodule.AsPublisher: %v must be an interface type that *mq.Publisher implements (for instance one embedding mq.Sender)", pt))
 	}
 	opts = slices.Clone(opts)
-	return fx.Provide(func(b *mq.Broker) P {
-		return any(b.Publisher(exchange, opts...)).(P)
+	return fx.Provide(func(p publisherParams) P {
+		return any(p.Broker.Publisher(exchange, PublisherOptions(merged(p.Topologies), exchange, opts...)...)).(P)
 	})
+}
+
+// publisherParams are what AsPublisher's publisher is built from.
+type publisherParams struct {
+	fx.In
+
+	Broker     *mq.Broker
+	Topologies []*topology.Topology `group:"acemq.topologies"`
+}
+
+// PublisherOptions returns the options AsPublisher builds a publisher to
+// exchange with, given the app's topology t (nil: none): mq.AllowUnroutable
+// first when t declares exchange as a topic, fanout or headers exchange —
+// an event publisher, whose event may have no audience yet — and then
+// opts. A publisher to the default exchange (""), to a direct exchange or
+// to an exchange t does not declare sends commands and stays mandatory, as
+// every mq.Publisher is by default. fxmoduletest.Publisher gives its fake
+// these same options.
+func PublisherOptions(t *topology.Topology, exchange string, opts ...mq.PublisherOption) []mq.PublisherOption {
+	out := make([]mq.PublisherOption, 0, len(opts)+1)
+	if t != nil && exchange != "" {
+		for _, e := range t.Exchanges() {
+			if e.Name == exchange && (e.Kind == topology.Topic || e.Kind == topology.Fanout || e.Kind == topology.Headers) {
+				out = append(out, mq.AllowUnroutable())
+			}
+		}
+	}
+	return append(out, opts...)
 }
 
 var errorType = reflect.TypeFor[error]()

@@ -58,12 +58,10 @@ func newRunner(p runParams) (*runner, error) {
 	var errs []error
 	// fx hands a value group over in a random order. Sort, so declaration
 	// and start go the same way on every run.
-	frags := slices.DeleteFunc(slices.Clone(p.Topologies), func(t *topology.Topology) bool { return t == nil })
-	slices.SortStableFunc(frags, func(a, b *topology.Topology) int { return strings.Compare(a.String(), b.String()) })
+	r.topo = merged(p.Topologies)
 	consumers := slices.Clone(p.Consumers)
 	slices.SortStableFunc(consumers, func(a, b Consumer) int { return strings.Compare(a.Queue, b.Queue) })
-	if len(frags) > 0 {
-		r.topo = topology.New().Merge(frags...)
+	if r.topo != nil {
 		if err := r.topo.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("fxmodule: the merged topology is invalid: %w", err))
 		}
@@ -88,11 +86,11 @@ func newRunner(p runParams) (*runner, error) {
 		if c.Queue == "" || c.Handler == nil {
 			continue
 		}
-		opts, err := r.resolve(c)
+		opts, err := ConsumerOptions(c, r.topo, r.mws...)
 		if err != nil {
 			errs = append(errs, err)
 		}
-		consumers[i].Options = opts
+		consumers[i].Options = opts // what start consumes with
 	}
 	r.consumers = consumers
 	if err := errors.Join(errs...); err != nil {
@@ -107,13 +105,20 @@ func newRunner(p runParams) (*runner, error) {
 // chain runs (nil: none).
 var buildChain = seam.Get[func(mq.Handler, []mq.AttemptHook, []mq.ConsumerOption) (mq.Handler, mq.PolicyHolder, error)]()
 
-// resolve returns c's consumer options with Standard (c.Standard, with the
-// topology's policy) in front, and checks that the policy c runs is the
-// one the merged topology declares for its queue.
-func (r *runner) resolve(c Consumer) ([]mq.ConsumerOption, error) {
+// ConsumerOptions returns the options the module consumes c.Queue with,
+// given the app's merged topology t (nil: none) and the middleware the app
+// gives WithMiddleware, in order: shared outermost (mq.WithMiddleware),
+// then middleware.Standard with the policy t declares for c.Queue when
+// c.Standard is set, then c.Options. It fails as fx.New fails for c: a
+// consumer option that is invalid, Standard with no topology.Retry for the
+// queue, a ladder given both by Standard and by Options, or a ladder in
+// Options whose policy is not the one t declares. The module calls it for
+// every consumer; fxmoduletest.Consumer runs a handler through exactly
+// these options, so a test and the app cannot drift apart.
+func ConsumerOptions(c Consumer, t *topology.Topology, shared ...mq.Middleware) ([]mq.ConsumerOption, error) {
 	var declared *retry.Policy
-	if r.topo != nil {
-		if q, ok := r.topo.QueueNamed(c.Queue); ok && !q.Retry.Equal(retry.Policy{}) {
+	if t != nil {
+		if q, ok := t.QueueNamed(c.Queue); ok && !q.Retry.Equal(retry.Policy{}) {
 			declared = &q.Retry
 		}
 	}
@@ -126,17 +131,21 @@ func (r *runner) resolve(c Consumer) ([]mq.ConsumerOption, error) {
 		p := ph.RetryPolicy()
 		own = &p
 	}
+	opts := make([]mq.ConsumerOption, 0, len(c.Options)+2)
+	if len(shared) > 0 {
+		opts = append(opts, mq.WithMiddleware(slices.Clone(shared)...))
+	}
 	switch {
 	case c.Standard && own != nil:
 		return nil, fmt.Errorf("fxmodule: consumer of %q: Standard takes the retry policy from the topology (%s), but its Options run a retry ladder of their own (%s): give the policy once", c.Queue, describe(declared), own)
 	case c.Standard && declared == nil:
 		return nil, fmt.Errorf("fxmodule: consumer of %q: Standard takes the retry policy from the topology, but the app's topology declares no topology.Retry for queue %q", c.Queue, c.Queue)
 	case c.Standard:
-		return append([]mq.ConsumerOption{middleware.Standard(*declared, c.StandardOptions...)}, c.Options...), nil
+		opts = append(opts, middleware.Standard(*declared, c.StandardOptions...))
 	case own != nil && declared != nil && !own.Equal(*declared):
 		return nil, fmt.Errorf("fxmodule: consumer of %q runs retry policy %s, but the topology declares queue %q with Retry(%s): the rungs declared would not be the rungs used; write the policy once, in the topology, and set Consumer.Standard", c.Queue, own, c.Queue, declared)
 	}
-	return c.Options, nil
+	return append(opts, c.Options...), nil
 }
 
 func describe(p *retry.Policy) string {
@@ -144,15 +153,6 @@ func describe(p *retry.Policy) string {
 		return "none declared"
 	}
 	return p.String()
-}
-
-// options are c's consumer options with the shared middleware outermost.
-func (r *runner) options(c Consumer) []mq.ConsumerOption {
-	opts := make([]mq.ConsumerOption, 0, len(c.Options)+1)
-	if len(r.mws) > 0 {
-		opts = append(opts, mq.WithMiddleware(r.mws...))
-	}
-	return append(opts, c.Options...)
 }
 
 // checkQueues fails when a consumer's queue is neither declared by the
@@ -206,7 +206,7 @@ func (r *runner) start(ctx context.Context) error {
 		r.log.Info("acemq.topology.declared", "exchanges", len(r.topo.Exchanges()), "queues", len(r.topo.Queues()), "bindings", len(r.topo.Bindings()))
 	}
 	for _, c := range r.consumers {
-		mc, err := r.b.Consume(sctx, c.Queue, c.Handler, r.options(c)...)
+		mc, err := r.b.Consume(sctx, c.Queue, c.Handler, c.Options...)
 		if err != nil {
 			r.abort(ctx)
 			return fmt.Errorf("fxmodule: start: consumer of %q: %w", c.Queue, err)

@@ -12,8 +12,12 @@
 //	r := c.Deliver(mq.Message{Body: []byte(`{"id":"o-1"}`)})
 //	// r.Outcome, r.Attempts, r.Waits, r.Hops[0].Queue, r.Hops[0].Reason()
 //
-// Publisher is a fake mq.Sender that records what it is asked to publish,
-// for code handed a publisher (fxmodule.AsPublisher, typed.Publish).
+// Publisher is a fake mq.Sender as strict as the broker, for code handed a
+// publisher (fxmodule.AsPublisher, typed.Publish): it runs the runtime's
+// own validator (mq.ErrInvalid for what Publish refuses) and, given the
+// topology, routes every publish as RabbitMQ would (mq.ErrUnroutable where
+// no binding matches a mandatory publish), recording what it took and the
+// queues it reached.
 // NewDelivery and Attempts build single deliveries and the attempt counter
 // for testing a middleware of one's own.
 //
@@ -23,7 +27,9 @@
 // connection and settles nothing on a channel: Result.Outcome is what the
 // consumer runtime would do with the chain's result.
 //
-// What it must not touch: it imports mq only (through internal/seam for
-// the delivery's test seams, which mq does not export), never middleware,
-// otelmq or fxmodule, so any of their tests may use it.
+// What it must not touch: it imports mq (through internal/seam for the
+// delivery's test seams and the publish validator, which mq does not
+// export) and topology (the routing it reads), never middleware, otelmq or
+// fxmodule, so any of their tests may use it (fxmodule's bridge to it is
+// package fxmodule/fxmoduletest).
 package mqtest

@@ -116,10 +116,12 @@ type deliveryCtx struct {
 
 // endAttrs is how many attributes OnDeliveryDone sets at most: routing
 // key, delivery tag, message and conversation id, attempt, outcome,
-// error.type. The common delivery (a first attempt, acknowledged, in the
-// trace of its publish) sets three: with the five it starts with, a span
-// of eight, whose de-duplication map the SDK keeps on the stack when the
-// span ends (past eight it allocates one).
+// error.type. The common delivery (acknowledged, with a message id, in the
+// trace of its publish) sets five: with the five it starts with, a span of
+// ten. Operators search traces by message id and attempt, so both are on
+// every process span even though the SDK, past eight attributes, allocates
+// its de-duplication map when the span ends (BenchmarkAttempts measures
+// it; the otelmq package documentation has the numbers).
 const endAttrs = 7
 
 // endAttrPool holds the buffers OnDeliveryDone builds its attributes in.
@@ -154,12 +156,13 @@ func deliveryOf(ctx context.Context) *deliveryCtx {
 // The span starts with the attributes a sampler may decide on (system,
 // operation, destination, server.address), as options built once per
 // queue; the message's own are set with the outcome when it ends, in one
-// go: the routing key and delivery tag; acemq.attempt when the delivery is
-// not the message's first (absent means 1, as with x-acemq-attempt); and
-// messaging.message.id and messaging.message.conversation_id only when the
-// span is not a child of the message's publish span, which carries them
-// (links-only mode, or a message published without trace context). That
-// keeps the common span at eight attributes (see endAttrs). Links are
+// go: the routing key and delivery tag, messaging.message.id and
+// acemq.attempt on every delivery (1 included, and when the span is a child
+// of the message's publish span: operators search process spans by both,
+// and the publish span may live in another service's backend), and
+// messaging.message.conversation_id only when the span is not a child of
+// the publish span, which carries it (links-only mode, or a message
+// published without trace context). Links are
 // added once the span is known to record, so a span that is not sampled
 // costs no link and no hop header parse; a sampler does not see them.
 func (ins *Instrumentation) OnDelivery(ctx context.Context, d *mq.Delivery) context.Context {
@@ -216,17 +219,13 @@ func (ins *Instrumentation) OnDeliveryDone(ctx context.Context, d *mq.Delivery, 
 			attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey))
 		}
 		attrs = append(attrs, semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)))
-		if !st.parented {
-			if d.MessageId != "" {
-				attrs = append(attrs, semconv.MessagingMessageID(d.MessageId))
-			}
-			if d.CorrelationId != "" {
-				attrs = append(attrs, semconv.MessagingMessageConversationID(d.CorrelationId))
-			}
+		if d.MessageId != "" {
+			attrs = append(attrs, semconv.MessagingMessageID(d.MessageId))
 		}
-		if st.attempt != 1 {
-			attrs = append(attrs, AttemptKey.Int(st.attempt))
+		if !st.parented && d.CorrelationId != "" {
+			attrs = append(attrs, semconv.MessagingMessageConversationID(d.CorrelationId))
 		}
+		attrs = append(attrs, AttemptKey.Int(st.attempt))
 		attrs = append(attrs, OutcomeKey.String(string(outcome)))
 		if err != nil {
 			et := ErrorType(err)

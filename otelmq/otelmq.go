@@ -23,8 +23,8 @@ const Version = mq.Version
 // The acemq.* attributes, for what the messaging conventions do not cover.
 const (
 	// AttemptKey is the attempt number (1 for the first delivery): on a
-	// process span the attempt the delivery started at (absent when that
-	// is 1, as x-acemq-attempt is), on its
+	// process span the attempt the delivery started at (on every one, 1
+	// included, so traces can be searched by it), on its
 	// acemq.attempt events each attempt, on a hop span the attempt the next
 	// delivery will be.
 	AttemptKey = attribute.Key("acemq.attempt")

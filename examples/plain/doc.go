@@ -7,4 +7,5 @@
 // It declares plain.orders (with its .dlq, .parked and retry rungs), sends
 // five orders — one of which fails twice before it succeeds and one of which
 // is malformed and parked — and deletes what it declared before it exits.
+// AMQP_URL picks the broker; PLAIN_PREFIX prefixes the queue's name.
 package main

@@ -34,7 +34,9 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if url == "" {
 		url = "amqp://guest:guest@127.0.0.1:5672/"
 	}
-	const queue = "plain.orders"
+	// PLAIN_PREFIX puts a prefix on the queue's name (the test that runs the
+	// example uses goit.*, so it can share a broker).
+	queue := os.Getenv("PLAIN_PREFIX") + "plain.orders"
 	// Three deliveries: two short waits in-process, none on the broker; a
 	// longer ladder would add rungs plain.orders.retry.<wait>.
 	policy := retry.Waits(100*time.Millisecond, 200*time.Millisecond)

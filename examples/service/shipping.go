@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/acemq/acemq-go/fxmodule"
@@ -15,10 +16,11 @@ import (
 	"github.com/acemq/acemq-go/typed"
 )
 
-// The service's names.
-const (
-	Exchange      = "orders-events"
-	ShippingQueue = "shipping.orders"
+// The service's names. SERVICE_PREFIX puts a prefix on each (the test that
+// runs the service against a broker uses goit.*, so it can share one).
+var (
+	Exchange      = os.Getenv("SERVICE_PREFIX") + "orders-events"
+	ShippingQueue = os.Getenv("SERVICE_PREFIX") + "shipping.orders"
 )
 
 // Topology is the service's topology. The retry policy is written here
@@ -45,7 +47,7 @@ type Shipped struct {
 }
 
 // OrderEvents publishes to orders-events (fxmodule.AsPublisher provides
-// it; a test gives an mqtest.Publisher).
+// it; a test gives fxmoduletest.Publisher, which routes as the broker would).
 type OrderEvents interface{ mq.Sender }
 
 // Carrier books a parcel.
@@ -75,7 +77,11 @@ func (s *Shipping) Ship(ctx context.Context, d *mq.Delivery, o Order) error {
 		return fmt.Errorf("book a parcel for order %s: %w", o.ID, err)
 	}
 	s.Log.InfoContext(ctx, "shipping.booked", "order", o.ID, "tracking", tracking, "attempt", d.Attempt())
-	return typed.Publish(ctx, s.Events, "order.shipped", Shipped{OrderID: o.ID, Tracking: tracking})
+	if err := typed.Publish(ctx, s.Events, "order.shipped", Shipped{OrderID: o.ID, Tracking: tracking}); err != nil {
+		return fmt.Errorf("announce order %s shipped: %w", o.ID, err)
+	}
+	s.Log.InfoContext(ctx, "shipping.shipped", "order", o.ID)
+	return nil
 }
 
 // Consumer is the fx consumer definition: middleware.Standard with the
