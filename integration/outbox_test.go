@@ -7,7 +7,9 @@ package integration
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -45,6 +47,25 @@ func outboxURL() string {
 		return u
 	}
 	return outboxDefaultURL
+}
+
+// outboxServiceTables is a goit_* prefix for the tables of a service the
+// test runs (examples/service's SERVICE_TABLES), whose tables — its
+// orders and shipments, its outbox and inbox — are dropped from db when
+// the test ends.
+func outboxServiceTables(t testing.TB, db *sql.DB) string {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	prefix := "goit_svc_" + hex.EncodeToString(b[:]) + "_"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+prefix+"orders, "+prefix+"shipments, "+prefix+"outbox, "+prefix+"inbox"); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return prefix
 }
 
 // outboxRelay runs r until the test ends (or the returned stop is called)
