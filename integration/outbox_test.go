@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"reflect"
@@ -66,6 +67,18 @@ func outboxServiceTables(t testing.TB, db *sql.DB) string {
 		}
 	})
 	return prefix
+}
+
+// outboxRig is what most outbox tests start from: the machine's
+// PostgreSQL with tables of the test's own, a broker logging to log, a
+// classic goit.* queue on it, and a context of a minute.
+func outboxRig(t *testing.T, log *slog.Logger) (*sql.DB, outbox.Schema, *mq.Broker, string, context.Context) {
+	t.Helper()
+	db := outboxOpen(t, outboxURL())
+	s := outboxTables(t, db)
+	b := testenv.Broker(t, mq.Config{Logger: log})
+	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
+	return db, s, b, q, testenv.Context(t, time.Minute)
 }
 
 // outboxRelay runs r until the test ends (or the returned stop is called)
@@ -297,11 +310,7 @@ func outboxGauge(t testing.TB, r *sdkmetric.ManualReader, name, state string) (f
 // table, logged and counted; a healthy row written after it goes out at
 // once; the depth gauge counts the set-aside row.
 func TestOutboxPoisonSetAside(t *testing.T) {
-	db := outboxOpen(t, outboxURL())
-	s := outboxTables(t, db)
-	b := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
-	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
-	ctx := testenv.Context(t, time.Minute)
+	db, s, b, q, ctx := outboxRig(t, testenv.Discard())
 	lg := testenv.NewLogRecorder(t)
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -362,11 +371,7 @@ func TestOutboxPoisonSetAside(t *testing.T) {
 // With polling at once a minute, a commit still reaches the queue within
 // milliseconds: the relay wakes on the commit's NOTIFY.
 func TestOutboxNotifyWakesRelay(t *testing.T) {
-	db := outboxOpen(t, outboxURL())
-	s := outboxTables(t, db)
-	b := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
-	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
-	ctx := testenv.Context(t, time.Minute)
+	db, s, b, q, ctx := outboxRig(t, testenv.Discard())
 	outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.PollInterval(time.Minute)))
 	time.Sleep(500 * time.Millisecond) // the relay's first look, and its LISTEN
 	got := make(chan time.Time, 10)
@@ -543,11 +548,7 @@ func TestOutboxFxModule(t *testing.T) {
 // be routed, so the key's second row waits (while a row of another key
 // goes out at once) until the first is set aside.
 func TestOutboxOrderWaitsForRefusedRow(t *testing.T) {
-	db := outboxOpen(t, outboxURL())
-	s := outboxTables(t, db)
-	b := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
-	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
-	ctx := testenv.Context(t, time.Minute)
+	db, s, b, q, ctx := outboxRig(t, testenv.Discard())
 	ob := outbox.New(outbox.WithSchema(s), outbox.OrderBy(func(_, _ string, m *mq.Message) string { return m.Type }))
 	nowhere := testenv.Name(t, "nowhere")
 	for _, w := range []struct{ key, id, typ string }{{nowhere, "k-1", "k"}, {q, "k-2", "k"}, {q, "other-1", "other"}} {
@@ -617,12 +618,8 @@ func TestOutboxBrokerOutageLeavesRowsUntouched(t *testing.T) {
 // Two deliveries of one key at once (two workers): the second waits for
 // the first's transaction and is then a duplicate; the handler runs once.
 func TestInboxConcurrentDuplicates(t *testing.T) {
-	db := outboxOpen(t, outboxURL())
-	s := outboxTables(t, db)
 	lg := testenv.NewLogRecorder(t, "acemq.message.settled")
-	b := testenv.Broker(t, mq.Config{Logger: lg.Logger()})
-	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
-	ctx := testenv.Context(t, time.Minute)
+	db, s, b, q, ctx := outboxRig(t, lg.Logger())
 	var calls atomic.Int32
 	c, err := b.Consume(ctx, q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
 		calls.Add(1)
@@ -648,11 +645,7 @@ func TestInboxConcurrentDuplicates(t *testing.T) {
 // TestOutboxNotifyWakesRelay); a relay that looks at the table does
 // publish it.
 func TestOutboxWithoutNotifyPolls(t *testing.T) {
-	db := outboxOpen(t, outboxURL())
-	s := outboxTables(t, db)
-	b := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
-	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
-	ctx := testenv.Context(t, time.Minute)
+	db, s, b, q, ctx := outboxRig(t, testenv.Discard())
 	stop := outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.PollInterval(time.Minute)))
 	time.Sleep(500 * time.Millisecond) // its first look, and its LISTEN
 	ob := outbox.New(outbox.WithSchema(s), outbox.WithoutNotify())
@@ -673,12 +666,8 @@ func TestOutboxWithoutNotifyPolls(t *testing.T) {
 // its queue again and again, which RabbitMQ 4.x counts towards a quorum
 // queue's delivery limit; once the database answers, it is handled, once.
 func TestInboxWaitsOutTheDatabase(t *testing.T) {
-	db := outboxOpen(t, outboxURL())
-	s := outboxTables(t, db)
 	lg := testenv.NewLogRecorder(t, "acemq.message.settled")
-	b := testenv.Broker(t, mq.Config{Logger: lg.Logger()})
-	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
-	ctx := testenv.Context(t, time.Minute)
+	db, s, b, q, ctx := outboxRig(t, lg.Logger())
 	if _, err := db.ExecContext(ctx, "ALTER TABLE "+s.Inbox+" RENAME TO "+s.Inbox+"_away"); err != nil {
 		t.Fatal(err)
 	}
@@ -709,11 +698,7 @@ func TestInboxWaitsOutTheDatabase(t *testing.T) {
 // same batch to a queue that exists all go out: the refusal is the row's
 // alone.
 func TestOutboxMissingExchangeSetAside(t *testing.T) {
-	db := outboxOpen(t, outboxURL())
-	s := outboxTables(t, db)
-	b := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
-	q := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
-	ctx := testenv.Context(t, time.Minute)
+	db, s, b, q, ctx := outboxRig(t, testenv.Discard())
 	ob := outbox.New(outbox.WithSchema(s))
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
