@@ -26,7 +26,7 @@ endif
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test test-all suites unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium
+.PHONY: all test test-all suites unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium postgres bench-outbox
 
 all: lint test
 
@@ -34,6 +34,22 @@ all: lint test
 ## BROKER=4.3 or 4.0: the project's node of that version, see scripts/broker.sh)
 broker:
 	@./scripts/broker.sh up $(or $(BROKER),3.10)
+
+## postgres: make sure the machine's PostgreSQL 15 answers on 127.0.0.1:5432
+## with a database test (the outbox suites need it); starts it when it does not
+postgres:
+	@./scripts/postgres.sh
+
+# The outbox suites (integration, chaos, bench) need PostgreSQL.
+integration chaos suites bench: postgres
+
+## bench-outbox: the outbox and the inbox against baselines of the same run
+## (tx cost, relay throughput, commit-to-delivery latency, inbox overhead);
+## part of `make bench` (OUTBOXBENCHFLAGS passes flags on, e.g. -rounds 7)
+bench-outbox: broker postgres
+	$(GO) run ./internal/cmd/outboxbench $(OUTBOXBENCHFLAGS)
+
+bench: bench-outbox
 
 ## test: unit tests, then integration tests against the local broker, all with -race
 test: broker unit integration

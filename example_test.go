@@ -162,6 +162,19 @@ func Example_topology() {
 	//   declare binding shipping.orders (from orders-events on order.placed)
 }
 
+// docs/recovery.md: a queue of this instance's own, declared again after a
+// reconnect.
+func Example_instanceQueue() {
+	q := topology.InstanceQueue("billing.prices")
+	t := topology.New().
+		Exchange("prices", topology.Fanout).
+		Queue(q, topology.Exclusive()).
+		Binding(q, "prices", "")
+	fmt.Println(strings.HasPrefix(q, "billing.prices."), strings.SplitN(t.String(), "\n", 2)[0])
+	// Output:
+	// true Topology: 1 exchanges, 1 queues, 1 bindings
+}
+
 // snippets returns the ```go blocks of a Markdown file, each as its
 // non-empty lines with surrounding space trimmed.
 func snippets(t *testing.T, path string) [][]string {
@@ -193,32 +206,44 @@ func snippets(t *testing.T, path string) [][]string {
 	return out
 }
 
+// mirrorOf names, for a Markdown file whose snippets live in another
+// package's examples, that file; every other snippet is in this one.
+var mirrorOf = map[string]string{"docs/outbox.md": "outbox/example_test.go"}
+
 // TestREADMEIsMirrored: every Go snippet of the README and of the docs it
-// links to is in this file, line for line, so their code compiles as
-// written.
+// links to is in example_test.go (or the file mirrorOf names), line for
+// line, so their code compiles as written.
 func TestREADMEIsMirrored(t *testing.T) {
-	src, err := os.ReadFile("example_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var here []string
-	for _, l := range strings.Split(string(src), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			here = append(here, l)
+	lines := func(path string) []string {
+		src, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
 		}
+		var out []string
+		for _, l := range strings.Split(string(src), "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				out = append(out, l)
+			}
+		}
+		return out
 	}
 	docs, err := filepath.Glob("docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range append([]string{"README.md"}, docs...) {
+		mirror := "example_test.go"
+		if m, ok := mirrorOf[path]; ok {
+			mirror = m
+		}
+		here := lines(mirror)
 		blocks := snippets(t, path)
 		if path == "README.md" && len(blocks) < 4 {
 			t.Fatalf("found %d Go snippets in README.md, want at least 4", len(blocks))
 		}
 		for i, b := range blocks {
 			if !containsRun(here, b) {
-				t.Errorf("%s Go snippet %d (starting %q) is not mirrored verbatim in example_test.go", path, i+1, b[0])
+				t.Errorf("%s Go snippet %d (starting %q) is not mirrored verbatim in %s", path, i+1, b[0], mirror)
 			}
 		}
 	}

@@ -70,8 +70,11 @@ func TestExampleServiceShipsEveryOrder(t *testing.T) {
 	testenv.CleanupDerived(t, queue, retry.Exponential(5, 10*time.Second))
 	testenv.CleanupExchanges(t, prefix+"orders-events")
 
+	db := outboxOpen(t, outboxURL())
+	tables := outboxServiceTables(t, db) // its orders, shipments, outbox and inbox
 	cmd := exec.CommandContext(ctx, bin)
-	cmd.Env = append(os.Environ(), "AMQP_URL="+testenv.URL(), "SERVICE_PREFIX="+prefix, "LISTEN=127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "AMQP_URL="+testenv.URL(), "SERVICE_PREFIX="+prefix, "LISTEN=127.0.0.1:0",
+		"PG_URL="+outboxURL(), "SERVICE_TABLES="+tables)
 	var out syncBuffer
 	pr, pw := io.Pipe()
 	cmd.Stderr, cmd.Stdout = io.MultiWriter(&out, pw), &out
@@ -118,6 +121,7 @@ func TestExampleServiceShipsEveryOrder(t *testing.T) {
 		`{"id":"o-2","address":"2 Main St","items":1}`,
 		`{"id":"o-3","address":"3 Main St","items":10}`,
 		`{"id":"o-4","items":1}`,
+		`{"id":"o-1","address":"1 Main St","items":2}`, // a client's retry: stored once, shipped once
 	} {
 		resp, err := client.Post(base+"/orders", "application/json", strings.NewReader(body))
 		if err != nil {
@@ -150,6 +154,9 @@ func TestExampleServiceShipsEveryOrder(t *testing.T) {
 	}
 	if strings.Contains(text, "unroutable") {
 		t.Errorf("a publish came back unroutable:\n%s", text)
+	}
+	if n := outboxCount(t, db, tables+"shipments", ""); n != len(shipped) {
+		t.Errorf("%d shipments recorded, want %d", n, len(shipped))
 	}
 	if n := testenv.Count(t, b, queue+".dlq"); n != 0 {
 		t.Errorf("%d messages in %s.dlq, want 0", n, queue)

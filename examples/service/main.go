@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +16,7 @@ import (
 
 	"github.com/acemq/acemq-go/fxmodule"
 	"github.com/acemq/acemq-go/mq"
-	"github.com/acemq/acemq-go/typed"
+	"github.com/acemq/acemq-go/outbox"
 )
 
 func main() {
@@ -31,11 +32,16 @@ func app() fx.Option {
 	return fx.Options(
 		fx.Supply(mq.Config{URLs: []string{url}, ConnectionName: "shipping"}),
 		fx.Supply(slog.New(slog.NewTextHandler(os.Stderr, nil))),
+		fx.Provide(database),
 		fxmodule.Module,
 		fxmodule.AsTopology(Topology),
-		fxmodule.AsPublisher[OrderEvents](Exchange),
-		fx.Provide(func(events OrderEvents, log *slog.Logger) *Shipping {
-			return &Shipping{Events: events, Carrier: parcelCarrier{}, Log: log}
+		// Events go through the outbox: written in the transaction of
+		// the order (POST /orders) or of the inbox (order.shipped), and
+		// published by the relay once it commits.
+		outbox.Module(relayOptions()...),
+		outbox.AsSender[OrderEvents](Exchange),
+		fx.Provide(func(events OrderEvents, db *sql.DB, log *slog.Logger) *Shipping {
+			return &Shipping{Events: events, Carrier: parcelCarrier{}, DB: db, Log: log}
 		}),
 		fxmodule.AsConsumer((*Shipping).Consumer),
 		fx.Invoke(serveHTTP),
@@ -53,9 +59,9 @@ func (parcelCarrier) Book(_ context.Context, o Order) (string, error) {
 	return "TRK-" + o.ID, nil
 }
 
-// serveHTTP serves POST /orders (publishes order.placed) and /readyz for
-// the app's lifetime.
-func serveHTTP(lc fx.Lifecycle, b *mq.Broker, events OrderEvents, log *slog.Logger) {
+// serveHTTP serves POST /orders (stores the order and its order.placed
+// event in one transaction) and /readyz for the app's lifetime.
+func serveHTTP(lc fx.Lifecycle, b *mq.Broker, db *sql.DB, events OrderEvents, log *slog.Logger) {
 	addr := os.Getenv("LISTEN")
 	if addr == "" {
 		addr = "127.0.0.1:8080"
@@ -70,11 +76,16 @@ func serveHTTP(lc fx.Lifecycle, b *mq.Broker, events OrderEvents, log *slog.Logg
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		if err := typed.Publish(ctx, events, "order.placed", o); err != nil {
+		placed, err := placeOrder(ctx, db, events, o)
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.WriteHeader(http.StatusAccepted)
+		if !placed {
+			fmt.Fprintf(w, "order %s was placed before\n", o.ID)
+			return
+		}
 		fmt.Fprintf(w, "order %s placed\n", o.ID)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"github.com/acemq/acemq-go/fxmodule"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/outbox"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 	"github.com/acemq/acemq-go/typed"
@@ -46,8 +48,10 @@ type Shipped struct {
 	Tracking string `json:"tracking"`
 }
 
-// OrderEvents publishes to orders-events (fxmodule.AsPublisher provides
-// it; a test gives fxmoduletest.Publisher, which routes as the broker would).
+// OrderEvents publishes to orders-events through the outbox
+// (outbox.AsSender provides it: a publish is a row in the transaction in
+// its context); a test gives fxmoduletest.Publisher, which routes as the
+// broker would.
 type OrderEvents interface{ mq.Sender }
 
 // Carrier books a parcel.
@@ -59,7 +63,11 @@ type Carrier interface {
 type Shipping struct {
 	Events  OrderEvents
 	Carrier Carrier
-	Log     *slog.Logger
+	// DB, when set, runs each delivery through the inbox: an order is
+	// shipped once however often order.placed arrives. Handler tests
+	// leave it nil.
+	DB  *sql.DB
+	Log *slog.Logger
 }
 
 // errNoAddress is a problem for a person, not for a retry.
@@ -77,6 +85,9 @@ func (s *Shipping) Ship(ctx context.Context, d *mq.Delivery, o Order) error {
 		return fmt.Errorf("book a parcel for order %s: %w", o.ID, err)
 	}
 	s.Log.InfoContext(ctx, "shipping.booked", "order", o.ID, "tracking", tracking, "attempt", d.Attempt())
+	if err := recordShipment(ctx, o.ID, tracking); err != nil {
+		return fmt.Errorf("record the shipment of order %s: %w", o.ID, err)
+	}
 	if err := typed.Publish(ctx, s.Events, "order.shipped", Shipped{OrderID: o.ID, Tracking: tracking}); err != nil {
 		return fmt.Errorf("announce order %s shipped: %w", o.ID, err)
 	}
@@ -85,7 +96,13 @@ func (s *Shipping) Ship(ctx context.Context, d *mq.Delivery, o Order) error {
 }
 
 // Consumer is the fx consumer definition: middleware.Standard with the
-// topology's policy around the typed handler.
+// topology's policy around the typed handler, and with a database the
+// inbox inside it, next to the handler (each attempt a transaction of its
+// own, the shipment and order.shipped committed with the inbox's record).
 func (s *Shipping) Consumer() fxmodule.Consumer {
-	return fxmodule.Consumer{Queue: ShippingQueue, Handler: typed.Handler(s.Ship), Standard: true}
+	c := fxmodule.Consumer{Queue: ShippingQueue, Handler: typed.Handler(s.Ship), Standard: true}
+	if s.DB != nil {
+		c.Options = append(c.Options, mq.WithMiddleware(outbox.Inbox(s.DB, outbox.WithSchema(Tables), outbox.WithLogger(s.Log))))
+	}
+	return c
 }

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the pgx driver for database/sql
+
+	"go.uber.org/fx"
+
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/outbox"
+	"github.com/acemq/acemq-go/typed"
+)
+
+// The service's own tables, beside the outbox's and the inbox's: orders
+// (written with their order.placed event in one transaction) and shipments
+// (one per order, written in the inbox's transaction). SERVICE_TABLES puts
+// a prefix on each (the test that runs the service uses goit_*).
+var (
+	tablePrefix    = os.Getenv("SERVICE_TABLES")
+	OrdersTable    = tablePrefix + "orders"
+	ShipmentsTable = tablePrefix + "shipments"
+	Tables         = outbox.Schema{Outbox: tablePrefix + "outbox", Inbox: tablePrefix + "inbox"}
+)
+
+// database opens PG_URL (default the local PostgreSQL's database test)
+// with the pgx driver and creates the service's tables when they are
+// missing; it is closed at stop, after everything that uses it.
+func database(lc fx.Lifecycle) (*sql.DB, error) {
+	url := os.Getenv("PG_URL")
+	if url == "" {
+		url = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			if err := Tables.Create(ctx, db); err != nil {
+				return err
+			}
+			_, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (id text PRIMARY KEY, address text NOT NULL, items int NOT NULL, placed_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS %s (order_id text PRIMARY KEY, tracking text NOT NULL, booked_at timestamptz NOT NULL DEFAULT now())`, OrdersTable, ShipmentsTable))
+			return err
+		},
+		OnStop: func(context.Context) error { return db.Close() },
+	})
+	return db, nil
+}
+
+// placeOrder writes the order and its order.placed event in one
+// transaction: the event goes out if and only if the order is stored. An
+// order placed before (a client's retry) is not placed again: placed is
+// false, and no second event is written.
+func placeOrder(ctx context.Context, db *sql.DB, events OrderEvents, o Order) (placed bool, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op once committed
+	res, err := tx.ExecContext(ctx, "INSERT INTO "+OrdersTable+" (id, address, items) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING", o.ID, o.Address, o.Items)
+	if err != nil {
+		return false, err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return false, nil
+	}
+	m, err := typed.Encode(o)
+	if err != nil {
+		return false, err
+	}
+	m.MessageId = "order.placed:" + o.ID // the inbox's key: one per order
+	if err := events.Publish(outbox.WithTx(ctx, tx), "order.placed", m); err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
+}
+
+// recordShipment stores the order's shipment in the inbox's transaction,
+// so it commits with the inbox's record of the order.placed message. A
+// handler test runs without the inbox, and without a transaction: it
+// records nothing.
+func recordShipment(ctx context.Context, orderID, tracking string) error {
+	tx := outbox.Tx(ctx)
+	if tx == nil {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "INSERT INTO "+ShipmentsTable+" (order_id, tracking) VALUES ($1, $2)", orderID, tracking)
+	return err
+}
+
+// relayOptions: order.shipped may have no audience yet, so the relay's
+// publishes allow unroutable (an event nobody takes is taken and dropped,
+// as fxmodule.AsPublisher's are).
+func relayOptions() []outbox.Option {
+	return []outbox.Option{outbox.WithSchema(Tables), outbox.WithPublisherOptions(mq.AllowUnroutable()), outbox.PollInterval(time.Second)}
+}

@@ -1,0 +1,459 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+	amqp "github.com/rabbitmq/amqp091-go"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/mqtest"
+	"github.com/acemq/acemq-go/outbox"
+	"github.com/acemq/acemq-go/topology"
+)
+
+var (
+	amqpURL = flag.String("url", envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL")
+	pgURL   = flag.String("pg", envOr("PG_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL URL")
+	rounds  = flag.Int("rounds", 5, "rounds per measure (the median is reported)")
+	txN     = flag.Int("tx", 1000, "transactions per tx-cost round")
+	relayN  = flag.Int("relay", 10000, "messages per throughput round")
+	batch   = flag.Int("batch", 200, "the relay's batch, and the direct publisher's goroutines")
+	latN    = flag.Int("latency", 200, "commits measured for latency")
+	inboxN  = flag.Int("inbox", 2000, "deliveries per inbox round")
+	only    = flag.String("only", "", "run only the measures whose name starts with this: tx, throughput, inbox, latency")
+	profile = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+)
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func main() {
+	flag.Parse()
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "outboxbench:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "outboxbench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if err := run(ctx); err != nil {
+		pprof.StopCPUProfile()
+		fmt.Fprintln(os.Stderr, "outboxbench:", err)
+		os.Exit(1) //nolint:gocritic // the profile is stopped above
+	}
+}
+
+type rig struct {
+	db      *sql.DB
+	b       *mq.Broker
+	s       outbox.Schema
+	plain   string // the plain table of the tx baseline
+	orders  string
+	queue   string
+	cleanup []func()
+}
+
+func run(ctx context.Context) error {
+	r := &rig{}
+	defer func() {
+		for i := len(r.cleanup) - 1; i >= 0; i-- {
+			r.cleanup[i]()
+		}
+	}()
+	db, err := sql.Open("pgx", *pgURL)
+	if err != nil {
+		return err
+	}
+	r.db = db
+	r.cleanup = append(r.cleanup, func() { _ = db.Close() })
+	if err := db.PingContext(ctx); err != nil {
+		return fmt.Errorf("PostgreSQL at %s: %w", *pgURL, err)
+	}
+	var raw [4]byte
+	_, _ = rand.Read(raw[:])
+	id := hex.EncodeToString(raw[:])
+	r.s = outbox.Schema{Outbox: "goit_bench_outbox_" + id, Inbox: "goit_bench_inbox_" + id}
+	r.plain, r.orders = "goit_bench_plain_"+id, "goit_bench_orders_"+id
+	if err := r.s.Create(ctx, db); err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE TABLE %s (id text PRIMARY KEY, total int NOT NULL);
+CREATE TABLE %s (id bigserial PRIMARY KEY, exchange text NOT NULL, routing_key text NOT NULL, message_id text NOT NULL, body bytea NOT NULL, properties jsonb NOT NULL)`,
+		r.orders, r.plain)); err != nil {
+		return err
+	}
+	r.cleanup = append(r.cleanup, func() {
+		_, _ = db.Exec("DROP TABLE IF EXISTS " + r.s.Outbox + ", " + r.s.Inbox + ", " + r.plain + ", " + r.orders)
+	})
+
+	r.b = mq.New(mq.Config{URLs: []string{*amqpURL}, Logger: quiet})
+	if err := r.b.Start(ctx); err != nil {
+		return err
+	}
+	r.cleanup = append(r.cleanup, func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = r.b.Close(cctx)
+	})
+	r.queue = "goit.outboxbench." + id
+	if err := r.b.Declare(ctx, topology.New().Queue(r.queue, topology.Classic())); err != nil {
+		return err
+	}
+	r.cleanup = append(r.cleanup, func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, _ = r.b.DeleteQueue(cctx, r.queue)
+	})
+
+	fmt.Printf("outbox and inbox, PostgreSQL %s, broker %s, %d rounds (median)\n\n", redactPG(*pgURL), mq.Redact(*amqpURL), *rounds)
+	fmt.Printf("%-44s %14s %14s %8s %s\n", "measure", "outbox/inbox", "baseline", "ratio", "target")
+	for _, m := range []struct {
+		name string
+		run  func(context.Context) error
+	}{{"tx", r.txCost}, {"throughput", r.throughput}, {"inbox", r.inbox}, {"latency", r.latency}} {
+		if !strings.HasPrefix(m.name, *only) {
+			continue
+		}
+		if err := m.run(ctx); err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+func redactPG(u string) string { return mq.Redact(u) }
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func body(i int) []byte {
+	return fmt.Appendf(nil, `{"order":"o-%d","total":%d,"lines":[{"sku":"a","n":1}]}`, i, i)
+}
+
+// txCost: µs per transaction, order + outbox publish against order + a
+// plain insert of the same row; then transactions per second with
+// concurrent writers, with and without the outbox's NOTIFY.
+func (r *rig) txCost(ctx context.Context) error {
+	notifying := outbox.New(outbox.WithSchema(r.s))
+	quiet := outbox.New(outbox.WithSchema(r.s), outbox.WithoutNotify())
+	plainQ := fmt.Sprintf(`INSERT INTO %s (exchange, routing_key, message_id, body, properties) VALUES ($1, $2, $3, $4, $5)`, r.plain)
+	orderQ := fmt.Sprintf(`INSERT INTO %s (id, total) VALUES ($1, $2)`, r.orders)
+	props := []byte(`{"content_type":"application/json","delivery_mode":2,"message_id":"x","type":"order.placed"}`)
+	var next atomic.Int64
+	var stmt [2]atomic.Int64 // ns in the statement alone: [plain insert, outbox publish]
+	// one is a transaction writing an order and its event through ob, or
+	// with a plain insert when ob is nil.
+	one := func(ob *outbox.Outbox) error {
+		n := int(next.Add(1))
+		tx, err := r.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck
+		oid := fmt.Sprintf("o-%d", n)
+		if _, err := tx.ExecContext(ctx, orderQ, oid, n); err != nil {
+			return err
+		}
+		start := time.Now()
+		if ob != nil {
+			err = ob.Publish(ctx, tx, "orders-events", "order.placed", mq.Message{Body: body(n), ContentType: "application/json", Type: "order.placed", MessageId: oid})
+			stmt[1].Add(int64(time.Since(start)))
+		} else {
+			_, err = tx.ExecContext(ctx, plainQ, "orders-events", "order.placed", oid, body(n), props)
+			stmt[0].Add(int64(time.Since(start)))
+		}
+		if err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	truncate := func() error {
+		_, err := r.db.ExecContext(ctx, "TRUNCATE "+r.s.Outbox+", "+r.plain)
+		return err
+	}
+
+	// Each pair of transactions is one of each, taking turns to go first,
+	// so the machine's load (fsync at commit, other users) falls on both.
+	var with, without []float64
+	for range *rounds {
+		var dw, do time.Duration
+		for i := range *txN {
+			for _, ob := range [][]*outbox.Outbox{{nil, notifying}, {notifying, nil}}[i%2] {
+				start := time.Now()
+				if err := one(ob); err != nil {
+					return err
+				}
+				if ob != nil {
+					dw += time.Since(start)
+				} else {
+					do += time.Since(start)
+				}
+			}
+		}
+		with = append(with, float64(dw.Microseconds())/float64(*txN))
+		without = append(without, float64(do.Microseconds())/float64(*txN))
+		if err := truncate(); err != nil {
+			return err
+		}
+	}
+	mw, mo := median(with), median(without)
+	fmt.Printf("%-44s %11.0f µs %11.0f µs %7.2fx %s\n", "tx: order + event (outbox vs plain insert)", mw, mo, mw/mo, fmt.Sprintf("(+%.0f µs per publish)", mw-mo))
+	total := float64(*rounds * *txN)
+	sw, so := float64(stmt[1].Load())/1000/total, float64(stmt[0].Load())/1000/total
+	fmt.Printf("%-44s %11.0f µs %11.0f µs %7.2fx\n", "  the statement alone (mean)", sw, so, sw/so)
+
+	// Concurrent writers: every notifying transaction takes PostgreSQL's
+	// notification lock at commit and holds it until the commit is on disk.
+	const writers = 8
+	rates := map[*outbox.Outbox][]float64{}
+	for k := range *rounds {
+		order := []*outbox.Outbox{nil, notifying, quiet}
+		order = append(order[k%3:], order[:k%3]...) // each goes first in turn
+		for _, ob := range order {
+			start := time.Now()
+			var wg sync.WaitGroup
+			var failed atomic.Value
+			for range writers {
+				wg.Go(func() {
+					for range *txN / writers {
+						if err := one(ob); err != nil {
+							failed.Store(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if err, _ := failed.Load().(error); err != nil {
+				return err
+			}
+			rates[ob] = append(rates[ob], float64(*txN/writers*writers)/time.Since(start).Seconds())
+		}
+		if err := truncate(); err != nil {
+			return err
+		}
+	}
+	rp, rn, rq := median(rates[nil]), median(rates[notifying]), median(rates[quiet])
+	fmt.Printf("%-44s %10.0f tx/s %10.0f tx/s %7.2fx\n", fmt.Sprintf("tx: %d concurrent writers, NOTIFY", writers), rn, rp, rn/rp)
+	fmt.Printf("%-44s %10.0f tx/s %10.0f tx/s %7.2fx\n", fmt.Sprintf("tx: %d concurrent writers, WithoutNotify", writers), rq, rp, rq/rp)
+	return nil
+}
+
+// throughput: msgs/s of one relay draining committed rows against a
+// Publisher shared by -batch goroutines.
+func (r *rig) throughput(ctx context.Context) error {
+	ob := outbox.New(outbox.WithSchema(r.s))
+	fill := func() error {
+		const per = 500
+		for done := 0; done < *relayN; done += per {
+			tx, err := r.db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			for i := done; i < min(done+per, *relayN); i++ {
+				if err := ob.Publish(ctx, tx, "", r.queue, mq.Message{Body: body(i), ContentType: "application/json"}); err != nil {
+					_ = tx.Rollback()
+					return err
+				}
+			}
+			if err := tx.Commit(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	purge := func() error {
+		_, err := r.b.DeleteQueue(ctx, r.queue)
+		if err != nil {
+			return err
+		}
+		return r.b.Declare(ctx, topology.New().Queue(r.queue, topology.Classic()))
+	}
+	var relayRates, directRates []float64
+	for range *rounds {
+		// direct
+		pub := r.b.Publisher("")
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, *batch)
+		for w := range *batch {
+			wg.Go(func() {
+				for i := w; i < *relayN; i += *batch {
+					if err := pub.Publish(ctx, r.queue, mq.Message{Body: body(i), ContentType: "application/json"}); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		directRates = append(directRates, float64(*relayN)/time.Since(start).Seconds())
+		pub.Close()
+		select {
+		case err := <-errs:
+			return err
+		default:
+		}
+		if err := purge(); err != nil {
+			return err
+		}
+		// relay
+		if err := fill(); err != nil {
+			return err
+		}
+		rctx, stop := context.WithCancel(ctx)
+		// Done is read from the relay's own counter: asking the table
+		// every few milliseconds would load the database it measures.
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		relay := outbox.NewRelay(r.db, r.b, outbox.WithSchema(r.s), outbox.BatchSize(*batch), outbox.WithLogger(quiet), outbox.WithMeterProvider(mp))
+		start = time.Now()
+		done := make(chan error, 1)
+		go func() { done <- relay.Run(rctx) }()
+		for published(ctx, reader) < int64(*relayN) {
+			time.Sleep(2 * time.Millisecond)
+		}
+		relayRates = append(relayRates, float64(*relayN)/time.Since(start).Seconds())
+		stop()
+		if err := <-done; err != nil {
+			return err
+		}
+		if err := purge(); err != nil {
+			return err
+		}
+	}
+	mr, md := median(relayRates), median(directRates)
+	fmt.Printf("%-44s %10.0f m/s %10.0f m/s %7.2fx %s\n", fmt.Sprintf("throughput: relay vs Publisher (%d at once)", *batch), mr, md, mr/md, "≥ 0.80x")
+	return nil
+}
+
+// published is the relay's confirmed publishes so far.
+func published(ctx context.Context, reader *sdkmetric.ManualReader) int64 {
+	var rm metricdata.ResourceMetrics
+	if reader.Collect(ctx, &rm) != nil {
+		return 0
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == outbox.MetricPublishes {
+				for _, p := range sum.DataPoints {
+					if v, _ := p.Attributes.Value(outbox.OutcomeKey); v.AsString() == "published" {
+						n += p.Value
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// inbox: µs per delivery through the Inbox against the bare handler
+// (which does nothing, so the baseline is the call itself).
+func (r *rig) inbox(ctx context.Context) error {
+	bare := mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })
+	in := outbox.Inbox(r.db, outbox.WithSchema(r.s), outbox.WithLogger(quiet))(bare)
+	var with, without []float64
+	for round := range *rounds {
+		for k, h := range []mq.Handler{bare, in} {
+			start := time.Now()
+			for i := range *inboxN {
+				d := mqtest.NewDelivery("goit.bench", amqp.Delivery{MessageId: fmt.Sprintf("r%d-%d", round, i)}, mqtest.Logger(quiet))
+				if err := h.Handle(ctx, d); err != nil {
+					return err
+				}
+			}
+			ns := float64(time.Since(start).Nanoseconds()) / float64(*inboxN)
+			if k == 0 {
+				without = append(without, ns)
+			} else {
+				with = append(with, ns)
+			}
+		}
+	}
+	mw, mo := median(with), median(without)
+	fmt.Printf("%-44s %11.0f µs %11.3f µs %8s %s\n", "inbox: per delivery (begin, record, commit)", mw/1000, mo/1000, "", fmt.Sprintf("(+%.0f µs per message)", (mw-mo)/1000))
+	return nil
+}
+
+// latency: commit to delivery with the relay idle, NOTIFY waking it; the
+// poll is a minute, so only NOTIFY can.
+func (r *rig) latency(ctx context.Context) error {
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	relay := outbox.NewRelay(r.db, r.b, outbox.WithSchema(r.s), outbox.PollInterval(time.Minute), outbox.WithLogger(quiet))
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(rctx) }()
+	got := make(chan time.Time, 1)
+	c, err := r.b.Consume(ctx, r.queue, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { got <- time.Now(); return nil }))
+	if err != nil {
+		return err
+	}
+	defer c.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
+	time.Sleep(300 * time.Millisecond)
+	ob := outbox.New(outbox.WithSchema(r.s))
+	var lat []float64
+	for i := range *latN {
+		tx, err := r.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := ob.Publish(ctx, tx, "", r.queue, mq.Message{Body: body(i)}); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		committed := time.Now()
+		select {
+		case at := <-got:
+			lat = append(lat, float64(at.Sub(committed).Microseconds())/1000)
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("commit %d not delivered within 10 s", i)
+		}
+		time.Sleep(10 * time.Millisecond) // the relay idle again
+	}
+	stop()
+	if err := <-done; err != nil {
+		return err
+	}
+	slices.Sort(lat)
+	p := func(q float64) float64 { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	fmt.Printf("%-44s %11.2f ms %14s %8s %s\n", "commit to delivery p50 (NOTIFY)", p(0.5), "", "", "< 10 ms")
+	fmt.Printf("%-44s %11.2f ms %14s %8s\n", "commit to delivery p99 (NOTIFY)", p(0.99), "", "")
+	return nil
+}

@@ -1,0 +1,71 @@
+// Package outbox makes a service's effects happen once although the broker
+// delivers at least once: a transactional outbox for what a service
+// publishes, and an idempotent inbox for what it consumes, both on
+// PostgreSQL through database/sql.
+//
+// # The outbox
+//
+// Outbox.Publish writes a message (exchange, routing key, body, every
+// property and header, and the trace context of the caller's span) into the
+// outbox table inside the caller's *sql.Tx, and asks PostgreSQL to notify
+// the relays when that transaction commits. Nothing reaches the broker
+// unless the transaction commits; once it has committed, the message is not
+// lost. A Relay publishes committed rows through a confirmed mq.Publisher
+// and deletes each row only after the broker confirmed it. It wakes on
+// LISTEN/NOTIFY and polls as a fallback; any number of relays (one per
+// service instance) share a table: rows are claimed with FOR UPDATE SKIP
+// LOCKED, so no two relays send one row at once. A row the broker refuses
+// or cannot route is tried again with backoff, and after MaxAttempts set
+// aside (set_aside_at, attempts and last_error say so, in the table) and
+// logged (EventSetAside); it is never deleted by the relay.
+//
+// Delivery is at least once: a relay killed between the broker's confirm
+// and its delete sends the row again. Order is promised per ordering key
+// only (OrderBy; by default rows have none and go out in parallel): of two
+// rows with one key, when the transaction that wrote the first committed
+// before the second was written (or both are in one transaction, in
+// write order), the first is confirmed by the broker before the second is
+// sent. Rows of different keys never wait for each other.
+//
+// # The inbox
+//
+// Inbox is a middleware that runs the handler inside a database
+// transaction which also records the message's key (its message id by
+// default, KeyBy to choose), per queue. The handler reaches that
+// transaction with Tx(ctx), so its own writes commit together with the
+// record, or not at all; a delivery whose key is already recorded is
+// acknowledged without calling the handler (EventDuplicate). A message
+// without a key is refused (ErrNoKey) at the first one. Records older than
+// Retention are deleted.
+//
+// The key is the caller's choice and the inbox trusts it: two different
+// messages with one key on one queue are one message to the inbox, and the
+// second is acknowledged unhandled. Message ids are not unique in the wild
+// (clients that reuse them, a producer's retries that mint a new one), so a
+// service whose producers it does not control keys by what makes a message
+// the same business event (an order number and event type, say).
+//
+// What the inbox cannot make once: effects outside the database (an email,
+// an HTTP call to a carrier). Those happen as often as the handler runs;
+// see docs/outbox.md.
+//
+// # fx
+//
+// Module provides the *Outbox and runs a Relay with an fx app's lifecycle
+// (after fxmodule.Module); AsSender provides an outbox-backed mq.Sender
+// interface, fxmodule.AsPublisher's counterpart. See docs/outbox.md.
+//
+// # Schema
+//
+// Schema.Create makes the tables (names configurable, Schema.SQL prints
+// them for a migration tool of the service's own).
+//
+// What it owns: the outbox and inbox tables and what is written to and read
+// from them, the relay's loop and its LISTEN connection, and the inbox's
+// transaction. What it must not touch: broker connections and channels
+// (the relay publishes through mq.Publisher, as any service does), the
+// caller's transaction beyond the rows it writes (Publish never commits or
+// rolls back), and package mq, which must not import a database driver:
+// only this package imports pgx (for LISTEN), and only its importers
+// compile it.
+package outbox

@@ -1,0 +1,42 @@
+package outbox
+
+import "errors"
+
+// Sentinel errors, for errors.Is.
+var (
+	// ErrNoTx: a publish through Sender, or Tx's caller, found no
+	// transaction in its context (see WithTx and Inbox).
+	ErrNoTx = errors.New("outbox: no transaction in the context")
+	// ErrNoKey: a delivery reached the inbox without a key (no message id,
+	// or KeyBy returned ""). The inbox refuses it (middleware.Reject), so a
+	// retry ladder sends it to the dead-letter queue at once.
+	ErrNoKey = errors.New("outbox: inbox: message has no key (no message id; give KeyBy)")
+	// ErrSchema: a table name that is not a plain identifier.
+	ErrSchema = errors.New("outbox: bad schema")
+	// ErrHeader: a header value of a type AMQP tables cannot carry; the
+	// row is not written.
+	ErrHeader = errors.New("outbox: header value cannot be stored")
+)
+
+// The package's events: the message of the log record the package writes
+// when they happen, greppable and named in the contract's style.
+const (
+	// EventDuplicate: the inbox acknowledged a delivery whose key it had
+	// recorded, without calling the handler.
+	EventDuplicate = "acemq.inbox.duplicate"
+	// EventPublishFailed: the broker refused a row or could not route it;
+	// the relay tries it again after a backoff.
+	EventPublishFailed = "acemq.outbox.publish.failed"
+	// EventSetAside: the relay gave up on a row after MaxAttempts (or at
+	// once for a message the wire cannot carry): set_aside_at is set, the
+	// row stays in the table for a person to look at.
+	EventSetAside = "acemq.outbox.set.aside"
+	// EventRelayFailed: a relay's batch failed on the database or ran out
+	// of PublishTimeout (the broker unreachable); its rows are as they were
+	// and the relay tries again after a pause.
+	EventRelayFailed = "acemq.outbox.relay.failed"
+	// EventInboxFailed: the inbox's own statements failed (the database
+	// is unreachable); the delivery waits in the consumer and is tried
+	// again after a backoff.
+	EventInboxFailed = "acemq.inbox.failed"
+)

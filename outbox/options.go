@@ -1,0 +1,189 @@
+package outbox
+
+import (
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/acemq/acemq-go/mq"
+)
+
+// Option configures an Outbox, a Relay or an Inbox; each option says which
+// it applies to, and the others ignore it. Options are values of an
+// interface with an unexported method, so only this package defines them.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	schema      Schema
+	log         *slog.Logger
+	mp          metric.MeterProvider
+	prop        propagation.TextMapPropagator
+	orderBy     func(exchange, routingKey string, m *mq.Message) string
+	poll        time.Duration
+	batch       int
+	maxAttempts int
+	timeout     time.Duration
+	keyBy       func(d *mq.Delivery) string
+	retention   time.Duration
+	pubOpts     []mq.PublisherOption
+	noNotify    bool
+}
+
+func newConfig(opts []Option) config {
+	c := config{poll: time.Second, batch: 200, maxAttempts: 10, timeout: 30 * time.Second, retention: 7 * 24 * time.Hour}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	if c.mp == nil {
+		c.mp = otel.GetMeterProvider()
+	}
+	if c.prop == nil {
+		c.prop = otel.GetTextMapPropagator()
+		if len(c.prop.Fields()) == 0 { // nothing set: the global propagates nothing
+			c.prop = propagation.TraceContext{}
+		}
+	}
+	return c
+}
+
+// WithSchema names the tables, for the Outbox, the Relay and the Inbox
+// (give all three the same). Default: the zero Schema
+// (DefaultOutboxTable, DefaultInboxTable).
+func WithSchema(s Schema) Option { return optionFunc(func(c *config) { c.schema = s }) }
+
+// WithLogger sets the logger events are written to (Relay and Inbox).
+// Default: slog.Default() for the Relay; the consumer's logger
+// (Delivery.Logger) for the Inbox. A nil logger keeps the default.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.log = l
+		}
+	})
+}
+
+// WithMeterProvider sets the MeterProvider the Relay's and the Inbox's
+// instruments are created with. Default: the global one
+// (otel.GetMeterProvider), read when NewRelay or Inbox runs. A nil provider
+// keeps the default.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) {
+		if mp != nil {
+			c.mp = mp
+		}
+	})
+}
+
+// WithPropagators sets the propagator the Outbox writes the caller's trace
+// context with and the Relay reads it back with. Default: the global one
+// (otel.GetTextMapPropagator) when one has been set, else W3C trace
+// context, as otelmq does. A nil propagator keeps the default.
+func WithPropagators(p propagation.TextMapPropagator) Option {
+	return optionFunc(func(c *config) {
+		if p != nil {
+			c.prop = p
+		}
+	})
+}
+
+// OrderBy gives each row an ordering key (Outbox): rows with one key are
+// published in order (see the package doc for exactly what is promised),
+// rows with different keys in parallel. f gets the exchange, the routing
+// key and the message about to be written; "" means no order for that
+// row. Default: no ordering key, every row in parallel. To keep the order
+// per routing key: OrderBy(func(_, key string, _ *mq.Message) string {
+// return key }) — then one routing key is one sequence, sent one confirm
+// at a time.
+func OrderBy(f func(exchange, routingKey string, m *mq.Message) string) Option {
+	return optionFunc(func(c *config) { c.orderBy = f })
+}
+
+// WithoutNotify makes the Outbox write rows without the NOTIFY that wakes
+// the relays at commit; they then find rows by polling (PollInterval) only.
+// For services with many concurrent writing transactions: PostgreSQL
+// serialises the commits of transactions that sent a NOTIFY (it holds a
+// database-wide lock from the notification until the commit is on disk),
+// measured at a third of the transactions per second with 8 concurrent
+// writers on this project's machine (make bench-outbox). Default off:
+// every write notifies, and the relay wakes within milliseconds.
+func WithoutNotify() Option { return optionFunc(func(c *config) { c.noNotify = true }) }
+
+// PollInterval is how often the Relay looks at the table when no
+// notification woke it (the fallback for a lost LISTEN connection, and
+// for rows whose retry is due). Default 1 s.
+func PollInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.poll = d
+		}
+	})
+}
+
+// BatchSize is how many rows the Relay claims at once. Default 200.
+func BatchSize(n int) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.batch = n
+		}
+	})
+}
+
+// MaxAttempts is how many times the Relay offers a row the broker refuses
+// (nack, unroutable, a missing exchange) before setting it aside; the
+// waits between grow from 1 s, doubling, to at most 10 min. A message the
+// wire cannot carry (mq.ErrInvalid) is set aside at once. Default 10.
+func MaxAttempts(n int) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.maxAttempts = n
+		}
+	})
+}
+
+// PublishTimeout bounds one batch of the Relay: its publishes and its
+// transaction. A batch that runs out (the broker is unreachable) leaves
+// its rows as they were, unattempted, and the relay tries again later.
+// Stopping the relay lets the batch in flight finish within this bound.
+// Default 30 s.
+func PublishTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.timeout = d
+		}
+	})
+}
+
+// WithPublisherOptions are given to every mq.Publisher the Relay opens
+// (one per exchange), e.g. mq.AllowUnroutable() for events that may have
+// no audience. Default none: publishes are mandatory, and a row no queue
+// is bound for is retried and then set aside.
+func WithPublisherOptions(opts ...mq.PublisherOption) Option {
+	return optionFunc(func(c *config) { c.pubOpts = append(c.pubOpts, opts...) })
+}
+
+// KeyBy sets the Inbox's key of a delivery: what makes two deliveries the
+// same message. "" refuses the delivery (ErrNoKey). Default: the message
+// id. Keys are per queue: one key on two queues is two records.
+func KeyBy(f func(d *mq.Delivery) string) Option {
+	return optionFunc(func(c *config) { c.keyBy = f })
+}
+
+// Retention is how long the Inbox keeps a record: a duplicate arriving
+// later than this is handled again. Cleaning runs at most once a minute,
+// on a delivery's way through. Default 7 days.
+func Retention(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.retention = d
+		}
+	})
+}

@@ -1,0 +1,152 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/acemq/acemq-go/mq"
+)
+
+// Outbox writes messages into the outbox table inside the caller's
+// transaction. It holds no connection and is safe for concurrent use.
+type Outbox struct {
+	schema  Schema
+	err     error
+	prop    propagation.TextMapPropagator
+	orderBy func(exchange, routingKey string, m *mq.Message) string
+	insert  string
+	notify  bool
+}
+
+// New returns an Outbox. Options: WithSchema, WithPropagators, OrderBy,
+// WithoutNotify. A
+// bad table name makes every Publish fail with ErrSchema.
+func New(opts ...Option) *Outbox {
+	c := newConfig(opts)
+	s, err := c.schema.resolved()
+	o := &Outbox{schema: s, err: err, prop: c.prop, orderBy: c.orderBy, notify: !c.noNotify}
+	insert := fmt.Sprintf(`INSERT INTO %s (exchange, routing_key, ordering_key, message_id, body, properties, trace)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`, s.Outbox)
+	if o.notify {
+		// One round trip: the row, and the notification PostgreSQL
+		// delivers when (and only if) the transaction commits.
+		insert = "WITH r AS (" + insert + " RETURNING 1) SELECT pg_notify($8, '') FROM r"
+	}
+	o.insert = insert
+	return o
+}
+
+// Publish writes m, to be published to exchange with routingKey, into the
+// outbox table within tx, and has PostgreSQL notify the relays when tx
+// commits (unless WithoutNotify). It neither commits nor rolls back tx:
+// the message is published if and only if tx commits.
+//
+// Everything is kept: the body, every property and header (each header
+// value with its type), and the trace context of ctx's span, which the
+// relay's publish continues. A new message's defaults are applied here, as
+// Publisher.Publish would apply them (persistent; a MessageId and a
+// Timestamp when empty), so the id is known at once and the same on every
+// resend. What the wire could never carry (a name or property over 255
+// bytes, a header value AMQP cannot hold) is refused here, before anything
+// is written, with an error matching mq.ErrInvalid.
+func (o *Outbox) Publish(ctx context.Context, tx *sql.Tx, exchange, routingKey string, m mq.Message) error {
+	if o.err != nil {
+		return o.err
+	}
+	if err := check(exchange, routingKey, &m); err != nil {
+		return fmt.Errorf("outbox: publish to exchange %q with key %q: %w", exchange, routingKey, err)
+	}
+	if tx == nil {
+		return ErrNoTx
+	}
+	if m.DeliveryMode == 0 {
+		m.DeliveryMode = amqp.Persistent
+	}
+	if m.MessageId == "" {
+		m.MessageId = mq.NewMessageID()
+	}
+	if m.Timestamp.IsZero() {
+		m.Timestamp = time.Now()
+	}
+	p, err := encodeProps(&m)
+	if err != nil {
+		return err
+	}
+	var trace []byte
+	carrier := propagation.MapCarrier{}
+	o.prop.Inject(ctx, carrier)
+	if len(carrier) > 0 {
+		trace, _ = json.Marshal(map[string]string(carrier)) // a map of strings: cannot fail
+	}
+	var key string
+	if o.orderBy != nil {
+		key = o.orderBy(exchange, routingKey, &m)
+	}
+	body := m.Body
+	if body == nil {
+		body = []byte{}
+	}
+	args := []any{exchange, routingKey, key, m.MessageId, body, p, trace}
+	if o.notify {
+		args = append(args, o.schema.Outbox)
+	}
+	if _, err := tx.ExecContext(ctx, o.insert, args...); err != nil {
+		return fmt.Errorf("outbox: write to %s: %w", o.schema.Outbox, err)
+	}
+	return nil
+}
+
+// check refuses, before anything is written, what the broker's wire could
+// never carry (mq's validator: names and short strings too long, header
+// values AMQP cannot hold), so the caller's transaction learns it, not a
+// set-aside row. What only the publish itself can find out (the frame
+// size, the expiration's form) the relay sets aside.
+func check(exchange, routingKey string, m *mq.Message) error {
+	for _, f := range [...]struct{ name, v string }{
+		{"exchange name", exchange}, {"routing key", routingKey},
+		{"content type", m.ContentType}, {"content encoding", m.ContentEncoding},
+		{"correlation id", m.CorrelationId}, {"reply-to", m.ReplyTo}, {"expiration", m.Expiration},
+		{"message id", m.MessageId}, {"type", m.Type}, {"user id", m.UserId}, {"app id", m.AppId},
+	} {
+		if err := mq.CheckName(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	return mq.CheckTable("headers", m.Headers)
+}
+
+// Sender returns an mq.Sender to exchange whose Publish writes to the
+// outbox within the transaction in its context (WithTx, or the inbox's):
+// code written against mq.Sender publishes through the outbox unchanged.
+// Without a transaction in the context, Publish fails with ErrNoTx.
+func (o *Outbox) Sender(exchange string) mq.Sender { return sender{o: o, exchange: exchange} }
+
+type sender struct {
+	o        *Outbox
+	exchange string
+}
+
+func (s sender) Publish(ctx context.Context, routingKey string, m mq.Message) error {
+	return s.o.Publish(ctx, Tx(ctx), s.exchange, routingKey, m)
+}
+
+type txKey struct{}
+
+// WithTx returns ctx carrying tx, for Tx and for Sender's publishes.
+func WithTx(ctx context.Context, tx *sql.Tx) context.Context {
+	return context.WithValue(ctx, txKey{}, tx)
+}
+
+// Tx is the transaction ctx carries: inside an Inbox handler, the one that
+// records the delivery (the handler's writes made with it commit with the
+// record), or one given to WithTx. Nil when there is none.
+func Tx(ctx context.Context) *sql.Tx {
+	tx, _ := ctx.Value(txKey{}).(*sql.Tx)
+	return tx
+}

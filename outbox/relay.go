@@ -1,0 +1,497 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/otelmq"
+)
+
+// Relay publishes the outbox table's committed rows through the broker's
+// confirmed publishers, one per exchange, and deletes each row only once
+// the broker has confirmed it. Run drives it; any number of relays, in one
+// process or many, may share a table.
+type Relay struct {
+	db     *sql.DB
+	b      *mq.Broker
+	c      config
+	schema Schema
+	err    error
+	log    *slog.Logger
+	m      *relayMetrics
+	q      relayQueries
+
+	mu   sync.Mutex
+	pubs map[string]*mq.Publisher
+}
+
+type relayQueries struct {
+	claim, blockers, del, fail, stats string
+}
+
+// NewRelay returns a relay of the outbox table in db to b. Options:
+// WithSchema, WithLogger, WithMeterProvider, WithPropagators,
+// PollInterval, BatchSize, MaxAttempts, PublishTimeout,
+// WithPublisherOptions.
+//
+// db should be opened with the pgx driver (github.com/jackc/pgx/v5/stdlib):
+// the relay then holds one of db's connections to LISTEN on, for as long
+// as it runs, and uses up to two more for its batches (two are in flight
+// at once), so db's pool needs room for three. With another driver it
+// only polls.
+func NewRelay(db *sql.DB, b *mq.Broker, opts ...Option) *Relay {
+	c := newConfig(opts)
+	s, err := c.schema.resolved()
+	log := c.log
+	if log == nil {
+		log = slog.Default()
+	}
+	t := s.Outbox
+	return &Relay{db: db, b: b, c: c, schema: s, err: err, log: log, m: newRelayMetrics(c.mp),
+		pubs: map[string]*mq.Publisher{},
+		q: relayQueries{
+			claim: fmt.Sprintf(`SELECT id, exchange, routing_key, ordering_key, body, properties, trace, attempts FROM %s
+WHERE set_aside_at IS NULL AND (retry_at IS NULL OR retry_at <= now()) ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, t),
+			blockers: fmt.Sprintf(`SELECT o.id, o.ordering_key FROM %s o JOIN unnest($1::text[], $2::bigint[]) AS k(key, maxid)
+ON o.ordering_key = k.key AND o.id <= k.maxid WHERE o.set_aside_at IS NULL ORDER BY o.id`, t),
+			del: fmt.Sprintf(`DELETE FROM %s WHERE id = ANY($1::bigint[])`, t),
+			fail: fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $2, retry_at = now() + make_interval(secs => $3),
+set_aside_at = CASE WHEN $4 THEN now() END WHERE id = $1`, t),
+			stats: fmt.Sprintf(`SELECT count(*) FILTER (WHERE set_aside_at IS NULL), count(*) FILTER (WHERE set_aside_at IS NOT NULL),
+COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE set_aside_at IS NULL)), 0)::float8 FROM %s`, t),
+		}}
+}
+
+// Run relays until ctx ends, then lets the batch in flight finish (within
+// PublishTimeout) and returns nil. It wakes when a transaction that wrote
+// to the outbox commits (LISTEN/NOTIFY), every PollInterval otherwise, and
+// at once after a full batch. A database or broker that is unreachable is
+// waited for (the rows stay where they are); Run returns an error only for
+// a bad schema or a closed broker (mq.ErrClosed). Run it once per Relay.
+func (r *Relay) Run(ctx context.Context) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.closePublishers()
+	unreg := r.m.observe()
+	defer unreg()
+
+	lctx, stop := context.WithCancel(ctx)
+	defer stop()
+	wakes := make([]chan struct{}, loops)
+	for i := range wakes {
+		wakes[i] = make(chan struct{}, 1)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { r.listen(lctx, wakes) })
+	errs := make([]error, loops)
+	for i := range loops {
+		wg.Go(func() {
+			if errs[i] = r.loop(lctx, wakes[i], i == 0); errs[i] != nil {
+				stop()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// loops is how many batches a relay has in flight at once: while one
+// waits for its confirms or its commit, the next is claimed and sent.
+const loops = 2
+
+// loop claims and publishes batches until ctx ends (nil) or the broker is
+// closed (mq.ErrClosed); the first loop also refreshes the gauges.
+func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) error {
+	idle := time.NewTimer(time.Hour)
+	defer idle.Stop()
+	var lastStats time.Time
+	pause := 50 * time.Millisecond
+	for {
+		full, err := r.batch(ctx)
+		if errors.Is(err, mq.ErrClosed) {
+			return err
+		}
+		if stats && time.Since(lastStats) >= max(r.c.poll, time.Second) {
+			r.stats(ctx)
+			lastStats = time.Now()
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := r.c.poll
+		switch {
+		case err != nil:
+			r.log.LogAttrs(ctx, slog.LevelWarn, EventRelayFailed, slog.String("table", r.schema.Outbox), slog.Any("error", err))
+			wait = min(pause, r.c.poll)
+			pause = min(pause*2, 5*time.Second)
+		case full:
+			pause = 50 * time.Millisecond
+			continue
+		default:
+			pause = 50 * time.Millisecond
+		}
+		idle.Reset(wait) // no stale tick since Go 1.23
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+			idle.Stop()
+		case <-idle.C:
+		}
+	}
+}
+
+// errNoListen: the database's driver is not pgx, so the relay only polls.
+var errNoListen = errors.New("outbox: the database driver is not pgx: polling only")
+
+// listen holds a LISTEN connection and signals wake on every notification
+// (and once after each LISTEN, for rows written while it had none), until
+// ctx ends; a lost connection is replaced with backoff.
+func (r *Relay) listen(ctx context.Context, wakes []chan struct{}) {
+	pause := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := r.listenOnce(ctx, wakes)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errNoListen) {
+			r.log.LogAttrs(ctx, slog.LevelInfo, "acemq.outbox.listen.unavailable", slog.String("table", r.schema.Outbox), slog.Any("error", err))
+			return
+		}
+		r.log.LogAttrs(ctx, slog.LevelDebug, "acemq.outbox.listen.lost", slog.String("table", r.schema.Outbox), slog.Any("error", err))
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		pause = min(pause*2, 5*time.Second)
+	}
+}
+
+func signal(wakes []chan struct{}) {
+	for _, w := range wakes {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context, wake []chan struct{}) error {
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var failure error
+	_ = conn.Raw(func(dc any) error {
+		pc, ok := dc.(interface{ Conn() *pgx.Conn })
+		if !ok {
+			failure = errNoListen
+			return nil
+		}
+		c := pc.Conn()
+		if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{r.schema.Outbox}.Sanitize()); err != nil {
+			failure = err
+			return driver.ErrBadConn
+		}
+		signal(wake)
+		for {
+			if _, err := c.WaitForNotification(ctx); err != nil {
+				failure = err
+				// Never hand a connection that listens back to the pool.
+				return driver.ErrBadConn
+			}
+			signal(wake)
+		}
+	})
+	return failure
+}
+
+// row is one claimed outbox row.
+type row struct {
+	id                      int64
+	exchange, key, ordering string
+	body, props, trace      []byte
+	attempts                int
+	err                     error // the publish's outcome
+	sent                    bool  // a publish was made (err is its outcome)
+}
+
+// batch claims up to BatchSize due rows, publishes those it may (the
+// ordering promise), and deletes the confirmed ones and records the
+// refused ones in the same transaction. full says a whole batch was
+// published, so more may be waiting.
+func (r *Relay) batch(ctx context.Context) (full bool, err error) {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.timeout)
+	defer cancel()
+	tx, err := r.db.BeginTx(bctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	rows, err := r.claim(bctx, tx)
+	if err != nil || len(rows) == 0 {
+		return false, err
+	}
+	send, err := r.unblocked(bctx, tx, rows)
+	if err != nil {
+		return false, err
+	}
+	// The publishes get nine tenths of the batch's time, so the deletes and
+	// the commit of what was confirmed still fit in it.
+	pctx, pcancel := context.WithTimeout(bctx, r.c.timeout*9/10)
+	r.publish(pctx, send)
+	pcancel()
+
+	var done []int64
+	var transient error
+	for _, rw := range send {
+		switch {
+		case !rw.sent:
+		case rw.err == nil:
+			done = append(done, rw.id)
+		case isTransient(rw.err):
+			transient = rw.err
+		default:
+			if err := r.refused(bctx, tx, rw); err != nil {
+				return false, err
+			}
+		}
+	}
+	if len(done) > 0 {
+		if _, err := tx.ExecContext(bctx, r.q.del, done); err != nil {
+			return false, fmt.Errorf("outbox: delete published rows: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("outbox: commit: %w", err)
+	}
+	r.m.published(bctx, len(done))
+	if transient != nil {
+		return false, transient
+	}
+	return len(rows) == r.c.batch && len(done) == len(rows), nil
+}
+
+func (r *Relay) claim(ctx context.Context, tx *sql.Tx) ([]*row, error) {
+	res, err := tx.QueryContext(ctx, r.q.claim, r.c.batch)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: claim rows: %w", err)
+	}
+	defer res.Close()
+	var rows []*row
+	for res.Next() {
+		rw := &row{}
+		if err := res.Scan(&rw.id, &rw.exchange, &rw.key, &rw.ordering, &rw.body, &rw.props, &rw.trace, &rw.attempts); err != nil {
+			return nil, fmt.Errorf("outbox: claim rows: %w", err)
+		}
+		rows = append(rows, rw)
+	}
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: claim rows: %w", err)
+	}
+	return rows, nil
+}
+
+// unblocked is rows without those an earlier row of their ordering key
+// holds up: one this relay did not claim (another relay's, one waiting for
+// its retry, one written but not yet committed when it was claimed is not
+// seen, see the package doc) comes first.
+func (r *Relay) unblocked(ctx context.Context, tx *sql.Tx, rows []*row) ([]*row, error) {
+	maxID := map[string]int64{}
+	for _, rw := range rows {
+		if rw.ordering != "" {
+			maxID[rw.ordering] = max(maxID[rw.ordering], rw.id)
+		}
+	}
+	if len(maxID) == 0 {
+		return rows, nil
+	}
+	keys := make([]string, 0, len(maxID))
+	ids := make([]int64, 0, len(maxID))
+	for k, id := range maxID {
+		keys, ids = append(keys, k), append(ids, id)
+	}
+	res, err := tx.QueryContext(ctx, r.q.blockers, keys, ids)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read ordering keys: %w", err)
+	}
+	defer res.Close()
+	mine := make(map[int64]bool, len(rows))
+	for _, rw := range rows {
+		mine[rw.id] = true
+	}
+	blocked := map[string]bool{}
+	ok := map[int64]bool{}
+	for res.Next() {
+		var id int64
+		var key string
+		if err := res.Scan(&id, &key); err != nil {
+			return nil, fmt.Errorf("outbox: read ordering keys: %w", err)
+		}
+		if blocked[key] {
+			continue
+		}
+		if !mine[id] {
+			blocked[key] = true
+			continue
+		}
+		ok[id] = true
+	}
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: read ordering keys: %w", err)
+	}
+	out := rows[:0:0]
+	for _, rw := range rows {
+		if rw.ordering == "" || ok[rw.id] {
+			out = append(out, rw)
+		}
+	}
+	return out, nil
+}
+
+// publish sends rows: those without an ordering key all at once, those of
+// one key one after the other, each waiting for the one before's confirm
+// and stopping at the first that fails.
+func (r *Relay) publish(ctx context.Context, rows []*row) {
+	var wg sync.WaitGroup
+	seqs := map[string][]*row{}
+	for _, rw := range rows {
+		if rw.ordering == "" {
+			wg.Go(func() { r.send(ctx, rw) })
+			continue
+		}
+		seqs[rw.ordering] = append(seqs[rw.ordering], rw)
+	}
+	for _, seq := range seqs {
+		wg.Go(func() {
+			for _, rw := range seq {
+				if r.send(ctx, rw); rw.err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// send publishes one row, in the trace its writer was in.
+func (r *Relay) send(ctx context.Context, rw *row) {
+	rw.sent = true
+	m, err := decodeProps(rw.props)
+	if err != nil {
+		rw.err = fmt.Errorf("%w: %w", mq.ErrInvalid, err)
+		return
+	}
+	m.Body = rw.body
+	if len(rw.trace) > 0 {
+		var carrier propagation.MapCarrier
+		if json.Unmarshal(rw.trace, &carrier) == nil {
+			ctx = r.c.prop.Extract(ctx, carrier)
+			if m.Headers == nil {
+				m.Headers = map[string]any{}
+			}
+			// Without tracing on the broker, the message still carries its
+			// writer's context; with it, otelmq writes its publish span's.
+			hc := otelmq.HeaderCarrier(m.Headers)
+			missing := false
+			for _, f := range r.c.prop.Fields() {
+				if hc.Get(f) == "" && carrier.Get(f) != "" {
+					missing = true
+				}
+			}
+			if missing {
+				r.c.prop.Inject(ctx, hc)
+			}
+		}
+	}
+	rw.err = r.publisher(rw.exchange).Publish(ctx, rw.key, m)
+}
+
+func (r *Relay) publisher(exchange string) *mq.Publisher {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.pubs[exchange]
+	if p == nil {
+		p = r.b.Publisher(exchange, r.c.pubOpts...)
+		r.pubs[exchange] = p
+	}
+	return p
+}
+
+func (r *Relay) closePublishers() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for ex, p := range r.pubs {
+		p.Close()
+		delete(r.pubs, ex)
+	}
+}
+
+// isTransient: the publish did not get an answer about the row itself (the
+// batch ran out of time, the broker closed); the row is left as it was.
+func isTransient(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, mq.ErrClosed)
+}
+
+// refused records a row the broker refused: one more attempt, the error,
+// when to try again, and past MaxAttempts (or for a message the wire cannot
+// carry) set aside.
+func (r *Relay) refused(ctx context.Context, tx *sql.Tx, rw *row) error {
+	attempts := rw.attempts + 1
+	aside := attempts >= r.c.maxAttempts || errors.Is(rw.err, mq.ErrInvalid)
+	wait := retryWait(attempts)
+	msg := rw.err.Error()
+	if len(msg) > 4096 {
+		msg = msg[:4096]
+	}
+	if _, err := tx.ExecContext(ctx, r.q.fail, rw.id, msg, wait.Seconds(), aside); err != nil {
+		return fmt.Errorf("outbox: record refused row %d: %w", rw.id, err)
+	}
+	attrs := []slog.Attr{slog.String("table", r.schema.Outbox), slog.Int64("row", rw.id), slog.String("exchange", rw.exchange),
+		slog.String("routing_key", rw.key), slog.Int("attempts", attempts), slog.Any("error", rw.err)}
+	if aside {
+		r.log.LogAttrs(ctx, slog.LevelError, EventSetAside, attrs...)
+		r.m.outcome(ctx, outcomeSetAside)
+		return nil
+	}
+	r.log.LogAttrs(ctx, slog.LevelWarn, EventPublishFailed, append(attrs, slog.Duration("retry_in", wait))...)
+	r.m.outcome(ctx, outcomeRetry)
+	return nil
+}
+
+// retryWait is the wait before a refused row's next attempt: 1 s after the
+// first, doubling, at most 10 min.
+func retryWait(attempts int) time.Duration {
+	if attempts > 10 {
+		return 10 * time.Minute
+	}
+	return min(time.Second<<(attempts-1), 10*time.Minute)
+}
+
+// stats refreshes what the depth and age gauges report.
+func (r *Relay) stats(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var pending, aside int64
+	var age float64
+	if err := r.db.QueryRowContext(sctx, r.q.stats).Scan(&pending, &aside, &age); err != nil {
+		return // the gauges keep their last values; the batch reports the database
+	}
+	r.m.set(pending, aside, age)
+}

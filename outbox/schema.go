@@ -1,0 +1,112 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Default table names.
+const (
+	DefaultOutboxTable = "acemq_outbox"
+	DefaultInboxTable  = "acemq_inbox"
+)
+
+// Schema names the two tables. A name may be schema-qualified
+// ("orders.outbox"); it must be a plain lower-case identifier (letters,
+// digits, underscores), so it is written into SQL as it is. The zero
+// Schema is DefaultOutboxTable and DefaultInboxTable.
+type Schema struct {
+	// Outbox is the outbox table; its name is also the NOTIFY channel.
+	Outbox string
+	// Inbox is the inbox table.
+	Inbox string
+}
+
+var identRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}(\.[a-z_][a-z0-9_]{0,62})?$`)
+
+// resolved returns s with defaults filled in, or an error naming a bad name.
+func (s Schema) resolved() (Schema, error) {
+	if s.Outbox == "" {
+		s.Outbox = DefaultOutboxTable
+	}
+	if s.Inbox == "" {
+		s.Inbox = DefaultInboxTable
+	}
+	for _, n := range []string{s.Outbox, s.Inbox} {
+		if !identRe.MatchString(n) {
+			return s, fmt.Errorf("%w: table name %q (want a lower-case identifier, optionally schema-qualified)", ErrSchema, n)
+		}
+	}
+	return s, nil
+}
+
+// base is a table name without its schema, for naming its indexes.
+func base(table string) string {
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		return table[i+1:]
+	}
+	return table
+}
+
+// SQL returns the statements that create both tables and their indexes,
+// idempotently (CREATE … IF NOT EXISTS), for a service that runs its
+// migrations with a tool of its own. The columns:
+//
+// Outbox: id (bigserial: the order rows are written in), created_at,
+// exchange, routing_key, ordering_key (empty for none), message_id, body,
+// properties (jsonb: every AMQP property and header, each header value with
+// its type), trace (jsonb: the writer's trace context), attempts,
+// retry_at (when a refused row may be tried again), last_error, and
+// set_aside_at (set: the relay gave up on the row; clear it to try again).
+//
+// Inbox: queue, key (primary key together), received_at.
+func (s Schema) SQL() (string, error) {
+	s, err := s.resolved()
+	if err != nil {
+		return "", err
+	}
+	o, i := s.Outbox, s.Inbox
+	ob, ib := base(o), base(i)
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
+	id           bigserial   PRIMARY KEY,
+	created_at   timestamptz NOT NULL DEFAULT now(),
+	exchange     text        NOT NULL,
+	routing_key  text        NOT NULL,
+	ordering_key text        NOT NULL DEFAULT '',
+	message_id   text        NOT NULL DEFAULT '',
+	body         bytea       NOT NULL,
+	properties   jsonb       NOT NULL,
+	trace        jsonb,
+	attempts     integer     NOT NULL DEFAULT 0,
+	retry_at     timestamptz,
+	last_error   text,
+	set_aside_at timestamptz
+);
+CREATE INDEX IF NOT EXISTS %[2]s_pending ON %[1]s (id) WHERE set_aside_at IS NULL;
+CREATE INDEX IF NOT EXISTS %[2]s_ordered ON %[1]s (ordering_key, id) WHERE ordering_key <> '' AND set_aside_at IS NULL;
+CREATE TABLE IF NOT EXISTS %[3]s (
+	queue       text        NOT NULL,
+	key         text        NOT NULL,
+	received_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (queue, key)
+);
+CREATE INDEX IF NOT EXISTS %[4]s_received ON %[3]s (received_at);
+`, o, ob, i, ib), nil
+}
+
+// Create creates both tables and their indexes in db when they do not
+// exist yet; it never alters or drops anything. Run it at start-up (it is
+// idempotent) or take SQL's statements into your own migrations.
+func (s Schema) Create(ctx context.Context, db *sql.DB) error {
+	q, err := s.SQL()
+	if err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("outbox: create tables: %w", err)
+	}
+	return nil
+}
