@@ -192,6 +192,18 @@ func (s *session) serve() string {
 		}
 		return e.Error()
 	case <-s.cancels:
+		if s.queueStays() {
+			// The broker cancelled the consumer of a queue that is still
+			// there (RabbitMQ 4.3's consumer_timeout does, where earlier
+			// versions close the channel): it has taken back what it sent
+			// this consumer. As after a lost channel, nothing of it may be
+			// settled or carried: the broker redelivers it.
+			s.dropAcks()
+			s.drain()
+			s.cancel()
+			s.awaitCut(workersDone)
+			return "consumer cancelled by the broker, its queue still there (consumer_timeout?)"
+		}
 		// The broker cancelled the consumer (its queue was deleted): the
 		// channel lives, so in-flight deliveries still settle on it.
 		s.drain()
@@ -201,6 +213,17 @@ func (s *session) serve() string {
 		s.drain()
 		return "delivery stream ended"
 	}
+}
+
+// queueStays reports whether the consumer's queue still exists after the
+// broker cancelled its consumer, asked on a throwaway channel within a few
+// seconds; an answer that does not come counts as gone (the cancel of a
+// deleted queue, handled as before).
+func (s *session) queueStays() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ok, err := s.c.b.QueueExists(ctx, s.c.queue)
+	return err == nil && ok
 }
 
 // awaitCut waits, after a loss, for the handlers whose contexts it cut,
