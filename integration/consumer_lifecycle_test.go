@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 
 	"github.com/acemq/acemq-go/internal/testenv"
@@ -169,6 +170,27 @@ func TestConsumerMissingQueueFailsFast(t *testing.T) {
 		if took := time.Since(start); took > 2*time.Second {
 			t.Errorf("took %v to fail", took)
 		}
+	}
+}
+
+// A stream the Broker declared is refused by Consume, at once and saying
+// why, instead of a consumer that waits at the stream's end for ever (it
+// subscribed with no offset before, and received nothing).
+func TestConsumerRefusesAStream(t *testing.T) {
+	t.Parallel()
+	b, _ := consBroker(t)
+	q := testenv.Name(t, "stream")
+	testenv.Cleanup(t, q)
+	if err := b.Declare(testenv.Context(t, 15*time.Second), topology.New().Queue(q, topology.Args(amqp.Table{"x-queue-type": "stream"}))); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.Consume(testenv.Context(t, 10*time.Second), q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }))
+	if err == nil {
+		testenv.Stop(t, c)
+		t.Fatal("Consume of a stream succeeded")
+	}
+	if !errors.Is(err, mq.ErrInvalid) || !strings.Contains(err.Error(), "stream") || !strings.Contains(err.Error(), q) {
+		t.Errorf("Consume = %v, want ErrInvalid naming the queue and saying it is a stream", err)
 	}
 }
 

@@ -46,9 +46,15 @@ type Consumer struct {
 // returns once the first subscribe succeeded: a missing queue or refused
 // access fails here, with the reason named (a missing queue this Broker
 // declared is declared again first, as on every resubscribe: see
-// Broker.Declare). The consumer then runs until Stop (or Broker.Close).
+// Broker.Declare). The consumer then runs until Stop (or Broker.Close). A
+// queue this Broker declared as a stream is refused with [ErrInvalid]; one
+// declared elsewhere is not recognised, and a consumer of it starts at the
+// stream's end (docs/brokers.md).
 func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...ConsumerOption) (*Consumer, error) {
 	cfg := consumerConfigOf(b.cfg.ConnectionName, queue, h, opts)
+	if b.reg.queueType(queue) == "stream" {
+		cfg.errs = append(cfg.errs, errStreamConsume)
+	}
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, fmt.Errorf("mq: consume %q: %w", queue, err)
 	}
@@ -75,6 +81,12 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 	go c.run(sub)
 	return c, nil
 }
+
+// errStreamConsume refuses a Consume of a queue the Broker declared as a
+// stream: the consumer runtime requeues, dead-letters and retries, none of
+// which a stream does, and it subscribes with no offset, so it would wait
+// at the stream's end for ever.
+var errStreamConsume = fmt.Errorf("%w: a stream queue (x-queue-type='stream') cannot be consumed by the consumer runtime, which requeues and dead-letters; read it with an x-stream-offset on a channel of your own (Broker.Channel)", ErrInvalid)
 
 // Queue is the queue consumed.
 func (c *Consumer) Queue() string { return c.queue }

@@ -121,6 +121,20 @@ func (r *remembered) note(d declaration) {
 }
 
 // forget drops queue and its bindings: the service deleted it.
+// queueType is the x-queue-type the service declared queue with through
+// this Broker ("" when it declared none, or did not declare the queue).
+func (r *remembered) queueType(queue string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range r.queues {
+		if q.Name == queue {
+			t, _ := q.Args[topology.ArgQueueType].(string)
+			return t
+		}
+	}
+	return ""
+}
+
 func (r *remembered) forget(queue string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
