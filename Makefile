@@ -26,7 +26,7 @@ endif
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test test-all suites unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium postgres bench-outbox
+.PHONY: all test test-all suites unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium pika postgres bench-outbox
 
 all: lint test
 
@@ -59,7 +59,7 @@ test: broker unit integration
 test-all: unit suites
 
 ## suites: integration and chaos on each of BROKERS, one version after another
-suites: chromium
+suites: chromium pika
 	@set -e; for v in $(BROKERS); do \
 		t0=$$(date +%s); \
 		echo "== RabbitMQ $$v: integration and chaos"; \
@@ -70,13 +70,18 @@ suites: chromium
 unit:
 	$(GO) test -race -count=1 ./...
 
-integration: broker chromium
+integration: broker chromium pika
 	$(ON_BROKER) $(GO) test -race -count=1 -tags integration -timeout 20m ./integration/...
 
 ## chromium: Debian's chromium for the console's browser tests (installed when missing)
 chromium:
 	@command -v chromium >/dev/null || { echo "chromium: not installed; installing the Debian package chromium (apt-get install, about 100 MB) for the console's browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+## pika: Debian's python3-pika, the second service of the quorum-vhost test (installed when missing)
+pika:
+	@/usr/bin/python3 -c 'import pika' 2>/dev/null || { echo "pika: not importable by /usr/bin/python3; installing the Debian package python3-pika (apt-get install, under 1 MB) for the Go-and-Python agreement test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pika; }
 
 ## chaos: the fault suite against the local broker (connection cuts through a
 ## proxy of its own, the broker closing the suite's own connections, a few
