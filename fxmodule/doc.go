@@ -135,8 +135,10 @@
 // # A consumer that gives up
 //
 // A consumer that ends on its own with an error — with mq.WithGiveUpAfter,
-// one that could not resubscribe for that long, e.g. its queue was deleted —
-// is logged (acemq.consumer.ended) and asks the app to shut down with exit
-// code 1 through fx.Shutdowner, rather than leave a half-dead service
-// running. Consumers without WithGiveUpAfter retry forever and never do.
+// one that could not resubscribe for that long, e.g. its queue was deleted;
+// or one whose queue turned out to be a stream declared elsewhere, at its
+// first delivery (mq.ErrInvalid) — is logged (acemq.consumer.ended) and
+// asks the app to shut down with exit code 1 through fx.Shutdowner, rather
+// than leave a half-dead service running. Consumers without
+// WithGiveUpAfter otherwise retry forever and never do.
 package fxmodule

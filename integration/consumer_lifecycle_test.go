@@ -194,6 +194,131 @@ func TestConsumerRefusesAStream(t *testing.T) {
 	}
 }
 
+// A stream declared outside the Broker (here on a connection of the
+// test's own; another service or rabbitmqctl alike) is unknown to Consume,
+// which subscribes. Its first delivery carries x-stream-offset, and the
+// consumer refuses the queue there: no middleware or handler runs, the
+// consumer ends with ErrInvalid saying the queue is a stream, and the
+// stream still holds the message. Before, the handler took it, and the
+// runtime's requeues, rejects and retry copies went wrong on it.
+func TestConsumerRefusesAStreamDeclaredElsewhere(t *testing.T) {
+	t.Parallel()
+	b, lg := consBroker(t)
+	q := testenv.Name(t, "stream")
+	testenv.Cleanup(t, q)
+	conn, err := amqp.Dial(testenv.URL())
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "stream"}); err != nil {
+		t.Fatal(err)
+	}
+	var calls, mwCalls atomic.Int32
+	h := mq.HandlerFunc(func(context.Context, *mq.Delivery) error { calls.Add(1); return nil })
+	mw := mq.Middleware(func(next mq.Handler) mq.Handler {
+		return mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error { mwCalls.Add(1); return next.Handle(ctx, d) })
+	})
+	c, err := b.Consume(testenv.Context(t, 10*time.Second), q, h, mq.WithMiddleware(mw), mq.WithPrefetch(10), mq.WithConcurrency(2))
+	if err != nil {
+		t.Fatalf("Consume of a stream declared elsewhere = %v: Consume cannot know it, and should subscribe", err)
+	}
+	defer testenv.Stop(t, c)
+	// Published once the subscription is up: a consumer at the stream's
+	// "next" offset is sent it.
+	if err := ch.PublishWithContext(testenv.Context(t, 10*time.Second), "", q, false, false, amqp.Publishing{Body: []byte("in the stream"), MessageId: "m1"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the consumer still runs 15s after a message was published to the stream (handler called %d times)", calls.Load())
+	}
+	if n, m := calls.Load(), mwCalls.Load(); n != 0 || m != 0 {
+		t.Errorf("handler called %d times, middleware %d: a stream's delivery must reach neither", n, m)
+	}
+	if err := c.Err(); !errors.Is(err, mq.ErrInvalid) || !strings.Contains(err.Error(), "stream") || !strings.Contains(err.Error(), q) {
+		t.Errorf("Err = %v, want ErrInvalid naming the queue and saying it is a stream", err)
+	}
+	if n := lg.Count("acemq.consumer.gave.up"); n != 1 {
+		t.Errorf("%d acemq.consumer.gave.up records, want 1 (%s)", n, lg.Events())
+	}
+	// Nothing was given back with a nack: on 3.10 a nack of a stream's
+	// delivery is a connection error (540), and the Broker's connection
+	// would have gone with it.
+	if ok, err := b.QueueExists(testenv.Context(t, 10*time.Second), q); !ok || err != nil {
+		t.Errorf("QueueExists after the refusal = %v, %v", ok, err)
+	}
+	if n := lg.Count(mq.EventConnectionLost); n != 0 {
+		t.Errorf("%d %s records: the refusal took the Broker's connection down", n, mq.EventConnectionLost)
+	}
+	// The stream still holds the message, for a reader with an offset.
+	rd, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	if err := rd.Qos(10, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := rd.Consume(q, "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-ds:
+		if string(d.Body) != "in the stream" || d.MessageId != "m1" {
+			t.Errorf("the stream's first message is %q (%s), want the one published", d.Body, d.MessageId)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream's message is not there to read from offset first")
+	}
+}
+
+// A message that carries x-stream-offset in a queue that is no stream (a
+// shovel or a service that read it from a stream passes the header on) is
+// handled like any other: the consumer asks the queue before it refuses,
+// and a stream is the queue that reports no consumer while this one is
+// subscribed.
+func TestConsumerHandlesAStreamOffsetCopiedToAQueue(t *testing.T) {
+	t.Parallel()
+	b, _ := consBroker(t)
+	for _, kind := range []struct {
+		name string
+		opts []topology.QueueOption
+	}{{"quorum", nil}, {"classic", []topology.QueueOption{topology.Classic()}}} {
+		t.Run(kind.name, func(t *testing.T) {
+			q := testenv.Queue(t, b, retry.Policy{}, kind.opts...)
+			testenv.Publish(t, b, q, mq.Message{MessageId: "copied", Headers: amqp.Table{"x-stream-offset": int64(7)}}, mq.Message{MessageId: "plain"})
+			got := make(chan string, 10)
+			h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+				if _, ok := d.Headers["x-stream-offset"]; !ok && d.MessageId == "copied" {
+					t.Errorf("the copied header did not reach the handler: %v", d.Headers)
+				}
+				got <- d.MessageId
+				return nil
+			})
+			c, err := b.Consume(testenv.Context(t, 10*time.Second), q, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer testenv.Stop(t, c)
+			consExpect(t, got, "copied")
+			consExpect(t, got, "plain")
+			select {
+			case <-c.Done():
+				t.Fatalf("the consumer ended: %v", c.Err())
+			default:
+			}
+			testenv.WaitCount(t, b, q, 0, 5*time.Second)
+		})
+	}
+}
+
 // A queue deleted under a running consumer: the consumer logs
 // acemq.consumer.subscribe.failed with backoff (no spin), and consumes
 // again once the queue is back.

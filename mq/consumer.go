@@ -46,10 +46,18 @@ type Consumer struct {
 // returns once the first subscribe succeeded: a missing queue or refused
 // access fails here, with the reason named (a missing queue this Broker
 // declared is declared again first, as on every resubscribe: see
-// Broker.Declare). The consumer then runs until Stop (or Broker.Close). A
-// queue this Broker declared as a stream is refused with [ErrInvalid]; one
-// declared elsewhere is not recognised, and a consumer of it starts at the
-// stream's end (docs/brokers.md).
+// Broker.Declare). The consumer then runs until Stop (or Broker.Close).
+//
+// A stream queue is refused with [ErrInvalid]: the runtime requeues,
+// rejects and dead-letters, none of which a stream does. One this Broker
+// declared is refused here. One declared elsewhere (another service,
+// rabbitmqctl, a channel of your own) cannot be told from a queue before
+// it delivers, so Consume subscribes, and the consumer refuses it at its
+// first delivery, which carries x-stream-offset: before any hook,
+// middleware or handler sees it, the consumer closes its channel (the
+// stream keeps the message) and ends, Done closed and Err saying why. A
+// copy of a stream's message in a queue, which carries the header too, is
+// handled: the broker is asked first (docs/brokers.md).
 func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...ConsumerOption) (*Consumer, error) {
 	cfg := consumerConfigOf(b.cfg.ConnectionName, queue, h, opts)
 	if b.reg.queueType(queue) == "stream" {
@@ -82,21 +90,25 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 	return c, nil
 }
 
-// errStreamConsume refuses a Consume of a queue the Broker declared as a
-// stream: the consumer runtime requeues, dead-letters and retries, none of
-// which a stream does, and it subscribes with no offset, so it would wait
-// at the stream's end for ever.
+// errStreamConsume refuses a stream: at Consume, a queue the Broker
+// declared as one; at its first delivery, one declared elsewhere
+// (session.refuses). The consumer runtime requeues, dead-letters and
+// retries, none of which a stream does, and it subscribes with no offset,
+// so it would start at the stream's end.
 var errStreamConsume = fmt.Errorf("%w: a stream queue (x-queue-type='stream') cannot be consumed by the consumer runtime, which requeues and dead-letters; read it with an x-stream-offset on a channel of your own (Broker.Channel)", ErrInvalid)
 
 // Queue is the queue consumed.
 func (c *Consumer) Queue() string { return c.queue }
 
-// Done is closed when the consumer has ended: stopped, or given up (see
-// WithGiveUpAfter). Err then says why.
+// Done is closed when the consumer has ended: stopped, given up (see
+// WithGiveUpAfter), or found its queue is a stream (see Consume). Err then
+// says why.
 func (c *Consumer) Done() <-chan struct{} { return c.done }
 
 // Err is why the consumer ended: nil after Stop, the last subscribe error
-// after giving up, joined with any error of the middleware's Stop hooks.
+// after giving up, an [ErrInvalid] saying the queue is a stream after its
+// first delivery showed it is one, joined with any error of the
+// middleware's Stop hooks.
 // Valid once Done is closed.
 func (c *Consumer) Err() error {
 	select {
@@ -179,6 +191,13 @@ func (c *Consumer) run(sub *session) {
 		sub.close()
 		sub.cancel()
 		if c.isStopping() {
+			return
+		}
+		if err := sub.refusal(); err != nil {
+			// The queue is a stream (session.refuses): no subscribe of it
+			// will do better. Err says so; the record marks the end.
+			endErr = err
+			c.log.Error("acemq.consumer.gave.up", "error", err)
 			return
 		}
 		c.log.Warn("acemq.consumer.interrupted", "reason", why)

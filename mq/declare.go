@@ -109,6 +109,23 @@ func (b *Broker) MessageCount(ctx context.Context, queue string) (int, error) {
 	return n, nil
 }
 
+// consumerCount is the number of consumers queue.declare-ok (passive)
+// reports for queue. A stream reports none, even while it is read (3.10,
+// 4.0 and 4.3 alike); a quorum queue whose leader does not answer within
+// 250 ms reports none too (rabbit_quorum_queue:stat).
+func (b *Broker) consumerCount(ctx context.Context, queue string) (int, error) {
+	var n int
+	err := b.onChannel(ctx, fmt.Sprintf("inspect queue %q", queue), func(ch *amqp.Channel) (string, error) {
+		q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+		n = q.Consumers
+		return fmt.Sprintf("inspect queue %q", queue), err
+	})
+	if err != nil {
+		return 0, err // n may still be written by a call ctx cut short
+	}
+	return n, nil
+}
+
 // DeleteQueue deletes queue and every message in it, returning how many
 // messages went with it. Destructive: for tests and tooling. Deleting a
 // queue that does not exist is not an error. A queue deleted this way is

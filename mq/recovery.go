@@ -120,7 +120,6 @@ func (r *remembered) note(d declaration) {
 	}
 }
 
-// forget drops queue and its bindings: the service deleted it.
 // queueType is the x-queue-type the service declared queue with through
 // this Broker ("" when it declared none, or did not declare the queue).
 func (r *remembered) queueType(queue string) string {
@@ -135,6 +134,7 @@ func (r *remembered) queueType(queue string) string {
 	return ""
 }
 
+// forget drops queue and its bindings: the service deleted it.
 func (r *remembered) forget(queue string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -21,6 +21,7 @@ type session struct {
 	st        *conn
 	lost      chan *amqp.Error // a lane's channel closed
 	cancels   chan string      // the broker cancelled a lane's consumer
+	refused   chan string      // a delivery carried x-stream-offset (refuses)
 	ctx       context.Context  // the handlers' context
 	cancel    context.CancelFunc
 	draining  chan struct{}
@@ -47,6 +48,13 @@ type session struct {
 	mu      sync.Mutex
 	lanes   []*lane   // every channel it holds
 	streams []*stream // not ended, oldest first; the last is active's
+
+	// What refuses found, once a delivery carried x-stream-offset.
+	offsetMu  sync.Mutex
+	asked     bool        // the broker was asked whether the queue is a stream
+	refusing  bool        // no delivery that carries the header is handled
+	ends      error       // the queue is a stream: the consumer ends with it (Consumer.run)
+	noRelease atomic.Bool // close gives nothing back (shut): a delivery perhaps a stream's is unsettled
 }
 
 func (s *session) drain() { s.drainOnce.Do(func() { close(s.draining) }) }
@@ -75,6 +83,7 @@ func (s *session) close() { s.shut(true) }
 func (s *session) shut(release bool) {
 	s.closeOnce.Do(func() {
 		c := s.c
+		release = release && !s.noRelease.Load() // a stream's nack closes the connection on 3.10 (refuses)
 		for _, l := range s.allLanes() {
 			if release {
 				if done, _ := l.acks.ReleaseRest(l.top.Load()); done {
@@ -131,7 +140,7 @@ func openSession(ctx context.Context, c *Consumer) (*session, error) {
 		return nil, err
 	}
 	s := &session{c: c, st: cn, draining: make(chan struct{}), slots: c.slots,
-		lost: make(chan *amqp.Error, 1), cancels: make(chan string, 1),
+		lost: make(chan *amqp.Error, 1), cancels: make(chan string, 1), refused: make(chan string, 1),
 		move: make(chan struct{}, 1), moverDone: make(chan struct{}),
 		lanes: []*lane{l}, streams: []*stream{st}}
 	l.cur = st
@@ -209,11 +218,126 @@ func (s *session) serve() string {
 		s.drain()
 		<-workersDone
 		return "consumer cancelled by the broker (queue deleted?)"
+	case why := <-s.refused:
+		// A delivery showed the queue is a stream, or could not be told
+		// from one (refuses). No worker handles what carries the header,
+		// and nothing is given back (noRelease): the channel's close ends
+		// the subscription, a stream keeps its messages, and a queue gets
+		// back what it had sent. A handler of a delivery without the header
+		// (a queue, then) finishes and settles first.
+		s.drain()
+		<-workersDone
+		return why
 	case <-workersDone:
 		s.drain()
 		return "delivery stream ended"
 	}
 }
+
+// headerStreamOffset is the header RabbitMQ puts on every message it
+// delivers from a stream over AMQP 0-9-1: the message's offset, an int64
+// (measured on 3.10, 4.0 and 4.3).
+const headerStreamOffset = "x-stream-offset"
+
+// refuses is called by a worker for every delivery before anything else
+// sees it (hooks, middleware, handler), and reports whether the delivery
+// is not to be handled. A stream declared outside the Broker is not known
+// to Consume (errStreamConsume), and queue.declare-ok says nothing of a
+// queue's type, so it is found here, at its first delivery: it carries
+// x-stream-offset. A message copied from a stream into a queue (by a
+// shovel, say) may carry the header too, so the broker is asked once
+// (isStream): only a stream answers that it has no consumer while this one
+// reads it. A stream ends the session and the consumer with ErrInvalid
+// (s.ends, Consumer.run); a queue that cannot be told from one ends the
+// session, and the consumer subscribes again, as after any interruption,
+// and the next session asks again. Either
+// way no delivery with the header is handled, and none is given back with
+// a nack (noRelease): on 3.10 a nack of a stream's delivery is a
+// connection error (540 NOT_IMPLEMENTED) that would take the Broker's
+// connection down, and on 4.x it is an ack.
+func (s *session) refuses(l *lane, raw *amqp.Delivery) bool {
+	if _, ok := raw.Headers[headerStreamOffset]; !ok {
+		return false
+	}
+	s.offsetMu.Lock()
+	defer s.offsetMu.Unlock()
+	if s.asked || s.refusing {
+		return s.refusing
+	}
+	if s.isDraining() {
+		// Stopping or lost: not the time to ask. The channel's close gives
+		// it back.
+		s.noRelease.Store(true)
+		return true
+	}
+	s.asked = true
+	stream, err := s.isStream(l)
+	if err == nil && !stream {
+		return false
+	}
+	s.refusing = true
+	s.noRelease.Store(true)
+	why := fmt.Sprintf("a delivery carried %s, and the queue could not be told from a stream: %v", headerStreamOffset, err)
+	if stream {
+		s.ends = fmt.Errorf("mq: consumer of %q: its deliveries carry %s: %w", s.c.queue, headerStreamOffset, errStreamConsume)
+		why = s.ends.Error()
+	}
+	s.refused <- why // the only send: refusing is set once
+	return true
+}
+
+// refusal is the error the consumer ends with when refuses found its queue
+// is a stream; nil if it did not.
+func (s *session) refusal() error {
+	s.offsetMu.Lock()
+	defer s.offsetMu.Unlock()
+	return s.ends
+}
+
+// isStream asks the broker whether the session's queue is a stream: a
+// passive queue.declare on a throwaway channel, while this consumer reads
+// it on l. A classic or quorum queue counts this consumer; a stream
+// reports none. A quorum queue whose leader is slow to answer reports none
+// too, so a stream is one that answers none streamAsks times running, a
+// pause apart, this session still consuming; any other count says it is no
+// stream. An error, or a session lost meanwhile, cannot tell.
+func (s *session) isStream(l *lane) (bool, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, streamAskWait)
+	defer cancel()
+	var err error
+	zeros := 0
+	for i := range streamAsks {
+		if i > 0 {
+			select {
+			case <-time.After(streamAskPause):
+			case <-ctx.Done():
+				return false, ctx.Err()
+			}
+		}
+		var n int
+		if n, err = s.c.b.consumerCount(ctx, s.c.queue); err == nil {
+			if n > 0 {
+				return false, nil
+			}
+			zeros++
+		}
+	}
+	if zeros < streamAsks {
+		return false, err
+	}
+	if s.ctx.Err() != nil || l.ch.IsClosed() {
+		return false, errors.New("the channel was lost while the broker was asked")
+	}
+	return true, nil
+}
+
+// How isStream asks: streamAsks times, streamAskPause apart, all within
+// streamAskWait.
+const (
+	streamAsks     = 3
+	streamAskPause = 300 * time.Millisecond
+	streamAskWait  = 5 * time.Second
+)
 
 // queueStays reports whether the consumer's queue still exists after the
 // broker cancelled its consumer, asked on a throwaway channel within a few
@@ -309,6 +433,9 @@ func (s *session) releaseUnread(abort <-chan struct{}) {
 					break read
 				}
 				st.lane.received(raw.DeliveryTag) // given back at close
+				if _, ok := raw.Headers[headerStreamOffset]; ok {
+					s.noRelease.Store(true) // perhaps a stream's: left to the close (refuses)
+				}
 			case <-t.C:
 				return
 			case <-abort:
@@ -352,6 +479,11 @@ func (s *session) work() {
 			}
 			st.lane.held.Add(1)
 			st.lane.received(raw.DeliveryTag)
+			if s.refuses(st.lane, &raw) {
+				s.release(st) // never started, never given back (noRelease)
+				s.workers.Add(-1)
+				return
+			}
 			select {
 			case s.slots <- struct{}{}:
 			case <-s.draining:
