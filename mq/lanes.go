@@ -155,23 +155,28 @@ func (s *session) join(l *lane) {
 }
 
 // watch reports the first close or broker cancel of l's channel to the
-// session (lost, cancels): either ends it.
+// session (lost, cancels): either ends it. A channel that dies tells its
+// close and then closes its cancel notifications, both ready at once: a
+// closed cancel notification is that death, never a broker cancel, and is
+// told as the close it follows.
 func (s *session) watch(l *lane) {
 	go func() {
+		var e *amqp.Error
 		select {
-		case e, ok := <-l.closes:
-			if !ok {
-				e = nil
+		case e = <-l.closes:
+		case tag, ok := <-l.cancel:
+			if ok {
+				select {
+				case s.cancels <- tag:
+				default:
+				}
+				return
 			}
-			select {
-			case s.lost <- e:
-			default:
-			}
-		case tag := <-l.cancel:
-			select {
-			case s.cancels <- tag:
-			default:
-			}
+			e = <-l.closes // sent before the cancel notifications closed, or closed itself
+		}
+		select {
+		case s.lost <- e:
+		default:
 		}
 	}()
 }

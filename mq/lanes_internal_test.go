@@ -1,10 +1,12 @@
 package mq
 
 import (
+	"context"
 	"sync"
+	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"testing"
 )
 
 // laneWire records what a lane's acker sends.
@@ -337,5 +339,79 @@ func TestLanesTakeAtMostHalfTheChannels(t *testing.T) {
 	c.dropLane()
 	if !c.takeLane() {
 		t.Fatal("a lane given back was not granted again")
+	}
+}
+
+// A channel that dies tells its close (the error) and then closes its
+// cancel notifications, and both are ready together: the session must
+// read that as a lost channel, never as a broker cancel. Read as a cancel,
+// a poison message's connection deaths were counted as cancels of a queue
+// that stays, and acemq.consumer.poison was missed
+// (TestHardeningPoisonMessage, CI of 2026-12-02).
+func TestWatchReadsAChannelShutdownAsALossNotACancel(t *testing.T) {
+	dead := &amqp.Error{Code: amqp.FrameError, Reason: "invalid field or value inside of a frame"}
+	for i := range 200 {
+		l := &lane{closes: make(chan *amqp.Error, 1), cancel: make(chan string, 1)}
+		l.closes <- dead
+		close(l.cancel)
+		s := &session{lost: make(chan *amqp.Error, 1), cancels: make(chan string, 1)}
+		s.watch(l)
+		select {
+		case e := <-s.lost:
+			if e != dead {
+				t.Fatalf("round %d: lost %v, want the channel's close %v", i, e, dead)
+			}
+		case tag := <-s.cancels:
+			t.Fatalf("round %d: a channel shutdown read as a broker cancel (tag %q)", i, tag)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: the shutdown was not told", i)
+		}
+	}
+	// A real cancel (a tag sent, the channel alive) is still a cancel.
+	l := &lane{closes: make(chan *amqp.Error, 1), cancel: make(chan string, 1)}
+	l.cancel <- "ctag-1"
+	s := &session{lost: make(chan *amqp.Error, 1), cancels: make(chan string, 1)}
+	s.watch(l)
+	select {
+	case tag := <-s.cancels:
+		if tag != "ctag-1" {
+			t.Errorf("cancel tag %q, want ctag-1", tag)
+		}
+	case e := <-s.lost:
+		t.Errorf("a broker cancel read as a loss: %v", e)
+	case <-time.After(5 * time.Second):
+		t.Error("the cancel was not told")
+	}
+}
+
+// A dying channel closes its deliveries and tells its close a moment
+// apart, in either order as the session sees them: workers that found
+// their deliveries ended before the close was told still end the session
+// as a lost channel, with the close's error, not "delivery stream ended".
+func TestServeReadsDeliveriesEndedByADeadChannelAsItsLoss(t *testing.T) {
+	dead := &amqp.Error{Code: amqp.FrameError, Reason: "invalid field or value inside of a frame"}
+	deliveries := make(chan amqp.Delivery)
+	l, _ := testLane(0, 0)
+	l.closes, l.cancel = make(chan *amqp.Error, 1), make(chan string, 1)
+	st := &stream{lane: l, deliveries: deliveries}
+	l.cur = st
+	s := testSession(consumerConfig{concurrency: 1}, l)
+	s.c.stopping, s.c.abort = make(chan struct{}), make(chan struct{})
+	s.lost, s.cancels, s.refused = make(chan *amqp.Error, 1), make(chan string, 1), make(chan string, 1)
+	s.moverDone = make(chan struct{})
+	s.streams = []*stream{st}
+	s.head.Store(st)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	defer s.cancel()
+	s.watch(l)
+	close(deliveries)
+	go func() {
+		time.Sleep(20 * time.Millisecond) // the close told after the workers saw the end
+		l.closes <- dead
+		close(l.closes)
+		close(l.cancel)
+	}()
+	if why := s.serve(); why != dead.Error() {
+		t.Errorf("serve ended with %q, want the channel's close %q", why, dead.Error())
 	}
 }

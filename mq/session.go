@@ -230,9 +230,26 @@ func (s *session) serve() string {
 		return why
 	case <-workersDone:
 		s.drain()
+		// A channel that died closed its deliveries a moment after
+		// telling its close, and the workers may have seen the first
+		// before watch passed on the second: wait a little for it, so the
+		// loss is read as one (its error is what the flap guard judges).
+		select {
+		case e := <-s.lost:
+			s.dropAcks()
+			if e == nil {
+				return "channel closed"
+			}
+			return e.Error()
+		case <-time.After(lossTold):
+		}
 		return "delivery stream ended"
 	}
 }
+
+// lossTold is how long a session whose deliveries all ended waits for the
+// close of the channel that ended them.
+const lossTold = 250 * time.Millisecond
 
 // headerStreamOffset is the header RabbitMQ puts on every message it
 // delivers from a stream over AMQP 0-9-1: the message's offset, an int64
