@@ -1,10 +1,13 @@
 package outbox
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -12,22 +15,60 @@ import (
 )
 
 // props is a message's properties as the properties column stores them:
-// readable in psql, and read back to exactly what was written (each header
-// value keeps its Go type, see value).
+// readable in psql, and read back to exactly what was written, byte for
+// byte (each header value keeps its Go type, see value).
+//
+// jsonb holds text only: valid UTF-8 without NUL bytes. What is not (AMQP
+// short strings and header strings are bytes, and mq.Publisher carries any)
+// is kept in another form, never changed: a property in Raw (by its JSON
+// name, the bytes in base64, its field left empty), a header string as
+// type "sb" (its bytes in base64), a table key as escapeKey writes it.
 type props struct {
-	ContentType     string           `json:"content_type,omitempty"`
-	ContentEncoding string           `json:"content_encoding,omitempty"`
-	DeliveryMode    uint8            `json:"delivery_mode,omitempty"`
-	Priority        uint8            `json:"priority,omitempty"`
-	CorrelationID   string           `json:"correlation_id,omitempty"`
-	ReplyTo         string           `json:"reply_to,omitempty"`
-	Expiration      string           `json:"expiration,omitempty"`
-	MessageID       string           `json:"message_id,omitempty"`
-	Timestamp       *time.Time       `json:"timestamp,omitempty"`
-	Type            string           `json:"type,omitempty"`
-	UserID          string           `json:"user_id,omitempty"`
-	AppID           string           `json:"app_id,omitempty"`
-	Headers         map[string]value `json:"headers,omitempty"`
+	ContentType     string            `json:"content_type,omitempty"`
+	ContentEncoding string            `json:"content_encoding,omitempty"`
+	DeliveryMode    uint8             `json:"delivery_mode,omitempty"`
+	Priority        uint8             `json:"priority,omitempty"`
+	CorrelationID   string            `json:"correlation_id,omitempty"`
+	ReplyTo         string            `json:"reply_to,omitempty"`
+	Expiration      string            `json:"expiration,omitempty"`
+	MessageID       string            `json:"message_id,omitempty"`
+	Timestamp       *time.Time        `json:"timestamp,omitempty"`
+	Type            string            `json:"type,omitempty"`
+	UserID          string            `json:"user_id,omitempty"`
+	AppID           string            `json:"app_id,omitempty"`
+	Headers         map[string]value  `json:"headers,omitempty"`
+	Raw             map[string][]byte `json:"raw,omitempty"`
+}
+
+// isText says whether jsonb (and PostgreSQL's text) can hold s as it is:
+// valid UTF-8 without a NUL byte.
+func isText(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
+
+// keyEscape starts a table key stored in base64: a key that is not text,
+// or one that is but begins with this byte itself.
+const keyEscape = "\x01"
+
+// escapeKey is a table key as the column stores it: as it is when it is
+// text not beginning with keyEscape, else keyEscape and its bytes in
+// base64. unescapeKey undoes it.
+func escapeKey(k string) string {
+	if isText(k) && !strings.HasPrefix(k, keyEscape) {
+		return k
+	}
+	return keyEscape + base64.StdEncoding.EncodeToString([]byte(k))
+}
+
+func unescapeKey(k string) string {
+	rest, ok := strings.CutPrefix(k, keyEscape)
+	if !ok {
+		return k
+	}
+	b, err := base64.StdEncoding.DecodeString(rest)
+	if err != nil {
+		// Written before keys were escaped: the key as it was.
+		return k
+	}
+	return string(b)
 }
 
 // value is one header value with its type: {"t":"i32","v":7}. Integers and
@@ -39,11 +80,17 @@ type value struct {
 
 // encodeProps is m's properties and headers for the properties column.
 func encodeProps(m *mq.Message) ([]byte, error) {
-	p := props{
-		ContentType: m.ContentType, ContentEncoding: m.ContentEncoding,
-		DeliveryMode: m.DeliveryMode, Priority: m.Priority,
-		CorrelationID: m.CorrelationId, ReplyTo: m.ReplyTo, Expiration: m.Expiration,
-		MessageID: m.MessageId, Type: m.Type, UserID: m.UserId, AppID: m.AppId,
+	p := props{DeliveryMode: m.DeliveryMode, Priority: m.Priority}
+	for _, f := range textProps(&p) {
+		v := f.of(m)
+		if isText(v) {
+			*f.field = v
+			continue
+		}
+		if p.Raw == nil {
+			p.Raw = map[string][]byte{}
+		}
+		p.Raw[f.name] = []byte(v)
 	}
 	if !m.Timestamp.IsZero() {
 		ts := m.Timestamp
@@ -66,6 +113,11 @@ func decodeProps(b []byte) (mq.Message, error) {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return mq.Message{}, fmt.Errorf("outbox: properties: %w", err)
 	}
+	for _, f := range textProps(&p) {
+		if b, ok := p.Raw[f.name]; ok {
+			*f.field = string(b)
+		}
+	}
 	m := mq.Message{
 		ContentType: p.ContentType, ContentEncoding: p.ContentEncoding,
 		DeliveryMode: p.DeliveryMode, Priority: p.Priority,
@@ -85,6 +137,30 @@ func decodeProps(b []byte) (mq.Message, error) {
 	return m, nil
 }
 
+// textProp is one of the message's short-string properties: its JSON name
+// (the key in props.Raw), where props keeps it, and how to read it from a
+// message.
+type textProp struct {
+	name  string
+	field *string
+	of    func(m *mq.Message) string
+}
+
+// textProps is p's short-string properties.
+func textProps(p *props) []textProp {
+	return []textProp{
+		{"content_type", &p.ContentType, func(m *mq.Message) string { return m.ContentType }},
+		{"content_encoding", &p.ContentEncoding, func(m *mq.Message) string { return m.ContentEncoding }},
+		{"correlation_id", &p.CorrelationID, func(m *mq.Message) string { return m.CorrelationId }},
+		{"reply_to", &p.ReplyTo, func(m *mq.Message) string { return m.ReplyTo }},
+		{"expiration", &p.Expiration, func(m *mq.Message) string { return m.Expiration }},
+		{"message_id", &p.MessageID, func(m *mq.Message) string { return m.MessageId }},
+		{"type", &p.Type, func(m *mq.Message) string { return m.Type }},
+		{"user_id", &p.UserID, func(m *mq.Message) string { return m.UserId }},
+		{"app_id", &p.AppID, func(m *mq.Message) string { return m.AppId }},
+	}
+}
+
 func encodeTable(t amqp.Table) (map[string]value, error) {
 	out := make(map[string]value, len(t))
 	for k, v := range t {
@@ -92,14 +168,15 @@ func encodeTable(t amqp.Table) (map[string]value, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: header %q: %w", ErrHeader, k, err)
 		}
-		out[k] = ev
+		out[escapeKey(k)] = ev
 	}
 	return out, nil
 }
 
 func decodeTable(m map[string]value) (amqp.Table, error) {
 	t := make(amqp.Table, len(m))
-	for k, ev := range m {
+	for ek, ev := range m {
+		k := unescapeKey(ek)
 		v, err := decodeValue(ev)
 		if err != nil {
 			return nil, fmt.Errorf("outbox: header %q: %w", k, err)
@@ -124,6 +201,9 @@ func encodeValue(v any) (value, error) {
 	case bool:
 		return value{T: "bool", V: raw(x)}, nil
 	case string:
+		if !isText(x) {
+			return value{T: "sb", V: raw([]byte(x))}, nil
+		}
 		return value{T: "s", V: raw(x)}, nil
 	case []byte:
 		return value{T: "b", V: raw(x)}, nil
@@ -207,6 +287,10 @@ func decodeValue(ev value) (any, error) {
 	case "s":
 		err := str()
 		return s, err
+	case "sb":
+		var b []byte
+		err := json.Unmarshal(ev.V, &b)
+		return string(b), err
 	case "b":
 		var b []byte
 		err := json.Unmarshal(ev.V, &b)

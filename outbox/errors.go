@@ -11,6 +11,13 @@ var (
 	// or KeyBy returned ""). The inbox refuses it (middleware.Reject), so a
 	// retry ladder sends it to the dead-letter queue at once.
 	ErrNoKey = errors.New("outbox: inbox: message has no key (no message id; give KeyBy)")
+	// ErrTxAborted: an inbox handler returned nil, but a statement of its
+	// transaction had failed (a unique violation it tolerated, say), which
+	// aborts a PostgreSQL transaction: COMMIT rolled back, nothing of the
+	// attempt (nor its record) was committed. The attempt fails with it and
+	// goes down the retry ladder. Let a statement that may fail run inside a
+	// SAVEPOINT, or avoid the failure (INSERT … ON CONFLICT DO NOTHING).
+	ErrTxAborted = errors.New("outbox: inbox: the handler returned nil, but a failed statement had aborted its transaction, so nothing was committed (use ON CONFLICT or a SAVEPOINT for a statement that may fail)")
 	// ErrSchema: a table name that is not a plain identifier.
 	ErrSchema = errors.New("outbox: bad schema")
 	// ErrHeader: a header value of a type AMQP tables cannot carry; the

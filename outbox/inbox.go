@@ -2,11 +2,18 @@ package outbox
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -100,60 +107,136 @@ func (h *inboxHandler) Handle(ctx context.Context, d *mq.Delivery) error {
 	in.maybeClean(ctx, d)
 	pause := 50 * time.Millisecond
 	for {
-		dbFailed, err := h.once(ctx, d, key)
-		if !dbFailed {
+		err := h.once(ctx, d, key)
+		var out *outage
+		if !errors.As(err, &out) {
 			return err
 		}
 		// The database failed, not the message: wait here rather than
 		// return the delivery to its queue, where every return counts
 		// towards a quorum queue's delivery limit on RabbitMQ 4.x.
-		in.logger(d).LogAttrs(ctx, slog.LevelWarn, EventInboxFailed, slog.String("queue", d.Queue()), slog.String("key", key),
-			slog.Duration("retry_in", pause), slog.Any("error", err))
+		in.logger(d).LogAttrs(ctx, slog.LevelWarn, EventInboxFailed, in.attrs(d, slog.String("key", key),
+			slog.Duration("retry_in", pause), slog.Any("error", out.err))...)
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return mq.Requeue(err)
+			return mq.Requeue(out.err)
 		case <-d.Draining():
 			t.Stop()
-			return mq.Requeue(err)
+			return mq.Requeue(out.err)
 		case <-t.C:
 		}
 		pause = min(pause*2, 5*time.Second)
 	}
 }
 
-// once runs the delivery in one transaction: record, handler, commit. It
-// says whether an error was the database's (begin, record, commit), to be
-// tried again, rather than the handler's.
-func (h *inboxHandler) once(ctx context.Context, d *mq.Delivery, key string) (dbFailed bool, err error) {
+// outage is an error of the inbox's own statements that is the database's
+// (unreachable, shutting down, misconfigured), not the message's: the
+// delivery waits for the database and is tried again.
+type outage struct{ err error }
+
+func (o *outage) Error() string { return o.err.Error() }
+func (o *outage) Unwrap() error { return o.err }
+
+// once runs the delivery in one transaction: record, handler, commit. An
+// error of the database's own is an *outage, to be waited out; any other
+// error is this delivery's: the handler's, or a statement of the inbox's
+// that failed for this message (its context ended, its transaction was
+// aborted, a value was refused), for the retry ladder.
+func (h *inboxHandler) once(ctx context.Context, d *mq.Delivery, key string) error {
 	in := h.in
 	tx, err := in.db.BeginTx(ctx, nil)
 	if err != nil {
-		return true, fmt.Errorf("outbox: inbox: begin: %w", err)
+		return in.failed(ctx, "begin", key, err)
 	}
-	res, err := tx.ExecContext(ctx, in.record, d.Queue(), key)
+	res, err := tx.ExecContext(ctx, in.record, d.Queue(), storedKey(key))
 	if err != nil {
 		_ = tx.Rollback()
-		return true, fmt.Errorf("outbox: inbox: record %q: %w", key, err)
+		return in.failed(ctx, "record", key, err)
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 0 {
 		_ = tx.Rollback()
 		in.dups.Add(ctx, 1)
 		in.logger(d).LogAttrs(ctx, slog.LevelInfo, EventDuplicate,
-			slog.String("queue", d.Queue()), slog.String("key", key), slog.String("message_id", d.MessageId))
-		return false, nil
+			in.attrs(d, slog.String("key", key), slog.String("message_id", d.MessageId))...)
+		return nil
 	}
 	if err := h.next.Handle(WithTx(ctx, tx), d); err != nil {
 		_ = tx.Rollback()
-		return false, err
+		return err
 	}
 	if err := tx.Commit(); err != nil {
 		// Committed or not, running it again is safe: a committed record
 		// makes the next try a duplicate.
-		return true, fmt.Errorf("outbox: inbox: commit %q: %w", key, err)
+		return in.failed(ctx, "commit", key, err)
 	}
-	return false, nil
+	return nil
+}
+
+// failed says whose the failure of one of the inbox's statements (begin,
+// record, commit) is. The delivery's: its context ended (a deadline:
+// middleware.Timeout; at a stop the delivery goes back to its queue), its
+// transaction was aborted by a failed statement of the handler's
+// (ErrTxAborted), or PostgreSQL refused this message's values (a data
+// exception, SQLSTATE class 22; a limit, 54; a constraint, 23): returned
+// for the retry ladder, a refused value with middleware.Reject as no retry
+// can help it. Anything else, a connection refused, reset or lost, the
+// server shutting down (class 08, 57P01-57P03), too many connections, a
+// missing table or privilege: an *outage, waited out.
+func (in *inbox) failed(ctx context.Context, stmt, key string, err error) error {
+	wrapped := fmt.Errorf("outbox: inbox: %s %q: %w", stmt, key, err)
+	if cerr := ctx.Err(); cerr != nil {
+		if errors.Is(cerr, context.DeadlineExceeded) {
+			return fmt.Errorf("outbox: inbox: key %q: the attempt's deadline passed before its %s, nothing was committed: %w (%w)", key, stmt, cerr, err)
+		}
+		return mq.Requeue(wrapped)
+	}
+	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		return fmt.Errorf("%w (key %q)", ErrTxAborted, key)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && len(pe.Code) == 5 {
+		switch pe.Code[:2] {
+		case "25": // an aborted transaction (25P02), an invalid transaction state
+			return fmt.Errorf("%w (key %q): %w", ErrTxAborted, key, err)
+		case "22", "23", "54":
+			return middleware.Reject(fmt.Errorf("outbox: inbox: PostgreSQL refused the message's %s (SQLSTATE %s): %w", stmt, pe.Code, wrapped))
+		}
+	}
+	return &outage{wrapped}
+}
+
+// attrs is the attributes of an inbox record: the queue's when the logger
+// is the inbox's own (the consumer's logger, Delivery.Logger, carries it
+// already), then as.
+func (in *inbox) attrs(d *mq.Delivery, as ...slog.Attr) []slog.Attr {
+	if in.c.log == nil {
+		return as
+	}
+	return append([]slog.Attr{slog.String("queue", d.Queue())}, as...)
+}
+
+// maxKeyText is the longest key the inbox records as it is; a longer one
+// is recorded by its hash, so (queue, key) always fits the primary key's
+// btree (at most 2704 bytes with a queue name of up to 255).
+const maxKeyText = 2048
+
+// hashedKey begins a key recorded by its hash. No key recorded as it is
+// begins with it (such a key is hashed too), so the two never meet.
+const hashedKey = "\x01sha256:"
+
+// storedKey is key as the inbox table records it: as it is when it is
+// text PostgreSQL can hold (UTF-8 without NUL bytes) of at most
+// maxKeyText bytes not beginning with hashedKey; else hashedKey and the
+// hex SHA-256 of its bytes. One key always gives one stored key, and two
+// keys two (but for a SHA-256 collision).
+func storedKey(key string) string {
+	if len(key) <= maxKeyText && isText(key) && !strings.HasPrefix(key, hashedKey) {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hashedKey + hex.EncodeToString(sum[:])
 }
 
 func (in *inbox) logger(d *mq.Delivery) *slog.Logger {

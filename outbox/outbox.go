@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -52,18 +53,19 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)`, s.Outbox)
 // relay's publish continues. A new message's defaults are applied here, as
 // Publisher.Publish would apply them (persistent; a MessageId and a
 // Timestamp when empty), so the id is known at once and the same on every
-// resend. What the wire could never carry (a name or property over 255
-// bytes, a header value AMQP cannot hold) is refused here, before anything
-// is written, with an error matching mq.ErrInvalid.
+// resend. Bytes that are not UTF-8 text (a raw id, a signature header, a
+// NUL) are kept exactly (see docs/outbox.md for how they are stored). What
+// the wire could never carry (a name or property over 255 bytes, a header
+// value AMQP cannot hold), and an exchange name, routing key or ordering
+// key the table's text columns cannot hold (not UTF-8, or with a NUL
+// byte), is refused here, before anything is written, with an error
+// matching mq.ErrInvalid.
 func (o *Outbox) Publish(ctx context.Context, tx *sql.Tx, exchange, routingKey string, m mq.Message) error {
 	if o.err != nil {
 		return o.err
 	}
 	if err := check(exchange, routingKey, &m); err != nil {
 		return fmt.Errorf("outbox: publish to exchange %q with key %q: %w", exchange, routingKey, err)
-	}
-	if tx == nil {
-		return ErrNoTx
 	}
 	if m.DeliveryMode == 0 {
 		m.DeliveryMode = amqp.Persistent
@@ -88,13 +90,21 @@ func (o *Outbox) Publish(ctx context.Context, tx *sql.Tx, exchange, routingKey s
 	if o.orderBy != nil {
 		key = o.orderBy(exchange, routingKey, &m)
 	}
+	if err := checkText(exchange, routingKey, key); err != nil {
+		return fmt.Errorf("outbox: publish to exchange %q with key %q: %w", exchange, routingKey, err)
+	}
+	if tx == nil {
+		return ErrNoTx
+	}
 	body := m.Body
 	if body == nil {
 		body = []byte{}
 	}
-	args := []any{exchange, routingKey, key, m.MessageId, body, p, trace}
+	// The message_id column is for people reading the table; the id itself,
+	// every byte of it, is in properties.
+	args := []any{exchange, routingKey, key, textOf(m.MessageId), body, p, trace}
 	if o.notify {
-		args = append(args, o.schema.Outbox)
+		args = append(args, o.schema.channel())
 	}
 	if _, err := tx.ExecContext(ctx, o.insert, args...); err != nil {
 		return fmt.Errorf("outbox: write to %s: %w", o.schema.Outbox, err)
@@ -119,6 +129,30 @@ func check(exchange, routingKey string, m *mq.Message) error {
 		}
 	}
 	return mq.CheckTable("headers", m.Headers)
+}
+
+// checkText refuses names the outbox's text columns cannot hold: an
+// exchange, routing key or ordering key that is not valid UTF-8 or holds a
+// NUL byte (PostgreSQL's text refuses both), with mq.ErrInvalid.
+func checkText(exchange, routingKey, orderingKey string) error {
+	for _, f := range [...]struct{ name, v string }{
+		{"exchange name", exchange}, {"routing key", routingKey}, {"ordering key", orderingKey},
+	} {
+		if !isText(f.v) {
+			return fmt.Errorf("%w: %s %q is not UTF-8 text without NUL bytes, which the outbox table's text column cannot hold",
+				mq.ErrInvalid, f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// textOf is s as PostgreSQL's text can hold it: invalid UTF-8 and NUL
+// bytes replaced by U+FFFD.
+func textOf(s string) string {
+	if isText(s) {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // Sender returns an mq.Sender to exchange whose Publish writes to the

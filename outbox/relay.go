@@ -205,7 +205,7 @@ func (r *Relay) listenOnce(ctx context.Context, wake []chan struct{}) error {
 			return nil
 		}
 		c := pc.Conn()
-		if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{r.schema.Outbox}.Sanitize()); err != nil {
+		if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{r.schema.channel()}.Sanitize()); err != nil {
 			failure = err
 			return driver.ErrBadConn
 		}

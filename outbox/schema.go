@@ -2,7 +2,9 @@ package outbox
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strings"
@@ -19,7 +21,10 @@ const (
 // digits, underscores), so it is written into SQL as it is. The zero
 // Schema is DefaultOutboxTable and DefaultInboxTable.
 type Schema struct {
-	// Outbox is the outbox table; its name is also the NOTIFY channel.
+	// Outbox is the outbox table. Its name is also the NOTIFY channel the
+	// relays LISTEN on when it fits PostgreSQL's 63 bytes; a longer
+	// (schema-qualified) name notifies on "acemq_outbox_" and the first 32
+	// hex digits of the name's SHA-256 instead.
 	Outbox string
 	// Inbox is the inbox table.
 	Inbox string
@@ -41,6 +46,19 @@ func (s Schema) resolved() (Schema, error) {
 		}
 	}
 	return s, nil
+}
+
+// maxChannel is the longest NOTIFY channel PostgreSQL takes (NAMEDATALEN-1).
+const maxChannel = 63
+
+// channel is the NOTIFY channel of the outbox table: its name when that
+// fits, else a name derived from it that always does.
+func (s Schema) channel() string {
+	if len(s.Outbox) <= maxChannel {
+		return s.Outbox
+	}
+	sum := sha256.Sum256([]byte(s.Outbox))
+	return "acemq_outbox_" + hex.EncodeToString(sum[:16])
 }
 
 // base is a table name without its schema, for naming its indexes.
@@ -97,15 +115,35 @@ CREATE INDEX IF NOT EXISTS %[4]s_received ON %[3]s (received_at);
 `, o, ob, i, ib), nil
 }
 
+// createLock is the key of the transaction-level advisory lock Create
+// holds while it creates: PostgreSQL's CREATE … IF NOT EXISTS is not safe
+// against itself (two sessions can both find a table missing; the second
+// fails on pg_type's unique index), so every Create of every replica takes
+// its turn. The key is "acemq.outbox" in ASCII, read as a number.
+const createLock int64 = 0x61_63_65_6d_71_2e_6f_62
+
 // Create creates both tables and their indexes in db when they do not
 // exist yet; it never alters or drops anything. Run it at start-up (it is
-// idempotent) or take SQL's statements into your own migrations.
+// idempotent, and safe from any number of replicas at once: each call
+// holds an advisory lock while it creates, so they run one after the
+// other) or take SQL's statements into your own migrations.
 func (s Schema) Create(ctx context.Context, db *sql.DB) error {
 	q, err := s.SQL()
 	if err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, q); err != nil {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("outbox: create tables: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit a no-op
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", createLock); err != nil {
+		return fmt.Errorf("outbox: create tables: lock: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("outbox: create tables: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("outbox: create tables: %w", err)
 	}
 	return nil
