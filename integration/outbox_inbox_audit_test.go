@@ -472,3 +472,43 @@ func TestInboxAuditQueueAttributeOnce(t *testing.T) {
 		t.Errorf("the duplicate record carries queue= %d times: %s", n, line)
 	}
 }
+
+// A database that refuses connections is an outage, not the message's
+// failure: the delivery waits in the consumer (acemq.inbox.failed, not
+// down the ladder, not back to its queue) for as long as it lasts, and a
+// stop returns it to its queue.
+func TestInboxAuditOutageStillWaits(t *testing.T) {
+	lg := testenv.NewLogRecorder(t, "acemq.message.settled")
+	_, s, b, _, ctx := outboxRig(t, lg.Logger())
+	down, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = down.Close() })
+	p := retry.Waits(50 * time.Millisecond)
+	q := testenv.Queue(t, b, p, topology.Classic())
+	var calls atomic.Int32
+	c, err := b.Consume(ctx, q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { calls.Add(1); return nil }),
+		middleware.Standard(p), mq.WithMiddleware(outbox.Inbox(down, outbox.WithSchema(s))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Publish(t, b, q, mq.Message{MessageId: "waits"})
+	testenv.Eventually(t, 10*time.Second, func() bool { return lg.Count(outbox.EventInboxFailed) >= 3 }, "three waits for the database")
+	if n := testenv.Count(t, b, topology.DeadLetterQueue(q)); n != 0 {
+		t.Errorf("%d messages in the dead-letter queue during an outage", n)
+	}
+	if n := lg.Count(mq.EventRequeued); n != 0 {
+		t.Errorf("requeued %d times during an outage", n)
+	}
+	if r := lg.All(outbox.EventInboxFailed)[0]; !strings.Contains(r.Attrs["error"], "connect") {
+		t.Errorf("the wait's error: %s", r)
+	}
+	testenv.Stop(t, c)
+	if n := calls.Load(); n != 0 {
+		t.Errorf("handler called %d times without a database", n)
+	}
+	if n := testenv.Count(t, b, q); n != 1 {
+		t.Errorf("%d messages in %s after the stop, want the waiting one back", n, q)
+	}
+}

@@ -6,7 +6,8 @@
 // # The outbox
 //
 // Outbox.Publish writes a message (exchange, routing key, body, every
-// property and header, and the trace context of the caller's span) into the
+// property and header byte for byte, and the trace context of the caller's
+// span) into the
 // outbox table inside the caller's *sql.Tx, and asks PostgreSQL to notify
 // the relays when that transaction commits. Nothing reaches the broker
 // unless the transaction commits; once it has committed, the message is not
@@ -36,7 +37,12 @@
 // record, or not at all; a delivery whose key is already recorded is
 // acknowledged without calling the handler (EventDuplicate). A message
 // without a key is refused (ErrNoKey) at the first one. Records older than
-// Retention are deleted.
+// Retention are deleted. Any key can be recorded (one that is not UTF-8
+// text, or is long, by its hash). A database that cannot be reached is
+// waited out, the delivery held in the consumer (EventInboxFailed); a
+// failure that is the delivery's own (its deadline, a transaction its
+// handler's failed statement aborted: ErrTxAborted) goes down the retry
+// ladder.
 //
 // The key is the caller's choice and the inbox trusts it: two different
 // messages with one key on one queue are one message to the inbox, and the
@@ -58,7 +64,8 @@
 // # Schema
 //
 // Schema.Create makes the tables (names configurable, Schema.SQL prints
-// them for a migration tool of the service's own).
+// them for a migration tool of the service's own); replicas may run it at
+// once (it takes an advisory lock).
 //
 // What it owns: the outbox and inbox tables and what is written to and read
 // from them, the relay's loop and its LISTEN connection, and the inbox's

@@ -42,8 +42,11 @@ const (
 	// of PublishTimeout (the broker unreachable); its rows are as they were
 	// and the relay tries again after a pause.
 	EventRelayFailed = "acemq.outbox.relay.failed"
-	// EventInboxFailed: the inbox's own statements failed (the database
-	// is unreachable); the delivery waits in the consumer and is tried
-	// again after a backoff.
+	// EventInboxFailed: the inbox's own statements failed because the
+	// database is unreachable (or misconfigured: a missing table); the
+	// delivery waits in the consumer and is tried again after a backoff. A
+	// failure that is the delivery's own (its deadline, an aborted
+	// transaction, a refused value) is not logged so: it goes down the
+	// retry ladder.
 	EventInboxFailed = "acemq.inbox.failed"
 )

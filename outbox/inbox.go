@@ -41,16 +41,26 @@ const (
 // (MetricDuplicates). Two deliveries of one key at once: the second waits
 // for the first's transaction, then runs only if that rolled back.
 //
-// When the inbox's own statements fail (the database is unreachable: its
-// begin, its record, its commit), the delivery is not the one to blame: it
-// is not sent down the retry ladder, nor returned to its queue (which
-// RabbitMQ 4.x counts towards a quorum queue's delivery limit), but waits
-// in the consumer, tried again after 50 ms, doubling, at most 5 s
-// (EventInboxFailed each time), until the database answers; only a stop
-// or a lost channel (Delivery.Draining) or the end of its context returns
-// it (mq.Requeue). A retry after a failed commit runs the handler again
-// (a commit that did go through makes it a duplicate). The handler's own
-// errors are the handler's.
+// When the inbox's own statements (its begin, its record, its commit) fail
+// because the database is not there (a connection refused, reset or lost,
+// the server shutting down, too many connections, a missing table), the
+// delivery is not the one to blame: it is not sent down the retry ladder,
+// nor returned to its queue (which RabbitMQ 4.x counts towards a quorum
+// queue's delivery limit), but waits in the consumer, tried again after
+// 50 ms, doubling, at most 5 s (EventInboxFailed each time), until the
+// database answers; only a stop or a lost channel (Delivery.Draining) or
+// the end of its context returns it (mq.Requeue). A retry after a failed
+// commit runs the handler again (a commit that did go through makes it a
+// duplicate). A failure of one of them that is this delivery's own is
+// returned for the retry ladder instead: the attempt's deadline passed
+// (middleware.Timeout) before the commit; a failed statement of the
+// handler's aborted the transaction, so the commit rolled back
+// (ErrTxAborted); PostgreSQL refused one of its values
+// (middleware.Reject). The handler's own errors are the handler's.
+//
+// Every key can be recorded: one PostgreSQL's text cannot hold (not
+// UTF-8, a NUL byte) or longer than 2048 bytes is recorded by its SHA-256
+// (see Schema.SQL), one key always one record.
 //
 // A delivery without a key is refused with middleware.Reject(ErrNoKey)
 // (a retry ladder sends it to the dead-letter queue at once). Records

@@ -76,11 +76,15 @@ func base(table string) string {
 // Outbox: id (bigserial: the order rows are written in), created_at,
 // exchange, routing_key, ordering_key (empty for none), message_id, body,
 // properties (jsonb: every AMQP property and header, each header value with
-// its type), trace (jsonb: the writer's trace context), attempts,
+// its type, and bytes that are not UTF-8 text kept in base64: see
+// docs/outbox.md), trace (jsonb: the writer's trace context), attempts,
 // retry_at (when a refused row may be tried again), last_error, and
 // set_aside_at (set: the relay gave up on the row; clear it to try again).
 //
-// Inbox: queue, key (primary key together), received_at.
+// Inbox: queue, key (primary key together), received_at. A key is
+// recorded as it is when it is UTF-8 without NUL bytes, at most 2048 bytes,
+// not beginning with the byte 0x01; any other as 0x01, "sha256:" and the
+// hex SHA-256 of its bytes.
 func (s Schema) SQL() (string, error) {
 	s, err := s.resolved()
 	if err != nil {
@@ -119,7 +123,7 @@ CREATE INDEX IF NOT EXISTS %[4]s_received ON %[3]s (received_at);
 // holds while it creates: PostgreSQL's CREATE … IF NOT EXISTS is not safe
 // against itself (two sessions can both find a table missing; the second
 // fails on pg_type's unique index), so every Create of every replica takes
-// its turn. The key is "acemq.outbox" in ASCII, read as a number.
+// its turn. The key is "acemq.ob" in ASCII, read as a number.
 const createLock int64 = 0x61_63_65_6d_71_2e_6f_62
 
 // Create creates both tables and their indexes in db when they do not
