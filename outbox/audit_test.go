@@ -136,6 +136,8 @@ func TestInboxFailedClassifies(t *testing.T) {
 		"commit rolled back":     {ctx: live, err: pgx.ErrTxCommitRollback, is: []error{ErrTxAborted}},
 		"deadline":               {ctx: dead, err: sql.ErrTxDone, is: []error{context.DeadlineExceeded}},
 		"stopped":                {ctx: stopped, err: context.Canceled, requeue: true},
+		"serialization 40001":    {ctx: live, err: pg("40001")},
+		"deadlock 40P01":         {ctx: live, err: pg("40P01")},
 	} {
 		err := in.failed(c.ctx, "commit", "k", c.err)
 		var out *outage

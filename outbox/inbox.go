@@ -191,7 +191,8 @@ func (h *inboxHandler) once(ctx context.Context, d *mq.Delivery, key string) err
 // (ErrTxAborted), or PostgreSQL refused this message's values (a data
 // exception, SQLSTATE class 22; a limit, 54; a constraint, 23): returned
 // for the retry ladder, a refused value with middleware.Reject as no retry
-// can help it. Anything else, a connection refused, reset or lost, the
+// can help it; a serialization failure or deadlock (class 40) as it is,
+// for a retry. Anything else, a connection refused, reset or lost, the
 // server shutting down (class 08, 57P01-57P03), too many connections, a
 // missing table or privilege: an *outage, waited out.
 func (in *inbox) failed(ctx context.Context, stmt, key string, err error) error {
@@ -212,6 +213,8 @@ func (in *inbox) failed(ctx context.Context, stmt, key string, err error) error 
 			return fmt.Errorf("%w (key %q): %w", ErrTxAborted, key, err)
 		case "22", "23", "54":
 			return middleware.Reject(fmt.Errorf("outbox: inbox: PostgreSQL refused the message's %s (SQLSTATE %s): %w", stmt, pe.Code, wrapped))
+		case "40": // a serialization failure or a deadlock: the attempt may try again
+			return wrapped
 		}
 	}
 	return &outage{wrapped}
