@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -268,6 +267,6 @@ func (in *inbox) maybeClean(ctx context.Context, d *mq.Delivery) {
 		return
 	}
 	if _, err := in.db.ExecContext(ctx, in.clean, in.c.retention.Seconds()); err != nil {
-		in.logger(d).LogAttrs(ctx, slog.LevelWarn, "acemq.inbox.clean.failed", slog.Any("error", err))
+		in.logger(d).LogAttrs(ctx, slog.LevelWarn, "acemq.inbox.clean.failed", in.attrs(d, slog.Any("error", err))...)
 	}
 }

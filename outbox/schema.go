@@ -83,8 +83,8 @@ func base(table string) string {
 //
 // Inbox: queue, key (primary key together), received_at. A key is
 // recorded as it is when it is UTF-8 without NUL bytes, at most 2048 bytes,
-// not beginning with the byte 0x01; any other as 0x01, "sha256:" and the
-// hex SHA-256 of its bytes.
+// not beginning with the byte 0x01 and "sha256:"; any other as 0x01,
+// "sha256:" and the hex SHA-256 of its bytes.
 func (s Schema) SQL() (string, error) {
 	s, err := s.resolved()
 	if err != nil {
