@@ -25,7 +25,10 @@
 // rows with one key, when the transaction that wrote the first committed
 // before the second was written (or both are in one transaction, in
 // write order), the first is confirmed by the broker before the second is
-// sent. Rows of different keys never wait for each other.
+// sent. Rows of different keys never wait for each other: the relay claims
+// no row whose key's first pending row waits for its retry. A relay claims
+// nothing while its broker has no connection, and the database ends the
+// transaction of a relay that froze holding rows after PublishTimeout.
 //
 // # The inbox
 //

@@ -140,7 +140,9 @@ func BatchSize(n int) Option {
 // MaxAttempts is how many times the Relay offers a row the broker refuses
 // (nack, unroutable, a missing exchange) before setting it aside; the
 // waits between grow from 1 s, doubling, to at most 10 min. A message the
-// wire cannot carry (mq.ErrInvalid) is set aside at once. Default 10.
+// wire cannot carry (mq.ErrInvalid) or the broker refuses for itself with
+// 406 PRECONDITION_FAILED (a body over its max_message_size, say) is set
+// aside at once. Default 10.
 func MaxAttempts(n int) Option {
 	return optionFunc(func(c *config) {
 		if n > 0 {
@@ -150,10 +152,14 @@ func MaxAttempts(n int) Option {
 }
 
 // PublishTimeout bounds one batch of the Relay: its publishes and its
-// transaction. A batch that runs out (the broker is unreachable) leaves
+// transaction. A batch that runs out (the broker does not answer) leaves
 // its rows as they were, unattempted, and the relay tries again later.
-// Stopping the relay lets the batch in flight finish within this bound.
-// Default 30 s.
+// The database enforces the bound too: the batch's transaction runs with
+// idle_in_transaction_session_timeout and statement_timeout set to it, so
+// the rows of a relay that freezes (SIGSTOP, a paused container, a
+// partition) are freed by the server after about this long, for the other
+// relays. Stopping the relay lets the batch in flight finish within this
+// bound. Default 30 s.
 func PublishTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d > 0 {
@@ -163,7 +169,7 @@ func PublishTimeout(d time.Duration) Option {
 }
 
 // WithPublisherOptions are given to every mq.Publisher the Relay opens
-// (one per exchange), e.g. mq.AllowUnroutable() for events that may have
+// (one per exchange, at most 64 at once), e.g. mq.AllowUnroutable() for events that may have
 // no audience. Default none: publishes are mandatory, and a row no queue
 // is bound for is retried and then set aside.
 func WithPublisherOptions(opts ...mq.PublisherOption) Option {

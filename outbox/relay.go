@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,9 +20,10 @@ import (
 )
 
 // Relay publishes the outbox table's committed rows through the broker's
-// confirmed publishers, one per exchange, and deletes each row only once
-// the broker has confirmed it. Run drives it; any number of relays, in one
-// process or many, may share a table.
+// confirmed publishers, one per exchange it publishes to (at most 64 open
+// at once, so 64 channels: the least recently used idle one is closed),
+// and deletes each row only once the broker has confirmed it. Run drives
+// it; any number of relays, in one process or many, may share a table.
 type Relay struct {
 	db     *sql.DB
 	b      *mq.Broker
@@ -32,12 +34,15 @@ type Relay struct {
 	m      *relayMetrics
 	q      relayQueries
 
-	mu   sync.Mutex
-	pubs map[string]*mq.Publisher
+	mu      sync.Mutex
+	freed   *sync.Cond // a publisher was released
+	pubs    map[string]*pubEntry
+	closing int    // publishers being closed, still holding their channels
+	tick    uint64 // orders the publishers' last use
 }
 
 type relayQueries struct {
-	claim, blockers, del, fail, stats string
+	claim, bound, blockers, del, fail, stats string
 }
 
 // NewRelay returns a relay of the outbox table in db to b. Options:
@@ -58,11 +63,18 @@ func NewRelay(db *sql.DB, b *mq.Broker, opts ...Option) *Relay {
 		log = slog.Default()
 	}
 	t := s.Outbox
-	return &Relay{db: db, b: b, c: c, schema: s, err: err, log: log, m: newRelayMetrics(c.mp),
-		pubs: map[string]*mq.Publisher{},
+	r := &Relay{db: db, b: b, c: c, schema: s, err: err, log: log, m: newRelayMetrics(c.mp),
+		pubs: map[string]*pubEntry{},
 		q: relayQueries{
-			claim: fmt.Sprintf(`SELECT id, exchange, routing_key, ordering_key, body, properties, trace, attempts FROM %s
-WHERE set_aside_at IS NULL AND (retry_at IS NULL OR retry_at <= now()) ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, t),
+			// A row whose key's first pending row waits for its retry could
+			// not be sent (the order), so it is not claimed: such rows would
+			// otherwise fill every batch and hold up every other key.
+			claim: fmt.Sprintf(`SELECT o.id, o.exchange, o.routing_key, o.ordering_key, o.body, o.properties, o.trace, o.attempts FROM %[1]s o
+WHERE o.set_aside_at IS NULL AND (o.retry_at IS NULL OR o.retry_at <= now())
+AND (o.ordering_key = '' OR COALESCE((SELECT h.retry_at FROM %[1]s h WHERE h.ordering_key = o.ordering_key AND h.ordering_key <> ''
+AND h.set_aside_at IS NULL ORDER BY h.id LIMIT 1), '-infinity') <= now())
+ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, t),
+			bound: `SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $1, true)`,
 			blockers: fmt.Sprintf(`SELECT o.id, o.ordering_key FROM %s o JOIN unnest($1::text[], $2::bigint[]) AS k(key, maxid)
 ON o.ordering_key = k.key AND o.id <= k.maxid WHERE o.set_aside_at IS NULL ORDER BY o.id`, t),
 			del: fmt.Sprintf(`DELETE FROM %s WHERE id = ANY($1::bigint[])`, t),
@@ -71,14 +83,19 @@ set_aside_at = CASE WHEN $4 THEN now() END WHERE id = $1`, t),
 			stats: fmt.Sprintf(`SELECT count(*) FILTER (WHERE set_aside_at IS NULL), count(*) FILTER (WHERE set_aside_at IS NOT NULL),
 COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE set_aside_at IS NULL)), 0)::float8 FROM %s`, t),
 		}}
+	r.freed = sync.NewCond(&r.mu)
+	return r
 }
 
 // Run relays until ctx ends, then lets the batch in flight finish (within
 // PublishTimeout) and returns nil. It wakes when a transaction that wrote
 // to the outbox commits (LISTEN/NOTIFY), every PollInterval otherwise, and
 // at once after a full batch. A database or broker that is unreachable is
-// waited for (the rows stay where they are); Run returns an error only for
-// a bad schema or a closed broker (mq.ErrClosed). Run it once per Relay.
+// waited for (the rows stay where they are): while the broker has no
+// connection the relay claims no rows, and a batch whose broker connection
+// is lost gives its rows back at once, so relays that can publish take
+// them. Run returns an error only for a bad schema or a closed broker
+// (mq.ErrClosed). Run it once per Relay.
 func (r *Relay) Run(ctx context.Context) error {
 	if r.err != nil {
 		return r.err
@@ -118,7 +135,33 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) erro
 	defer idle.Stop()
 	var lastStats time.Time
 	pause := 50 * time.Millisecond
+	down := false // the broker is not connected: claim nothing until it is
 	for {
+		if !r.b.Ready() {
+			if !down && stats {
+				r.log.LogAttrs(ctx, slog.LevelWarn, EventRelayFailed, slog.String("table", r.schema.Outbox), slog.Any("error", errNoBroker))
+			}
+			down = true
+			wctx, cancel := context.WithTimeout(ctx, max(r.c.poll, time.Second))
+			err := r.b.WaitReady(wctx)
+			cancel()
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case errors.Is(err, mq.ErrClosed):
+				return err
+			case err != nil:
+				if stats && time.Since(lastStats) >= max(r.c.poll, time.Second) {
+					r.stats(ctx)
+					lastStats = time.Now()
+				}
+				if errors.Is(err, mq.ErrNotStarted) && !sleep(ctx, max(r.c.poll, time.Second)) {
+					return nil
+				}
+				continue
+			}
+		}
+		down = false
 		full, err := r.batch(ctx)
 		if errors.Is(err, mq.ErrClosed) {
 			return err
@@ -152,6 +195,56 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) erro
 		}
 	}
 }
+
+// errNoBroker: the relay's broker has no connection; it claims no row
+// until it has one, so the rows stay free for relays that can publish.
+var errNoBroker = errors.New("outbox: the broker is not connected: claiming no rows until it is")
+
+// errBrokerLost: the broker's connection was lost while a batch waited for
+// its confirms; the batch gives its rows back at once.
+var errBrokerLost = errors.New("outbox: the broker connection was lost during the batch: its rows are left as they were")
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// watchBroker cancels a batch's publishes (cancel) as soon as the broker
+// has no connection, instead of letting them wait for the next one until
+// PublishTimeout: the rows are then given back at once. The channel it
+// returns says, once ctx has ended, whether it cancelled.
+func (r *Relay) watchBroker(ctx context.Context, cancel context.CancelFunc) <-chan bool {
+	lost := make(chan bool, 1)
+	go func() {
+		t := time.NewTicker(brokerWatch)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				lost <- false
+				return
+			case <-t.C:
+				if !r.b.Ready() {
+					cancel()
+					lost <- true
+					return
+				}
+			}
+		}
+	}()
+	return lost
+}
+
+// brokerWatch is how often a batch in flight looks at its broker's
+// connection.
+const brokerWatch = 50 * time.Millisecond
 
 // errNoListen: the database's driver is not pgx, so the relay only polls.
 var errNoListen = errors.New("outbox: the database driver is not pgx: polling only")
@@ -244,6 +337,15 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		return false, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	// The server, not only this process, bounds the transaction: a relay
+	// that freezes (SIGSTOP, a paused container, a partition) while it
+	// holds claimed rows has its session ended after PublishTimeout, and
+	// the rows go to another relay. No batch stays idle that long: bctx
+	// has ended by then.
+	ms := strconv.FormatInt(max(r.c.timeout.Milliseconds(), 1), 10)
+	if _, err := tx.ExecContext(bctx, r.q.bound, ms); err != nil {
+		return false, fmt.Errorf("outbox: bound the batch's transaction: %w", err)
+	}
 	rows, err := r.claim(bctx, tx)
 	if err != nil || len(rows) == 0 {
 		return false, err
@@ -255,8 +357,10 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	// The publishes get nine tenths of the batch's time, so the deletes and
 	// the commit of what was confirmed still fit in it.
 	pctx, pcancel := context.WithTimeout(bctx, r.c.timeout*9/10)
+	watch := r.watchBroker(pctx, pcancel)
 	r.publish(pctx, send)
 	pcancel()
+	lost := <-watch
 
 	var done []int64
 	var transient error
@@ -282,6 +386,9 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		return false, fmt.Errorf("outbox: commit: %w", err)
 	}
 	r.m.published(bctx, len(done))
+	if lost {
+		return false, errBrokerLost
+	}
 	if transient != nil {
 		return false, transient
 	}
@@ -420,25 +527,77 @@ func (r *Relay) send(ctx context.Context, rw *row) {
 			}
 		}
 	}
-	rw.err = r.publisher(rw.exchange).Publish(ctx, rw.key, m)
+	e := r.publisher(rw.exchange)
+	rw.err = e.p.Publish(ctx, rw.key, m)
+	r.release(e)
 }
 
-func (r *Relay) publisher(exchange string) *mq.Publisher {
+// maxPublishers bounds the publishers, so the channels, a relay holds at
+// once: a relay of rows to thousands of exchanges (one per tenant, say)
+// would otherwise take one channel per exchange it ever published to, up
+// to the connection's channel_max (2047 on RabbitMQ), and leave none for
+// the broker's other users. Past the bound, the least recently used idle
+// publisher is closed; a send finding every one busy waits for one.
+const maxPublishers = 64
+
+// pubEntry is one publisher of the relay and how many sends use it now.
+type pubEntry struct {
+	p    *mq.Publisher
+	used int    // sends publishing through it now
+	last uint64 // when it was last taken (r.tick)
+}
+
+// publisher returns exchange's publisher, opening it (and closing an
+// idle one past maxPublishers) when needed; give it back with release.
+func (r *Relay) publisher(exchange string) *pubEntry {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	p := r.pubs[exchange]
-	if p == nil {
-		p = r.b.Publisher(exchange, r.c.pubOpts...)
-		r.pubs[exchange] = p
+	for {
+		r.tick++
+		if e := r.pubs[exchange]; e != nil {
+			e.used++
+			e.last = r.tick
+			r.mu.Unlock()
+			return e
+		}
+		if len(r.pubs)+r.closing < maxPublishers {
+			e := &pubEntry{p: r.b.Publisher(exchange, r.c.pubOpts...), used: 1, last: r.tick}
+			r.pubs[exchange] = e
+			r.mu.Unlock()
+			return e
+		}
+		var oldest string
+		for ex, e := range r.pubs {
+			if e.used == 0 && (oldest == "" || e.last < r.pubs[oldest].last) {
+				oldest = ex
+			}
+		}
+		if oldest == "" {
+			r.freed.Wait() // every publisher is busy: wait for a release
+			continue
+		}
+		old := r.pubs[oldest]
+		delete(r.pubs, oldest)
+		r.closing++
+		r.mu.Unlock()
+		old.p.Close()
+		r.mu.Lock()
+		r.closing--
 	}
-	return p
+}
+
+// release gives back a publisher taken with publisher.
+func (r *Relay) release(e *pubEntry) {
+	r.mu.Lock()
+	e.used--
+	r.mu.Unlock()
+	r.freed.Broadcast()
 }
 
 func (r *Relay) closePublishers() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for ex, p := range r.pubs {
-		p.Close()
+	for ex, e := range r.pubs {
+		e.p.Close()
 		delete(r.pubs, ex)
 	}
 }
@@ -449,12 +608,22 @@ func isTransient(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, mq.ErrClosed)
 }
 
+// cannotCarry: the broker will refuse this message on every attempt, so
+// trying again only delays it being set aside: input the wire cannot carry
+// (mq.ErrInvalid, refused before sending), or a publish the broker refused
+// with 406 PRECONDITION_FAILED, which it answers for the message itself (a
+// body over its max_message_size, a user-id that is not the connection's
+// user, an expiration it cannot read).
+func cannotCarry(err error) bool {
+	return errors.Is(err, mq.ErrInvalid) || errors.Is(err, mq.ErrPreconditionFailed)
+}
+
 // refused records a row the broker refused: one more attempt, the error,
 // when to try again, and past MaxAttempts (or for a message the wire cannot
 // carry) set aside.
 func (r *Relay) refused(ctx context.Context, tx *sql.Tx, rw *row) error {
 	attempts := rw.attempts + 1
-	aside := attempts >= r.c.maxAttempts || errors.Is(rw.err, mq.ErrInvalid)
+	aside := attempts >= r.c.maxAttempts || cannotCarry(rw.err)
 	wait := retryWait(attempts)
 	msg := rw.err.Error()
 	if len(msg) > 4096 {
