@@ -184,10 +184,12 @@ func TestOutboxRelayFrozenPeerFreesItsRows(t *testing.T) {
 		<-done
 	})
 	// Freeze it while its batch is in flight: its transaction idle on the
-	// server, the rows claimed, some published and none deleted.
+	// server holding the rows it claimed (FOR UPDATE gave it a transaction
+	// id), some published and none deleted.
 	inBatch := testenv.Poll(30*time.Second, func() bool {
 		var n int
-		_ = db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle in transaction'`, app).Scan(&n)
+		_ = db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1
+AND state = 'idle in transaction' AND backend_xid IS NOT NULL`, app).Scan(&n)
 		return n > 0
 	})
 	if !inBatch {
@@ -198,8 +200,10 @@ func TestOutboxRelayFrozenPeerFreesItsRows(t *testing.T) {
 	}
 	stopped := time.Now()
 	left := outboxCount(t, db, s.Outbox, "")
-	if left == 0 {
-		t.Fatal("the child relay finished its batch before it was stopped")
+	if locked := relayAuditLocked(t, db, s.Outbox); locked == 0 {
+		t.Fatalf("the child relay was stopped holding no rows (%d in the table)", left)
+	} else {
+		t.Logf("the frozen relay holds %d of the %d rows left", locked, left)
 	}
 	outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.PollInterval(100*time.Millisecond),
 		outbox.PublishTimeout(relayAuditChildTimeout)))
@@ -223,6 +227,27 @@ func TestOutboxRelayFrozenPeerFreesItsRows(t *testing.T) {
 			t.Errorf("free-%d never arrived", i)
 		}
 	}
+}
+
+// relayAuditLocked is how many rows of table another transaction holds
+// locked now.
+func relayAuditLocked(t *testing.T, db *sql.DB, table string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read only
+	var all, free int
+	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM "+table).Scan(&all); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM (SELECT id FROM "+table+" FOR UPDATE SKIP LOCKED) f").Scan(&free); err != nil {
+		t.Fatal(err)
+	}
+	return all - free
 }
 
 // Defect 7: a relay whose broker is unreachable (its database fine) must
