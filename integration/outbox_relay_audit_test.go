@@ -18,11 +18,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-go/internal/testenv"
@@ -364,8 +366,8 @@ func TestOutboxRelayManyExchangesBoundedChannels(t *testing.T) {
 	}
 	lg := testenv.NewLogRecorder(t, outbox.EventPublishFailed, outbox.EventRelayFailed)
 	start := time.Now()
-	outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.WithLogger(lg.Logger()), outbox.PollInterval(100*time.Millisecond)))
-	ok := testenv.Poll(60*time.Second, func() bool { return outboxCount(t, db, s.Outbox, "") == 0 })
+	stop := outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.WithLogger(lg.Logger()), outbox.PollInterval(100*time.Millisecond)))
+	ok := testenv.Poll(45*time.Second, func() bool { return outboxCount(t, db, s.Outbox, "") == 0 })
 	left := outboxCount(t, db, s.Outbox, "")
 	failed := lg.Count(outbox.EventPublishFailed)
 	t.Logf("%d of %d rows published in %v; %s logged %d times", n-left, n, time.Since(start).Round(time.Millisecond), outbox.EventPublishFailed, failed)
@@ -375,13 +377,17 @@ func TestOutboxRelayManyExchangesBoundedChannels(t *testing.T) {
 	if failed > 0 {
 		t.Errorf("%s logged %d times, want 0: %v", outbox.EventPublishFailed, failed, lg.All(outbox.EventPublishFailed)[0])
 	}
-	// The relay's broker can still open channels for others.
+	// The relay's broker, the relay still running, can still open
+	// channels for others. (The relay is stopped before the test's
+	// cleanup closes its broker.)
 	q2 := testenv.Queue(t, b, retry.Policy{}, topology.Classic())
 	c, err := b.Consume(ctx, q2, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }))
 	if err != nil {
+		stop()
 		t.Fatalf("a new Consume on the relay's broker after %d exchanges: %v", n, err)
 	}
 	testenv.Stop(t, c)
+	stop()
 	if got := testenv.Count(t, b, q); got != n {
 		t.Errorf("the queue holds %d messages, want %d", got, n)
 	}
@@ -405,17 +411,19 @@ func TestOutboxRelayOversizeBodySetAsideAtOnce(t *testing.T) {
 	start := time.Now()
 	outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.PollInterval(100*time.Millisecond)))
 	// A body of 128 MiB takes the broker seconds to take in and refuse.
-	ok := testenv.Poll(60*time.Second, func() bool {
+	ok := testenv.Poll(45*time.Second, func() bool {
 		return outboxCount(t, db, s.Outbox, "message_id = 'huge' AND set_aside_at IS NOT NULL") == 1
 	})
 	var attempts int
 	var last sql.NullString
-	if err := db.QueryRowContext(ctx, "SELECT attempts, last_error FROM "+s.Outbox+" WHERE message_id = 'huge'").Scan(&attempts, &last); err != nil {
+	qctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := db.QueryRowContext(qctx, "SELECT attempts, last_error FROM "+s.Outbox+" WHERE message_id = 'huge'").Scan(&attempts, &last); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("a body of %d bytes (limit %d): set aside=%v after %v, attempts %d, last error %q", limit+1, limit, ok, time.Since(start).Round(time.Millisecond), attempts, last.String)
 	if !ok || attempts != 1 {
-		t.Fatalf("the oversize row: set aside %v, attempts %d within 60 s; want set aside at its first refusal (attempts 1)", ok, attempts)
+		t.Fatalf("the oversize row: set aside %v, attempts %d within 45 s; want set aside at its first refusal (attempts 1)", ok, attempts)
 	}
 	testenv.Eventually(t, 20*time.Second, func() bool { return outboxCount(t, db, s.Outbox, "message_id = 'small'") == 0 }, "the small row published")
 }
@@ -451,4 +459,80 @@ func relayAuditCtl(ctx context.Context, args ...string) (string, error) {
 	}
 	out, err := exec.CommandContext(ctx, argv[0], append(argv[1:], args...)...).CombinedOutput()
 	return string(out), err
+}
+
+// Issue 29, the outbox keeps up with its writers: the default Outbox
+// sends no NOTIFY (PostgreSQL serialises the commits of transactions
+// that do), and a relay that claims only once a minute still has each
+// commit on the queue within milliseconds, found by its probe of the
+// table's newest row. WithNotify still notifies.
+func TestOutboxRelayDefaultFindsCommitsWithoutNotify(t *testing.T) {
+	db, s, b, q, ctx := outboxRig(t, testenv.Discard())
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	notified := func(ob *outbox.Outbox, id string) bool {
+		t.Helper()
+		var got bool
+		err := conn.Raw(func(dc any) error {
+			c := dc.(interface{ Conn() *pgx.Conn }).Conn()
+			if _, err := c.Exec(ctx, "LISTEN "+pgx.Identifier{s.Outbox}.Sanitize()); err != nil {
+				return err
+			}
+			if err := outboxWrite(ctx, db, ob, "", q, mq.Message{MessageId: id}, true, nil); err != nil {
+				return err
+			}
+			wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			_, werr := c.WaitForNotification(wctx)
+			got = werr == nil
+			_, err := c.Exec(ctx, "UNLISTEN *")
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if notified(outbox.New(outbox.WithSchema(s)), "default") {
+		t.Errorf("the default Outbox's commit sent a NOTIFY: concurrent writers' commits are serialised")
+	}
+	if !notified(outbox.New(outbox.WithSchema(s), outbox.WithNotify()), "notify") {
+		t.Errorf("WithNotify's commit sent no NOTIFY")
+	}
+	outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.PollInterval(time.Minute)))
+	got := make(chan time.Time, 100)
+	c, err := b.Consume(ctx, q, mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+		if strings.HasPrefix(d.MessageId, "lat-") {
+			got <- time.Now()
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Stop(t, c)
+	time.Sleep(300 * time.Millisecond)
+	ob := outbox.New(outbox.WithSchema(s))
+	var lat []time.Duration
+	for i := range 30 {
+		if err := outboxWrite(ctx, db, ob, "", q, mq.Message{MessageId: fmt.Sprint("lat-", i)}, true, nil); err != nil {
+			t.Fatal(err)
+		}
+		committed := time.Now()
+		select {
+		case at := <-got:
+			lat = append(lat, at.Sub(committed))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("commit %d not delivered within 5 s by a relay polling once a minute, without NOTIFY", i)
+		}
+		time.Sleep(time.Duration(10+i%5*10) * time.Millisecond)
+	}
+	slices.Sort(lat)
+	t.Logf("commit to delivery without NOTIFY: p50 %v, max %v", lat[len(lat)/2], lat[len(lat)-1])
+	if lat[len(lat)/2] > 100*time.Millisecond {
+		t.Errorf("commit to delivery p50 %v, want milliseconds", lat[len(lat)/2])
+	}
 }

@@ -42,7 +42,7 @@ type Relay struct {
 }
 
 type relayQueries struct {
-	claim, bound, blockers, del, fail, stats string
+	claim, probe, blockers, del, fail, stats string
 }
 
 // NewRelay returns a relay of the outbox table in db to b. Options:
@@ -69,12 +69,16 @@ func NewRelay(db *sql.DB, b *mq.Broker, opts ...Option) *Relay {
 			// A row whose key's first pending row waits for its retry could
 			// not be sent (the order), so it is not claimed: such rows would
 			// otherwise fill every batch and hold up every other key.
-			claim: fmt.Sprintf(`SELECT o.id, o.exchange, o.routing_key, o.ordering_key, o.body, o.properties, o.trace, o.attempts FROM %[1]s o
+			// The claim also bounds its transaction (bound, in the same
+			// round trip): see batch.
+			claim: fmt.Sprintf(`WITH bound AS MATERIALIZED (SELECT set_config('idle_in_transaction_session_timeout', $2, true),
+set_config('statement_timeout', $2, true), set_config('synchronous_commit', 'off', true))
+SELECT o.id, o.exchange, o.routing_key, o.ordering_key, o.body, o.properties, o.trace, o.attempts FROM %[1]s o, bound
 WHERE o.set_aside_at IS NULL AND (o.retry_at IS NULL OR o.retry_at <= now())
 AND (o.ordering_key = '' OR COALESCE((SELECT h.retry_at FROM %[1]s h WHERE h.ordering_key = o.ordering_key AND h.ordering_key <> ''
 AND h.set_aside_at IS NULL ORDER BY h.id LIMIT 1), '-infinity') <= now())
 ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, t),
-			bound: `SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $1, true)`,
+			probe: fmt.Sprintf(`SELECT COALESCE(max(id), 0) FROM %s WHERE set_aside_at IS NULL`, t),
 			blockers: fmt.Sprintf(`SELECT o.id, o.ordering_key FROM %s o JOIN unnest($1::text[], $2::bigint[]) AS k(key, maxid)
 ON o.ordering_key = k.key AND o.id <= k.maxid WHERE o.set_aside_at IS NULL ORDER BY o.id`, t),
 			del: fmt.Sprintf(`DELETE FROM %s WHERE id = ANY($1::bigint[])`, t),
@@ -249,27 +253,27 @@ const brokerWatch = 50 * time.Millisecond
 // errNoListen: the database's driver is not pgx, so the relay only polls.
 var errNoListen = errors.New("outbox: the database driver is not pgx: polling only")
 
-// listen holds a LISTEN connection and signals wake on every notification
-// (and once after each LISTEN, for rows written while it had none), until
-// ctx ends; a lost connection is replaced with backoff.
+// listen holds a connection of its own that LISTENs and probes, and
+// signals wake on every notification, every change the probe sees, and
+// once after each LISTEN (for rows written while it had none), until ctx
+// ends; a lost connection is replaced with backoff. With a driver other
+// than pgx it only probes, through the pool.
 func (r *Relay) listen(ctx context.Context, wakes []chan struct{}) {
 	pause := 100 * time.Millisecond
+	p := r.newProber()
 	for ctx.Err() == nil {
-		err := r.listenOnce(ctx, wakes)
+		err := r.listenOnce(ctx, wakes, p)
 		if ctx.Err() != nil {
 			return
 		}
 		if errors.Is(err, errNoListen) {
 			r.log.LogAttrs(ctx, slog.LevelInfo, "acemq.outbox.listen.unavailable", slog.String("table", r.schema.Outbox), slog.Any("error", err))
+			r.probePool(ctx, wakes, p)
 			return
 		}
 		r.log.LogAttrs(ctx, slog.LevelDebug, "acemq.outbox.listen.lost", slog.String("table", r.schema.Outbox), slog.Any("error", err))
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, pause) {
 			return
-		case <-t.C:
 		}
 		pause = min(pause*2, 5*time.Second)
 	}
@@ -284,7 +288,63 @@ func signal(wakes []chan struct{}) {
 	}
 }
 
-func (r *Relay) listenOnce(ctx context.Context, wake []chan struct{}) error {
+// The probe's waits: probeMin after the table changed, doubling while it
+// does not, to at most probeMax (or PollInterval when shorter).
+const (
+	probeMin = time.Millisecond
+	probeMax = 5 * time.Millisecond
+)
+
+// prober is the probe's state: the newest pending row id it saw and its
+// next wait. The probe reads the table's newest pending row id (the last
+// entry of an index, one cheap statement) and wakes the loops when it
+// changed: a commit added a row, or a batch deleted some. So a commit is
+// found within milliseconds without a NOTIFY in the writer's transaction,
+// which would serialise the writers' commits. A row committed out of id
+// order behind a newer one is found when the newer one is published, or
+// by the loops' own claim every PollInterval.
+type prober struct {
+	last       int64
+	wait, most time.Duration
+}
+
+func (r *Relay) newProber() *prober {
+	most := min(probeMax, r.c.poll)
+	return &prober{last: -1, wait: min(probeMin, most), most: most}
+}
+
+// saw records the probe's answer and says whether to wake the loops.
+func (p *prober) saw(top int64) bool {
+	if top == p.last {
+		p.wait = min(p.wait*2, p.most)
+		return false
+	}
+	p.last = top
+	p.wait = min(probeMin, p.most)
+	return top > 0
+}
+
+// probePool probes through db's pool, for a driver that cannot LISTEN.
+func (r *Relay) probePool(ctx context.Context, wakes []chan struct{}, p *prober) {
+	for sleep(ctx, p.wait) {
+		if !r.b.Ready() {
+			p.wait = p.most // the loops claim nothing until the broker is back
+			continue
+		}
+		qctx, cancel := context.WithTimeout(ctx, max(r.c.poll, time.Second))
+		var top int64
+		err := r.db.QueryRowContext(qctx, r.q.probe).Scan(&top)
+		cancel()
+		switch {
+		case err != nil:
+			p.wait = max(p.most, min(r.c.poll, time.Second)) // the loops report the database
+		case p.saw(top):
+			signal(wakes)
+		}
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context, wake []chan struct{}, p *prober) error {
 	conn, err := r.db.Conn(ctx)
 	if err != nil {
 		return err
@@ -304,12 +364,30 @@ func (r *Relay) listenOnce(ctx context.Context, wake []chan struct{}) error {
 		}
 		signal(wake)
 		for {
-			if _, err := c.WaitForNotification(ctx); err != nil {
+			wctx, cancel := context.WithTimeout(ctx, p.wait)
+			_, err := c.WaitForNotification(wctx)
+			cancel()
+			switch {
+			case err == nil:
+				signal(wake)
+				continue
+			case ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded):
 				failure = err
 				// Never hand a connection that listens back to the pool.
 				return driver.ErrBadConn
 			}
-			signal(wake)
+			if !r.b.Ready() {
+				p.wait = p.most // the loops claim nothing until the broker is back
+				continue
+			}
+			var top int64
+			if err := c.QueryRow(ctx, r.q.probe).Scan(&top); err != nil {
+				failure = err
+				return driver.ErrBadConn
+			}
+			if p.saw(top) {
+				signal(wake)
+			}
 		}
 	})
 	return failure
@@ -337,15 +415,6 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		return false, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	// The server, not only this process, bounds the transaction: a relay
-	// that freezes (SIGSTOP, a paused container, a partition) while it
-	// holds claimed rows has its session ended after PublishTimeout, and
-	// the rows go to another relay. No batch stays idle that long: bctx
-	// has ended by then.
-	ms := strconv.FormatInt(max(r.c.timeout.Milliseconds(), 1), 10)
-	if _, err := tx.ExecContext(bctx, r.q.bound, ms); err != nil {
-		return false, fmt.Errorf("outbox: bound the batch's transaction: %w", err)
-	}
 	rows, err := r.claim(bctx, tx)
 	if err != nil || len(rows) == 0 {
 		return false, err
@@ -395,8 +464,18 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	return len(rows) == r.c.batch && len(done) == len(rows), nil
 }
 
+// claim locks and reads up to BatchSize due rows. In the same statement
+// it has the server, not only this process, bound the transaction: a
+// relay that freezes (SIGSTOP, a paused container, a partition) while it
+// holds claimed rows has its session ended after PublishTimeout
+// (idle_in_transaction_session_timeout, statement_timeout), and the rows
+// go to another relay; no live batch is idle that long, its context has
+// ended by then. The batch's commit does not wait for the disk
+// (synchronous_commit off): deletes lost in a database crash only publish
+// their rows again, which at-least-once allows.
 func (r *Relay) claim(ctx context.Context, tx *sql.Tx) ([]*row, error) {
-	res, err := tx.QueryContext(ctx, r.q.claim, r.c.batch)
+	ms := strconv.FormatInt(max(r.c.timeout.Milliseconds(), 1), 10)
+	res, err := tx.QueryContext(ctx, r.q.claim, r.c.batch, ms)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim rows: %w", err)
 	}
