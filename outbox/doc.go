@@ -7,15 +7,16 @@
 //
 // Outbox.Publish writes a message (exchange, routing key, body, every
 // property and header byte for byte, and the trace context of the caller's
-// span) into the
-// outbox table inside the caller's *sql.Tx, and asks PostgreSQL to notify
-// the relays when that transaction commits. Nothing reaches the broker
-// unless the transaction commits; once it has committed, the message is not
-// lost. A Relay publishes committed rows through a confirmed mq.Publisher
-// and deletes each row only after the broker confirmed it. It wakes on
-// LISTEN/NOTIFY and polls as a fallback; any number of relays (one per
-// service instance) share a table: rows are claimed with FOR UPDATE SKIP
-// LOCKED, so no two relays send one row at once. A row the broker refuses
+// span) into the outbox table inside the caller's *sql.Tx (with WithNotify,
+// it also asks PostgreSQL to notify the relays when that transaction
+// commits). Nothing reaches the broker unless the transaction commits; once
+// it has committed, the message is not lost. A Relay publishes committed
+// rows through a confirmed mq.Publisher and deletes each row only after the
+// broker confirmed it. It finds new rows by probing the table's newest
+// pending row every few milliseconds (and wakes on LISTEN/NOTIFY, and claims
+// every PollInterval); any number of relays (one per service instance)
+// share a table: rows are claimed with FOR UPDATE SKIP LOCKED, so no two
+// relays send one row at once. A row the broker refuses
 // or cannot route is tried again with backoff, and after MaxAttempts set
 // aside (set_aside_at, attempts and last_error say so, in the table) and
 // logged (EventSetAside); it is never deleted by the relay.
@@ -26,7 +27,10 @@
 // rows with one key, when the transaction that wrote the first committed
 // before the second was written (or both are in one transaction, in
 // write order), the first is confirmed by the broker before the second is
-// sent. Rows of different keys never wait for each other.
+// sent. Rows of different keys never wait for each other: the relay claims
+// no row whose key's first pending row waits for its retry. A relay claims
+// nothing while its broker has no connection, and the database ends the
+// transaction of a relay that froze holding rows after PublishTimeout.
 //
 // # The inbox
 //

@@ -35,12 +35,15 @@ const (
 	// the relay tries it again after a backoff.
 	EventPublishFailed = "acemq.outbox.publish.failed"
 	// EventSetAside: the relay gave up on a row after MaxAttempts (or at
-	// once for a message the wire cannot carry): set_aside_at is set, the
+	// once for a message the wire cannot carry or the broker refuses with
+	// 406): set_aside_at is set, the
 	// row stays in the table for a person to look at.
 	EventSetAside = "acemq.outbox.set.aside"
-	// EventRelayFailed: a relay's batch failed on the database or ran out
-	// of PublishTimeout (the broker unreachable); its rows are as they were
-	// and the relay tries again after a pause.
+	// EventRelayFailed: a relay's batch failed on the database, ran out
+	// of PublishTimeout or lost its broker connection, or the relay found
+	// its broker without a connection (logged once per outage; it claims
+	// nothing until the broker is back); the rows are as they were and the
+	// relay tries again after a pause.
 	EventRelayFailed = "acemq.outbox.relay.failed"
 	// EventInboxFailed: the inbox's own statements failed because the
 	// database is unreachable (or misconfigured: a missing table); the

@@ -26,8 +26,8 @@ type Outbox struct {
 }
 
 // New returns an Outbox. Options: WithSchema, WithPropagators, OrderBy,
-// WithoutNotify. A
-// bad table name makes every Publish fail with ErrSchema.
+// WithNotify (WithoutNotify is the default). A bad table name makes every
+// Publish fail with ErrSchema.
 func New(opts ...Option) *Outbox {
 	c := newConfig(opts)
 	s, err := c.schema.resolved()
@@ -44,8 +44,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)`, s.Outbox)
 }
 
 // Publish writes m, to be published to exchange with routingKey, into the
-// outbox table within tx, and has PostgreSQL notify the relays when tx
-// commits (unless WithoutNotify). It neither commits nor rolls back tx:
+// outbox table within tx (with WithNotify, PostgreSQL also notifies the
+// relays when tx commits; without, they find the row within milliseconds). It neither commits nor rolls back tx:
 // the message is published if and only if tx commits.
 //
 // Everything is kept: the body, every property and header (each header

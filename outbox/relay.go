@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,9 +20,10 @@ import (
 )
 
 // Relay publishes the outbox table's committed rows through the broker's
-// confirmed publishers, one per exchange, and deletes each row only once
-// the broker has confirmed it. Run drives it; any number of relays, in one
-// process or many, may share a table.
+// confirmed publishers, one per exchange it publishes to (at most 64 open
+// at once, so 64 channels: the least recently used idle one is closed),
+// and deletes each row only once the broker has confirmed it. Run drives
+// it; any number of relays, in one process or many, may share a table.
 type Relay struct {
 	db     *sql.DB
 	b      *mq.Broker
@@ -32,12 +34,15 @@ type Relay struct {
 	m      *relayMetrics
 	q      relayQueries
 
-	mu   sync.Mutex
-	pubs map[string]*mq.Publisher
+	mu      sync.Mutex
+	freed   *sync.Cond // a publisher was released
+	pubs    map[string]*pubEntry
+	closing int    // publishers being closed, still holding their channels
+	tick    uint64 // orders the publishers' last use
 }
 
 type relayQueries struct {
-	claim, blockers, del, fail, stats string
+	claim, probe, blockers, del, fail, stats string
 }
 
 // NewRelay returns a relay of the outbox table in db to b. Options:
@@ -58,11 +63,22 @@ func NewRelay(db *sql.DB, b *mq.Broker, opts ...Option) *Relay {
 		log = slog.Default()
 	}
 	t := s.Outbox
-	return &Relay{db: db, b: b, c: c, schema: s, err: err, log: log, m: newRelayMetrics(c.mp),
-		pubs: map[string]*mq.Publisher{},
+	r := &Relay{db: db, b: b, c: c, schema: s, err: err, log: log, m: newRelayMetrics(c.mp),
+		pubs: map[string]*pubEntry{},
 		q: relayQueries{
-			claim: fmt.Sprintf(`SELECT id, exchange, routing_key, ordering_key, body, properties, trace, attempts FROM %s
-WHERE set_aside_at IS NULL AND (retry_at IS NULL OR retry_at <= now()) ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, t),
+			// A row whose key's first pending row waits for its retry could
+			// not be sent (the order), so it is not claimed: such rows would
+			// otherwise fill every batch and hold up every other key.
+			// The claim also bounds its transaction (bound, in the same
+			// round trip): see batch.
+			claim: fmt.Sprintf(`WITH bound AS MATERIALIZED (SELECT set_config('idle_in_transaction_session_timeout', $2, true),
+set_config('statement_timeout', $2, true), set_config('synchronous_commit', 'off', true))
+SELECT o.id, o.exchange, o.routing_key, o.ordering_key, o.body, o.properties, o.trace, o.attempts FROM %[1]s o, bound
+WHERE o.set_aside_at IS NULL AND (o.retry_at IS NULL OR o.retry_at <= now())
+AND (o.ordering_key = '' OR COALESCE((SELECT h.retry_at FROM %[1]s h WHERE h.ordering_key = o.ordering_key AND h.ordering_key <> ''
+AND h.set_aside_at IS NULL ORDER BY h.id LIMIT 1), '-infinity') <= now())
+ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, t),
+			probe: fmt.Sprintf(`SELECT COALESCE(max(id), 0) FROM %s WHERE set_aside_at IS NULL`, t),
 			blockers: fmt.Sprintf(`SELECT o.id, o.ordering_key FROM %s o JOIN unnest($1::text[], $2::bigint[]) AS k(key, maxid)
 ON o.ordering_key = k.key AND o.id <= k.maxid WHERE o.set_aside_at IS NULL ORDER BY o.id`, t),
 			del: fmt.Sprintf(`DELETE FROM %s WHERE id = ANY($1::bigint[])`, t),
@@ -71,14 +87,19 @@ set_aside_at = CASE WHEN $4 THEN now() END WHERE id = $1`, t),
 			stats: fmt.Sprintf(`SELECT count(*) FILTER (WHERE set_aside_at IS NULL), count(*) FILTER (WHERE set_aside_at IS NOT NULL),
 COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE set_aside_at IS NULL)), 0)::float8 FROM %s`, t),
 		}}
+	r.freed = sync.NewCond(&r.mu)
+	return r
 }
 
 // Run relays until ctx ends, then lets the batch in flight finish (within
 // PublishTimeout) and returns nil. It wakes when a transaction that wrote
 // to the outbox commits (LISTEN/NOTIFY), every PollInterval otherwise, and
 // at once after a full batch. A database or broker that is unreachable is
-// waited for (the rows stay where they are); Run returns an error only for
-// a bad schema or a closed broker (mq.ErrClosed). Run it once per Relay.
+// waited for (the rows stay where they are): while the broker has no
+// connection the relay claims no rows, and a batch whose broker connection
+// is lost gives its rows back at once, so relays that can publish take
+// them. Run returns an error only for a bad schema or a closed broker
+// (mq.ErrClosed). Run it once per Relay.
 func (r *Relay) Run(ctx context.Context) error {
 	if r.err != nil {
 		return r.err
@@ -118,7 +139,33 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) erro
 	defer idle.Stop()
 	var lastStats time.Time
 	pause := 50 * time.Millisecond
+	down := false // the broker is not connected: claim nothing until it is
 	for {
+		if !r.b.Ready() {
+			if !down && stats {
+				r.log.LogAttrs(ctx, slog.LevelWarn, EventRelayFailed, slog.String("table", r.schema.Outbox), slog.Any("error", errNoBroker))
+			}
+			down = true
+			wctx, cancel := context.WithTimeout(ctx, max(r.c.poll, time.Second))
+			err := r.b.WaitReady(wctx)
+			cancel()
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case errors.Is(err, mq.ErrClosed):
+				return err
+			case err != nil:
+				if stats && time.Since(lastStats) >= max(r.c.poll, time.Second) {
+					r.stats(ctx)
+					lastStats = time.Now()
+				}
+				if errors.Is(err, mq.ErrNotStarted) && !sleep(ctx, max(r.c.poll, time.Second)) {
+					return nil
+				}
+				continue
+			}
+		}
+		down = false
 		full, err := r.batch(ctx)
 		if errors.Is(err, mq.ErrClosed) {
 			return err
@@ -153,30 +200,80 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) erro
 	}
 }
 
+// errNoBroker: the relay's broker has no connection; it claims no row
+// until it has one, so the rows stay free for relays that can publish.
+var errNoBroker = errors.New("outbox: the broker is not connected: claiming no rows until it is")
+
+// errBrokerLost: the broker's connection was lost while a batch waited for
+// its confirms; the batch gives its rows back at once.
+var errBrokerLost = errors.New("outbox: the broker connection was lost during the batch: its rows are left as they were")
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// watchBroker cancels a batch's publishes (cancel) as soon as the broker
+// has no connection, instead of letting them wait for the next one until
+// PublishTimeout: the rows are then given back at once. The channel it
+// returns says, once ctx has ended, whether it cancelled.
+func (r *Relay) watchBroker(ctx context.Context, cancel context.CancelFunc) <-chan bool {
+	lost := make(chan bool, 1)
+	go func() {
+		t := time.NewTicker(brokerWatch)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				lost <- false
+				return
+			case <-t.C:
+				if !r.b.Ready() {
+					cancel()
+					lost <- true
+					return
+				}
+			}
+		}
+	}()
+	return lost
+}
+
+// brokerWatch is how often a batch in flight looks at its broker's
+// connection.
+const brokerWatch = 50 * time.Millisecond
+
 // errNoListen: the database's driver is not pgx, so the relay only polls.
 var errNoListen = errors.New("outbox: the database driver is not pgx: polling only")
 
-// listen holds a LISTEN connection and signals wake on every notification
-// (and once after each LISTEN, for rows written while it had none), until
-// ctx ends; a lost connection is replaced with backoff.
+// listen holds a connection of its own that LISTENs and probes, and
+// signals wake on every notification, every change the probe sees, and
+// once after each LISTEN (for rows written while it had none), until ctx
+// ends; a lost connection is replaced with backoff. With a driver other
+// than pgx it only probes, through the pool.
 func (r *Relay) listen(ctx context.Context, wakes []chan struct{}) {
 	pause := 100 * time.Millisecond
+	p := r.newProber()
 	for ctx.Err() == nil {
-		err := r.listenOnce(ctx, wakes)
+		err := r.listenOnce(ctx, wakes, p)
 		if ctx.Err() != nil {
 			return
 		}
 		if errors.Is(err, errNoListen) {
 			r.log.LogAttrs(ctx, slog.LevelInfo, "acemq.outbox.listen.unavailable", slog.String("table", r.schema.Outbox), slog.Any("error", err))
+			r.probePool(ctx, wakes, p)
 			return
 		}
 		r.log.LogAttrs(ctx, slog.LevelDebug, "acemq.outbox.listen.lost", slog.String("table", r.schema.Outbox), slog.Any("error", err))
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, pause) {
 			return
-		case <-t.C:
 		}
 		pause = min(pause*2, 5*time.Second)
 	}
@@ -191,7 +288,63 @@ func signal(wakes []chan struct{}) {
 	}
 }
 
-func (r *Relay) listenOnce(ctx context.Context, wake []chan struct{}) error {
+// The probe's waits: probeMin after the table changed, doubling while it
+// does not, to at most probeMax (or PollInterval when shorter).
+const (
+	probeMin = time.Millisecond
+	probeMax = 5 * time.Millisecond
+)
+
+// prober is the probe's state: the newest pending row id it saw and its
+// next wait. The probe reads the table's newest pending row id (the last
+// entry of an index, one cheap statement) and wakes the loops when it
+// changed: a commit added a row, or a batch deleted some. So a commit is
+// found within milliseconds without a NOTIFY in the writer's transaction,
+// which would serialise the writers' commits. A row committed out of id
+// order behind a newer one is found when the newer one is published, or
+// by the loops' own claim every PollInterval.
+type prober struct {
+	last       int64
+	wait, most time.Duration
+}
+
+func (r *Relay) newProber() *prober {
+	most := min(probeMax, r.c.poll)
+	return &prober{last: -1, wait: min(probeMin, most), most: most}
+}
+
+// saw records the probe's answer and says whether to wake the loops.
+func (p *prober) saw(top int64) bool {
+	if top == p.last {
+		p.wait = min(p.wait*2, p.most)
+		return false
+	}
+	p.last = top
+	p.wait = min(probeMin, p.most)
+	return top > 0
+}
+
+// probePool probes through db's pool, for a driver that cannot LISTEN.
+func (r *Relay) probePool(ctx context.Context, wakes []chan struct{}, p *prober) {
+	for sleep(ctx, p.wait) {
+		if !r.b.Ready() {
+			p.wait = p.most // the loops claim nothing until the broker is back
+			continue
+		}
+		qctx, cancel := context.WithTimeout(ctx, max(r.c.poll, time.Second))
+		var top int64
+		err := r.db.QueryRowContext(qctx, r.q.probe).Scan(&top)
+		cancel()
+		switch {
+		case err != nil:
+			p.wait = max(p.most, min(r.c.poll, time.Second)) // the loops report the database
+		case p.saw(top):
+			signal(wakes)
+		}
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context, wake []chan struct{}, p *prober) error {
 	conn, err := r.db.Conn(ctx)
 	if err != nil {
 		return err
@@ -211,12 +364,30 @@ func (r *Relay) listenOnce(ctx context.Context, wake []chan struct{}) error {
 		}
 		signal(wake)
 		for {
-			if _, err := c.WaitForNotification(ctx); err != nil {
+			wctx, cancel := context.WithTimeout(ctx, p.wait)
+			_, err := c.WaitForNotification(wctx)
+			cancel()
+			switch {
+			case err == nil:
+				signal(wake)
+				continue
+			case ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded):
 				failure = err
 				// Never hand a connection that listens back to the pool.
 				return driver.ErrBadConn
 			}
-			signal(wake)
+			if !r.b.Ready() {
+				p.wait = p.most // the loops claim nothing until the broker is back
+				continue
+			}
+			var top int64
+			if err := c.QueryRow(ctx, r.q.probe).Scan(&top); err != nil {
+				failure = err
+				return driver.ErrBadConn
+			}
+			if p.saw(top) {
+				signal(wake)
+			}
 		}
 	})
 	return failure
@@ -255,8 +426,10 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 	// The publishes get nine tenths of the batch's time, so the deletes and
 	// the commit of what was confirmed still fit in it.
 	pctx, pcancel := context.WithTimeout(bctx, r.c.timeout*9/10)
+	watch := r.watchBroker(pctx, pcancel)
 	r.publish(pctx, send)
 	pcancel()
+	lost := <-watch
 
 	var done []int64
 	var transient error
@@ -282,14 +455,27 @@ func (r *Relay) batch(ctx context.Context) (full bool, err error) {
 		return false, fmt.Errorf("outbox: commit: %w", err)
 	}
 	r.m.published(bctx, len(done))
+	if lost {
+		return false, errBrokerLost
+	}
 	if transient != nil {
 		return false, transient
 	}
 	return len(rows) == r.c.batch && len(done) == len(rows), nil
 }
 
+// claim locks and reads up to BatchSize due rows. In the same statement
+// it has the server, not only this process, bound the transaction: a
+// relay that freezes (SIGSTOP, a paused container, a partition) while it
+// holds claimed rows has its session ended after PublishTimeout
+// (idle_in_transaction_session_timeout, statement_timeout), and the rows
+// go to another relay; no live batch is idle that long, its context has
+// ended by then. The batch's commit does not wait for the disk
+// (synchronous_commit off): deletes lost in a database crash only publish
+// their rows again, which at-least-once allows.
 func (r *Relay) claim(ctx context.Context, tx *sql.Tx) ([]*row, error) {
-	res, err := tx.QueryContext(ctx, r.q.claim, r.c.batch)
+	ms := strconv.FormatInt(max(r.c.timeout.Milliseconds(), 1), 10)
+	res, err := tx.QueryContext(ctx, r.q.claim, r.c.batch, ms)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim rows: %w", err)
 	}
@@ -420,25 +606,77 @@ func (r *Relay) send(ctx context.Context, rw *row) {
 			}
 		}
 	}
-	rw.err = r.publisher(rw.exchange).Publish(ctx, rw.key, m)
+	e := r.publisher(rw.exchange)
+	rw.err = e.p.Publish(ctx, rw.key, m)
+	r.release(e)
 }
 
-func (r *Relay) publisher(exchange string) *mq.Publisher {
+// maxPublishers bounds the publishers, so the channels, a relay holds at
+// once: a relay of rows to thousands of exchanges (one per tenant, say)
+// would otherwise take one channel per exchange it ever published to, up
+// to the connection's channel_max (2047 on RabbitMQ), and leave none for
+// the broker's other users. Past the bound, the least recently used idle
+// publisher is closed; a send finding every one busy waits for one.
+const maxPublishers = 64
+
+// pubEntry is one publisher of the relay and how many sends use it now.
+type pubEntry struct {
+	p    *mq.Publisher
+	used int    // sends publishing through it now
+	last uint64 // when it was last taken (r.tick)
+}
+
+// publisher returns exchange's publisher, opening it (and closing an
+// idle one past maxPublishers) when needed; give it back with release.
+func (r *Relay) publisher(exchange string) *pubEntry {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	p := r.pubs[exchange]
-	if p == nil {
-		p = r.b.Publisher(exchange, r.c.pubOpts...)
-		r.pubs[exchange] = p
+	for {
+		r.tick++
+		if e := r.pubs[exchange]; e != nil {
+			e.used++
+			e.last = r.tick
+			r.mu.Unlock()
+			return e
+		}
+		if len(r.pubs)+r.closing < maxPublishers {
+			e := &pubEntry{p: r.b.Publisher(exchange, r.c.pubOpts...), used: 1, last: r.tick}
+			r.pubs[exchange] = e
+			r.mu.Unlock()
+			return e
+		}
+		var oldest string
+		for ex, e := range r.pubs {
+			if e.used == 0 && (oldest == "" || e.last < r.pubs[oldest].last) {
+				oldest = ex
+			}
+		}
+		if oldest == "" {
+			r.freed.Wait() // every publisher is busy: wait for a release
+			continue
+		}
+		old := r.pubs[oldest]
+		delete(r.pubs, oldest)
+		r.closing++
+		r.mu.Unlock()
+		old.p.Close()
+		r.mu.Lock()
+		r.closing--
 	}
-	return p
+}
+
+// release gives back a publisher taken with publisher.
+func (r *Relay) release(e *pubEntry) {
+	r.mu.Lock()
+	e.used--
+	r.mu.Unlock()
+	r.freed.Broadcast()
 }
 
 func (r *Relay) closePublishers() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for ex, p := range r.pubs {
-		p.Close()
+	for ex, e := range r.pubs {
+		e.p.Close()
 		delete(r.pubs, ex)
 	}
 }
@@ -449,12 +687,22 @@ func isTransient(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, mq.ErrClosed)
 }
 
+// cannotCarry: the broker will refuse this message on every attempt, so
+// trying again only delays it being set aside: input the wire cannot carry
+// (mq.ErrInvalid, refused before sending), or a publish the broker refused
+// with 406 PRECONDITION_FAILED, which it answers for the message itself (a
+// body over its max_message_size, a user-id that is not the connection's
+// user, an expiration it cannot read).
+func cannotCarry(err error) bool {
+	return errors.Is(err, mq.ErrInvalid) || errors.Is(err, mq.ErrPreconditionFailed)
+}
+
 // refused records a row the broker refused: one more attempt, the error,
 // when to try again, and past MaxAttempts (or for a message the wire cannot
 // carry) set aside.
 func (r *Relay) refused(ctx context.Context, tx *sql.Tx, rw *row) error {
 	attempts := rw.attempts + 1
-	aside := attempts >= r.c.maxAttempts || errors.Is(rw.err, mq.ErrInvalid)
+	aside := attempts >= r.c.maxAttempts || cannotCarry(rw.err)
 	wait := retryWait(attempts)
 	msg := rw.err.Error()
 	if len(msg) > 4096 {

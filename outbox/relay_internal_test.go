@@ -1,0 +1,45 @@
+package outbox
+
+import (
+	"testing"
+	"time"
+)
+
+// The probe wakes the loops when the newest pending row changes to a row
+// (not when the table empties), waits probeMin after a change and doubles
+// its wait while nothing changes, to at most probeMax or PollInterval.
+func TestProberWakesOnChangeAndBacksOff(t *testing.T) {
+	r := &Relay{c: config{poll: time.Second}}
+	p := r.newProber()
+	if p.wait != probeMin || p.most != probeMax {
+		t.Fatalf("new prober: wait %v most %v, want %v and %v", p.wait, p.most, probeMin, probeMax)
+	}
+	steps := []struct {
+		top  int64
+		wake bool
+		wait time.Duration
+	}{
+		{0, false, probeMin},     // first look: an empty table
+		{0, false, 2 * probeMin}, // unchanged: back off
+		{0, false, 4 * probeMin},
+		{0, false, probeMax},
+		{0, false, probeMax},
+		{7, true, probeMin}, // a commit
+		{7, false, 2 * probeMin},
+		{0, false, probeMin}, // published and deleted: nothing to wake for
+		{9, true, probeMin},
+		{8, true, probeMin}, // the newest went, an older one is left
+	}
+	for i, s := range steps {
+		if got := p.saw(s.top); got != s.wake || p.wait != s.wait {
+			t.Errorf("step %d (top %d): wake %v wait %v, want %v and %v", i, s.top, got, p.wait, s.wake, s.wait)
+		}
+	}
+	short := (&Relay{c: config{poll: 3 * time.Millisecond}}).newProber()
+	for range 5 {
+		short.saw(1)
+	}
+	if short.wait != 3*time.Millisecond {
+		t.Errorf("PollInterval 3 ms: the probe waits %v, want at most the poll", short.wait)
+	}
+}
