@@ -49,7 +49,9 @@
 // the broker dead-lettered itself) and the route it was first published
 // with (the x-acemq-original-* headers its first hop wrote, else the
 // broker's oldest x-death record, else the delivery's own; "route from"
-// says which). Peeking takes messages without acknowledging them and
+// says which), and the last replay's record, if any (x-acemq-replayed-at
+// and -from: "replayed" in the text, replayed_at and replayed_from in
+// --json). Peeking takes messages without acknowledging them and
 // gives them back with basic.nack: on a quorum queue up to RabbitMQ 4.2
 // that raises their delivery count (RabbitMQ 4 drops or dead-letters a
 // message past its delivery limit, 20 by default; 4.3 does not count such
