@@ -106,7 +106,7 @@ tls-test:
 	trap './scripts/tlsnode.sh down' EXIT; trap 'exit 130' INT TERM; \
 	$(GO) test -race -count=1 -tags tls -timeout 10m -v ./integration/...
 
-## demo: the demo service against the local broker; exits by itself, leaves nothing behind
+## demo: the demo service against the local broker, its names under a per-run prefix; exits by itself and leaves nothing behind, also on Ctrl-C
 demo: broker
 	$(GO) run ./examples/orders
 
