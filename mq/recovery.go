@@ -147,14 +147,20 @@ func (r *remembered) forget(queue string) {
 	defer r.mu.Unlock()
 	r.queues = slices.DeleteFunc(r.queues, func(q topology.Queue) bool { return q.Name == queue })
 	r.bindings = slices.DeleteFunc(r.bindings, func(b topology.Binding) bool { return b.Queue == queue })
+	delete(r.consumed, queue)
 }
 
 // noteConsumed remembers that a consumer of this Broker subscribed to
-// queue: from then on, an exclusive or auto-delete queue is declared again
-// at a reconnect only while a consumer runs on it (see lost).
+// queue, if it is a queue declared through the Broker (so the set grows no
+// larger than what is remembered): from then on, an exclusive or
+// auto-delete queue is declared again at a reconnect only while a consumer
+// runs on it (see lost).
 func (r *remembered) noteConsumed(queue string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !slices.ContainsFunc(r.queues, func(q topology.Queue) bool { return q.Name == queue }) {
+		return
+	}
 	if r.consumed == nil {
 		r.consumed = map[string]bool{}
 	}

@@ -86,6 +86,10 @@ func TestRememberedLostSkipsUnused(t *testing.T) {
 	if got, want := bindingNames(d), []string{"keep<-events"}; !slices.Equal(got, want) {
 		t.Errorf("none running: bindings %v, want %v", got, want)
 	}
+	r.noteConsumed("never-declared") // not remembered: not noted either
+	if len(r.consumed) != 3 {
+		t.Errorf("consumed %v, want inst, tmp and keep only", r.consumed)
+	}
 	d = r.lost(map[string]bool{"tmp": true})
 	if got, want := d.queueNames(), []string{"tmp", "later", "keep"}; !slices.Equal(got, want) {
 		t.Errorf("tmp running: queues %v, want %v", got, want)
