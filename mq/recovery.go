@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -273,6 +274,18 @@ func (b *Broker) running() map[string]bool {
 	return out
 }
 
+// recoverTries and recoverPause bound recoverOn's declaring again of a
+// queue whose binding found its exchange or queue gone under it.
+const (
+	recoverTries = 3
+	recoverPause = 100 * time.Millisecond
+)
+
+// needs reports whether a binding of queue in bs is to exchange.
+func needs(bs []topology.Binding, queue, exchange string) bool {
+	return slices.ContainsFunc(bs, func(b topology.Binding) bool { return b.Queue == queue && b.Exchange == exchange })
+}
+
 // recoverOn declares again, on c, a new connection not yet handed to
 // anyone, what the broker forgot with the last one and a running consumer
 // may still need (remembered.lost). Each
@@ -347,12 +360,40 @@ func (b *Broker) recoverOn(c *conn) {
 	}
 	// Each queue with its bindings, then reported: once the record is
 	// written, what is published to its exchanges reaches it.
+	//
+	// The broker may let the dead connection go only now: its auto-delete
+	// queue, just declared (a no-op on the old one), then goes with its
+	// last consumer, and an auto-delete exchange with its last binding, so
+	// a binding finds its exchange or queue gone (NOT_FOUND). Then the
+	// queue is declared again with the exchanges its bindings need, up to
+	// recoverTries times, recoverPause apart.
 	done := map[string]bool{}
 	for _, q := range d.queues {
-		goOn, err := one(declaration{queues: []topology.Queue{q}})
-		for i := 0; err == nil && i < len(d.bindings); i++ {
-			if bd := d.bindings[i]; bd.Queue == q.Name {
-				goOn, err = one(declaration{bindings: []topology.Binding{bd}})
+		var goOn bool
+		var err error
+		for try := 0; try < recoverTries; try++ {
+			if try > 0 {
+				if !sleep(ctx, recoverPause) {
+					break
+				}
+				err = nil
+				for i := 0; err == nil && i < len(d.exchanges); i++ {
+					if needs(d.bindings, q.Name, d.exchanges[i].Name) {
+						goOn, err = one(declaration{exchanges: []topology.Exchange{d.exchanges[i]}})
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
+			goOn, err = one(declaration{queues: []topology.Queue{q}})
+			for i := 0; err == nil && i < len(d.bindings); i++ {
+				if bd := d.bindings[i]; bd.Queue == q.Name {
+					goOn, err = one(declaration{bindings: []topology.Binding{bd}})
+				}
+			}
+			if err == nil || !goOn || !errors.Is(err, ErrNotFound) {
+				break
 			}
 		}
 		done[q.Name] = true
