@@ -13,20 +13,33 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"testing"
 	"time"
 
 	"go.uber.org/fx"
 
 	"github.com/acemq/acemq-go/fxmodule"
-	"github.com/acemq/acemq-go/fxmodule/fxmoduletest"
 	"github.com/acemq/acemq-go/middleware"
-	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/ops"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 	"github.com/acemq/acemq-go/typed"
 )
+
+// README: Handlers tested without a broker (its imports, then the test).
+import (
+	"testing"
+
+	"github.com/acemq/acemq-go/fxmodule/fxmoduletest"
+	"github.com/acemq/acemq-go/mq"
+)
+
+func TestShip(t *testing.T) {
+	c := fxmoduletest.Consumer(t, shippingConsumer(), ordersTopology()) // the chain the app runs
+	r := c.Deliver(mq.Message{Body: []byte(`{"id":"o-1"}`)})
+	if r.Outcome != mq.OutcomeAck {
+		t.Fatalf("got %v", r)
+	}
+}
 
 // README: A service with fx.
 
@@ -88,16 +101,6 @@ func serveHTTP(lc fx.Lifecycle, b *mq.Broker, events OrderEvents) {
 }
 
 var _ = main // compiled, not run: it would connect
-
-// README: Handlers tested without a broker.
-
-func TestShip(t *testing.T) {
-	c := fxmoduletest.Consumer(t, shippingConsumer(), ordersTopology()) // the chain the app runs
-	r := c.Deliver(mq.Message{Body: []byte(`{"id":"o-1"}`)})
-	if r.Outcome != mq.OutcomeAck {
-		t.Fatalf("got %v", r)
-	}
-}
 
 // README: Without fx.
 

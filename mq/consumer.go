@@ -86,6 +86,7 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 		return nil, err
 	}
 	c.subscribed.Store(true)
+	b.reg.noteConsumed(queue) // a reconnect declares it again only while consumed (recovery.go)
 	go c.run(sub)
 	return c, nil
 }

@@ -27,7 +27,9 @@ import (
 // The Broker remembers what it declared. On every new connection, before
 // any consumer resubscribes, it declares again the exclusive, auto-delete
 // and transient queues and exchanges among them, with their bindings: the
-// broker deletes those with a connection (or a restart). A queue of theirs
+// broker deletes those with a connection (or a restart); an exclusive or
+// auto-delete queue its consumers consumed and none consumes now is left
+// out (the broker deleted it: nobody needs it). A queue of theirs
 // found missing under its consumer (deleted, the consumer cancelled) is
 // declared again with its bindings and failure half, and the consumer
 // resubscribes. Durable things are not declared again on a reconnect.

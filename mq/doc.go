@@ -29,7 +29,9 @@
 // What the broker forgets, the Broker declares again: it remembers what
 // went through [Broker.Declare], and on every new connection, before any
 // consumer resubscribes, declares again the exclusive, auto-delete and
-// transient queues and exchanges among it, with their bindings; a queue
+// transient queues and exchanges among it, with their bindings (an
+// exclusive or auto-delete queue only while a consumer still needs it:
+// one whose consumers all stopped stays deleted); a queue
 // it declared that a subscribe finds missing (deleted under its consumer)
 // is declared again with its bindings and failure half
 // ([EventTopologyRedeclared]). [Config].NoRedeclare turns this off.

@@ -63,7 +63,8 @@ const (
 	// EventTopologyRedeclared: the library declared a queue again, with
 	// its bindings. Logged with why: "reconnect" (an exclusive,
 	// auto-delete or transient queue, on a new connection, before any
-	// consumer resubscribed) or "missing" (a subscribe found the queue
+	// consumer resubscribed; not an exclusive or auto-delete one whose
+	// consumers all stopped) or "missing" (a subscribe found the queue
 	// gone, and the consumer subscribes again at once). Event.Queue is the
 	// queue; for "missing", Event.Err is the NOT_FOUND that found it gone.
 	EventTopologyRedeclared = "acemq.topology.redeclared"

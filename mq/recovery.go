@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -24,7 +25,12 @@ import (
 //   - on every new connection, before it is handed to anyone (so before any
 //     consumer resubscribes), declares again the exclusive, auto-delete and
 //     transient queues and exchanges it remembers, with the bindings of
-//     those queues and the bindings to those exchanges (Broker.recoverOn);
+//     those queues and the bindings to those exchanges (Broker.recoverOn),
+//     except an exclusive or auto-delete queue that a consumer of this
+//     Broker consumed and none consumes now: the broker deleted it because
+//     nobody uses it (its last consumer stopped, or the connection that
+//     owned it closed), and declared again it would collect what is
+//     published to its exchanges for ever, consumed by nobody;
 //   - when a subscribe finds its queue missing (NOT_FOUND: the queue was
 //     deleted under its consumer, the broker cancelled the consumer), and
 //     the queue is one it remembers, declares that queue again with its
@@ -40,12 +46,14 @@ import (
 // Config.NoRedeclare turns both paths off.
 
 // remembered is what the service declared through its Broker, last
-// declaration winning, in the order first met. Its lock is a leaf.
+// declaration winning, in the order first met, and which queues a consumer
+// of the Broker has consumed. Its lock is a leaf.
 type remembered struct {
 	mu        sync.Mutex
 	exchanges []topology.Exchange
 	queues    []topology.Queue
 	bindings  []topology.Binding
+	consumed  map[string]bool // queues a Consume of this Broker subscribed to
 }
 
 // declaration is a list of things to declare, in the order declared:
@@ -140,22 +148,55 @@ func (r *remembered) forget(queue string) {
 	defer r.mu.Unlock()
 	r.queues = slices.DeleteFunc(r.queues, func(q topology.Queue) bool { return q.Name == queue })
 	r.bindings = slices.DeleteFunc(r.bindings, func(b topology.Binding) bool { return b.Queue == queue })
+	delete(r.consumed, queue)
+}
+
+// noteConsumed remembers that a consumer of this Broker subscribed to
+// queue, if it is a queue declared through the Broker (so the set grows no
+// larger than what is remembered): from then on, an exclusive or
+// auto-delete queue is declared again at a reconnect only while a consumer
+// runs on it (see lost).
+func (r *remembered) noteConsumed(queue string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !slices.ContainsFunc(r.queues, func(q topology.Queue) bool { return q.Name == queue }) {
+		return
+	}
+	if r.consumed == nil {
+		r.consumed = map[string]bool{}
+	}
+	r.consumed[queue] = true
 }
 
 // forgets reports whether the broker forgets q with a connection (or a
 // restart): exclusive, auto-delete or transient.
 func forgets(q topology.Queue) bool { return q.Exclusive || q.AutoDelete || !q.Durable }
 
+// unused reports whether the broker deleted q because nobody uses it: q is
+// exclusive or auto-delete, a consumer of this Broker consumed it, and none
+// runs on it now (running: the queues of the consumers not stopping). Its
+// last consumer's stop deleted an auto-delete queue; the end of the
+// connection that owned it, an exclusive one. r.mu is held.
+func (r *remembered) unused(q topology.Queue, running map[string]bool) bool {
+	return (q.Exclusive || q.AutoDelete) && r.consumed[q.Name] && !running[q.Name]
+}
+
 // lost is what a new connection must declare again: the exclusive,
 // auto-delete and transient queues and exchanges, the bindings of those
 // queues and to those exchanges, and the (durable) exchanges those
-// bindings need, so that none fails for want of its exchange.
-func (r *remembered) lost() declaration {
+// bindings need, so that none fails for want of its exchange. An unused
+// queue (running: the queues consumers of this Broker consume now) is left
+// out, with its bindings: nobody needs it.
+func (r *remembered) lost(running map[string]bool) declaration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var d declaration
-	lostQ, lostE := map[string]bool{}, map[string]bool{}
+	lostQ, lostE, unused := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, q := range r.queues {
+		if r.unused(q, running) {
+			unused[q.Name] = true
+			continue
+		}
 		if forgets(q) {
 			lostQ[q.Name] = true
 			d.queues = append(d.queues, q)
@@ -168,7 +209,7 @@ func (r *remembered) lost() declaration {
 	}
 	need := map[string]bool{}
 	for _, b := range r.bindings {
-		if lostQ[b.Queue] || lostE[b.Exchange] {
+		if !unused[b.Queue] && (lostQ[b.Queue] || lostE[b.Exchange]) {
 			d.bindings = append(d.bindings, b)
 			need[b.Exchange] = true
 		}
@@ -219,8 +260,35 @@ func (r *remembered) group(queue string) (declaration, bool) {
 	return d, true
 }
 
+// running is the set of queues the Broker's consumers consume now: those
+// registered and not stopping.
+func (b *Broker) running() map[string]bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]bool, len(b.consumers))
+	for c := range b.consumers {
+		if !c.isStopping() {
+			out[c.queue] = true
+		}
+	}
+	return out
+}
+
+// recoverTries and recoverPause bound recoverOn's declaring again of a
+// queue whose binding found its exchange or queue gone under it.
+const (
+	recoverTries = 3
+	recoverPause = 100 * time.Millisecond
+)
+
+// needs reports whether a binding of queue in bs is to exchange.
+func needs(bs []topology.Binding, queue, exchange string) bool {
+	return slices.ContainsFunc(bs, func(b topology.Binding) bool { return b.Queue == queue && b.Exchange == exchange })
+}
+
 // recoverOn declares again, on c, a new connection not yet handed to
-// anyone, what the broker forgot with the last one (remembered.lost). Each
+// anyone, what the broker forgot with the last one and a running consumer
+// may still need (remembered.lost). Each
 // item is declared on its own, a queue with its bindings before it is
 // reported: a refusal (an exclusive queue the broker still holds for the
 // dead connection: RESOURCE_LOCKED) costs that item and the rest of that
@@ -232,7 +300,7 @@ func (b *Broker) recoverOn(c *conn) {
 	if b.cfg.NoRedeclare {
 		return
 	}
-	d := b.reg.lost()
+	d := b.reg.lost(b.running())
 	if d.empty() {
 		return
 	}
@@ -292,12 +360,40 @@ func (b *Broker) recoverOn(c *conn) {
 	}
 	// Each queue with its bindings, then reported: once the record is
 	// written, what is published to its exchanges reaches it.
+	//
+	// The broker may let the dead connection go only now: its auto-delete
+	// queue, just declared (a no-op on the old one), then goes with its
+	// last consumer, and an auto-delete exchange with its last binding, so
+	// a binding finds its exchange or queue gone (NOT_FOUND). Then the
+	// queue is declared again with the exchanges its bindings need, up to
+	// recoverTries times, recoverPause apart.
 	done := map[string]bool{}
 	for _, q := range d.queues {
-		goOn, err := one(declaration{queues: []topology.Queue{q}})
-		for i := 0; err == nil && i < len(d.bindings); i++ {
-			if bd := d.bindings[i]; bd.Queue == q.Name {
-				goOn, err = one(declaration{bindings: []topology.Binding{bd}})
+		var goOn bool
+		var err error
+		for try := 0; try < recoverTries; try++ {
+			if try > 0 {
+				if !sleep(ctx, recoverPause) {
+					break
+				}
+				err = nil
+				for i := 0; err == nil && i < len(d.exchanges); i++ {
+					if needs(d.bindings, q.Name, d.exchanges[i].Name) {
+						goOn, err = one(declaration{exchanges: []topology.Exchange{d.exchanges[i]}})
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
+			goOn, err = one(declaration{queues: []topology.Queue{q}})
+			for i := 0; err == nil && i < len(d.bindings); i++ {
+				if bd := d.bindings[i]; bd.Queue == q.Name {
+					goOn, err = one(declaration{bindings: []topology.Binding{bd}})
+				}
+			}
+			if err == nil || !goOn || !errors.Is(err, ErrNotFound) {
+				break
 			}
 		}
 		done[q.Name] = true

@@ -44,7 +44,7 @@ func TestRememberedLost(t *testing.T) {
 		Binding("inst", "events", "").
 		Binding("orders", "events", "").
 		Binding("orders", "scratch", "k")))
-	d := r.lost()
+	d := r.lost(nil)
 	if got, want := d.queueNames(), []string{"inst", "tmp"}; !slices.Equal(got, want) {
 		t.Errorf("queues %v, want %v", got, want)
 	}
@@ -55,8 +55,47 @@ func TestRememberedLost(t *testing.T) {
 		t.Errorf("exchanges %v, want %v", got, want)
 	}
 	r.forget("inst")
-	if got := r.lost().queueNames(); !slices.Equal(got, []string{"tmp"}) {
+	if got := r.lost(nil).queueNames(); !slices.Equal(got, []string{"tmp"}) {
 		t.Errorf("after forget: %v", got)
+	}
+}
+
+// An exclusive or auto-delete queue a consumer of the Broker consumed is
+// declared again only while a consumer runs on it, with its bindings; a
+// transient durable=false queue, which a stopped consumer leaves on the
+// broker, and one never consumed here are declared again as before.
+func TestRememberedLostSkipsUnused(t *testing.T) {
+	var r remembered
+	r.note(declOf(topology.New().
+		Exchange("events", topology.Fanout).
+		Exchange("scratch", topology.AutoDelete()).
+		Queue("inst", topology.Exclusive()).
+		Queue("tmp", topology.AutoDelete()).
+		Queue("later", topology.AutoDelete()).
+		Queue("keep", topology.Transient()).
+		Binding("inst", "events", "").
+		Binding("tmp", "scratch", "").
+		Binding("keep", "events", "")))
+	for _, q := range []string{"inst", "tmp", "keep"} {
+		r.noteConsumed(q)
+	}
+	d := r.lost(map[string]bool{})
+	if got, want := d.queueNames(), []string{"later", "keep"}; !slices.Equal(got, want) {
+		t.Errorf("none running: queues %v, want %v", got, want)
+	}
+	if got, want := bindingNames(d), []string{"keep<-events"}; !slices.Equal(got, want) {
+		t.Errorf("none running: bindings %v, want %v", got, want)
+	}
+	r.noteConsumed("never-declared") // not remembered: not noted either
+	if len(r.consumed) != 3 {
+		t.Errorf("consumed %v, want inst, tmp and keep only", r.consumed)
+	}
+	d = r.lost(map[string]bool{"tmp": true})
+	if got, want := d.queueNames(), []string{"tmp", "later", "keep"}; !slices.Equal(got, want) {
+		t.Errorf("tmp running: queues %v, want %v", got, want)
+	}
+	if got, want := bindingNames(d), []string{"tmp<-scratch", "keep<-events"}; !slices.Equal(got, want) {
+		t.Errorf("tmp running: bindings %v, want %v", got, want)
 	}
 }
 

@@ -2,19 +2,24 @@ package outbox_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"log"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+	"github.com/acemq/acemq-go/middleware"
+	"github.com/acemq/acemq-go/retry"
+)
+
+// docs/outbox.md: the imports of its snippets.
+import (
+	"database/sql"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver; without it sql.Open("pgx", …) fails: sql: unknown driver "pgx"
 	"go.uber.org/fx"
 
 	"github.com/acemq/acemq-go/fxmodule"
-	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/outbox"
-	"github.com/acemq/acemq-go/retry"
 )
 
 // docs/outbox.md: The outbox.

@@ -496,6 +496,8 @@ type peekJSON struct {
 	Reason             string         `json:"reason,omitempty"`
 	Error              string         `json:"error,omitempty"`
 	FailedAt           *time.Time     `json:"failed_at,omitempty"`
+	ReplayedAt         *time.Time     `json:"replayed_at,omitempty"`   // the last replay (x-acemq-replayed-at), if any
+	ReplayedFrom       string         `json:"replayed_from,omitempty"` // the queue it was replayed from (x-acemq-replayed-from)
 	Headers            map[string]any `json:"headers,omitempty"`
 	BodyBytes          int            `json:"body_bytes"`
 	Body               string         `json:"body"`
@@ -547,6 +549,11 @@ func peekRow(m ops.Peeked) peekJSON {
 		t := m.FailedAt.UTC()
 		r.FailedAt = &t
 	}
+	if !m.ReplayedAt.IsZero() {
+		t := m.ReplayedAt.UTC()
+		r.ReplayedAt = &t
+	}
+	r.ReplayedFrom = m.ReplayedFrom
 	for k, v := range m.Headers {
 		if contractHeaders[k] {
 			continue

@@ -49,7 +49,9 @@
 // the broker dead-lettered itself) and the route it was first published
 // with (the x-acemq-original-* headers its first hop wrote, else the
 // broker's oldest x-death record, else the delivery's own; "route from"
-// says which). Peeking takes messages without acknowledging them and
+// says which), and the last replay's record, if any (x-acemq-replayed-at
+// and -from: "replayed" in the text, replayed_at and replayed_from in
+// --json). Peeking takes messages without acknowledging them and
 // gives them back with basic.nack: on a quorum queue up to RabbitMQ 4.2
 // that raises their delivery count (RabbitMQ 4 drops or dead-letters a
 // message past its delivery limit, 20 by default; 4.3 does not count such
@@ -71,11 +73,14 @@
 // --priority, --expiration, --transient) and string headers as -H
 // NAME=VALUE, and waits for the broker's confirm within --timeout. It
 // prints the message id (a new one unless --message-id is given) and the
-// outcome: confirmed (exit 0), or unroutable (no queue bound for it: the
-// broker kept nothing; --allow-unroutable accepts that), nacked, refused
-// (no such exchange), or unknown (no answer within --timeout: it may or
-// may not have been taken), each exit 1. With --json it prints exchange,
-// routing_key, message_id, bytes and outcome.
+// outcome: confirmed (a queue holds it; exit 0), or unroutable (no queue
+// bound for it: the broker returned it and kept nothing; exit 0 with
+// --allow-unroutable, which accepts that, and the outcome still says
+// unroutable), nacked, refused (refused at once, nothing taken: no such
+// exchange, an internal one, no write permission, a broken limit), or
+// unknown (no answer within --timeout, or the connection lost before one:
+// it may or may not have been taken), each exit 1. With --json it prints
+// exchange, routing_key, message_id, bytes and outcome.
 //
 // A replay is safe to interrupt (Ctrl-C): it stops between two messages and
 // a second run carries on where it stopped; nothing is lost. The message it

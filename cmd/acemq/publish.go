@@ -31,7 +31,7 @@ type publishCmd struct {
 	Expiration      time.Duration `help:"The expiration property: the message's time to live (whole milliseconds; default none)."`
 	Transient       bool          `help:"Delivery mode 1, transient (default: persistent)."`
 	Header          []string      `short:"H" sep:"none" placeholder:"NAME=VALUE" help:"A header with a string value; repeat for more."`
-	AllowUnroutable bool          `help:"Succeed when no queue is bound for the message, which the broker then drops (default: that fails)."`
+	AllowUnroutable bool          `help:"Exit 0 when no queue is bound for the message, which the broker then returns and drops (the outcome still says unroutable; default: that fails)."`
 }
 
 // publishJSON is what publish --json prints.
@@ -40,9 +40,13 @@ type publishJSON struct {
 	RoutingKey string `json:"routing_key"`
 	MessageID  string `json:"message_id"`
 	Bytes      int    `json:"bytes"`
-	// Outcome is the broker's answer: confirmed, unroutable (returned: no
-	// queue bound; nothing kept), nacked (refused), or unknown (no answer
-	// in time: the message may or may not have been taken).
+	// Outcome is the broker's answer: confirmed (a queue holds it),
+	// unroutable (returned: no queue bound; nothing kept, also with
+	// --allow-unroutable, which only makes that exit 0), nacked (refused
+	// after it was taken in), refused (refused at once: the exchange does
+	// not exist or is internal, the user may not write to it, the message
+	// breaks a limit; nothing taken), or unknown (no answer: the message
+	// may or may not have been taken).
 	Outcome string `json:"outcome"`
 }
 
@@ -105,11 +109,9 @@ func (c *publishCmd) Run(e *env) error {
 	m := c.message(body)
 	res := publishJSON{Exchange: c.Exchange, RoutingKey: c.Key, MessageID: m.MessageId, Bytes: len(body), Outcome: "unknown"}
 	e.result = res
-	var opts []mq.PublisherOption
-	if c.AllowUnroutable {
-		opts = append(opts, mq.AllowUnroutable())
-	}
-	pub := e.b.Publisher(c.Exchange, opts...)
+	// Always mandatory, --allow-unroutable too: a message the broker
+	// returns is reported unroutable, never confirmed.
+	pub := e.b.Publisher(c.Exchange)
 	defer pub.Close()
 	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
 	defer cancel()
@@ -118,9 +120,13 @@ func (c *publishCmd) Run(e *env) error {
 	if c.Exchange != "" {
 		dest = fmt.Sprintf("exchange %q", c.Exchange)
 	}
+	accepted := false // unroutable, which --allow-unroutable accepts
 	switch {
 	case err == nil:
 		res.Outcome = "confirmed"
+	case errors.Is(err, mq.ErrUnroutable) && c.AllowUnroutable:
+		res.Outcome = "unroutable"
+		err, accepted = nil, true
 	case errors.Is(err, mq.ErrUnroutable):
 		res.Outcome = "unroutable"
 		err = fmt.Errorf("unroutable: no queue is bound for key %q on %s, so the broker kept nothing (give --allow-unroutable to publish anyway)", c.Key, dest)
@@ -130,6 +136,11 @@ func (c *publishCmd) Run(e *env) error {
 	case errors.Is(err, mq.ErrNotFound) && c.Exchange != "":
 		res.Outcome = "refused"
 		err = fmt.Errorf("exchange %q does not exist", c.Exchange)
+	case errors.Is(err, mq.ErrAccessRefused), errors.Is(err, mq.ErrNotFound), errors.Is(err, mq.ErrPreconditionFailed):
+		// The broker closed the channel on the publish (403: an internal
+		// exchange, no write permission; 406: a limit): it took nothing.
+		res.Outcome = "refused"
+		err = fmt.Errorf("the broker refused the publish, nothing was taken: %w", err)
 	case errors.Is(err, mq.ErrInvalid):
 		return &codedError{exitUsage, err}
 	case e.ctx.Err() == nil && ctx.Err() != nil:
@@ -138,6 +149,11 @@ func (c *publishCmd) Run(e *env) error {
 	e.result = res
 	if err != nil {
 		return err
+	}
+	if accepted {
+		fmt.Fprintf(e.out, "published message %s (%d bytes) to %s with key %s: unroutable, no queue is bound for it and the broker dropped it (accepted by --allow-unroutable)\n",
+			printable(m.MessageId), len(body), dest, printable(c.Key))
+		return nil
 	}
 	fmt.Fprintf(e.out, "published message %s (%d bytes) to %s with key %s: confirmed\n", printable(m.MessageId), len(body), dest, printable(c.Key))
 	return nil

@@ -2,14 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lmittmann/tint"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -29,14 +34,26 @@ import (
 var policy = retry.Waits(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second).
 	With(retry.InProcessLimit(800 * time.Millisecond))
 
-// The demo's names. DEMO_PREFIX puts a prefix on every one of them (the
-// test that runs the demo uses goit.*, so it can share a broker).
+// The demo's names, under a prefix of their own so that on a shared broker
+// they cannot be a service's (a real shipping.orders, say): DEMO_PREFIX, or
+// else acemq-demo-<random>. drawn once per run. The library's shared
+// dead-letter exchange, acemq.dlx, is declared but never deleted.
 var (
-	prefix   = os.Getenv("DEMO_PREFIX")
+	prefix   = demoPrefix()
 	exchange = prefix + "orders-events"
 	shipping = prefix + "shipping.orders"
 	billing  = prefix + "billing.orders"
 )
+
+// demoPrefix is DEMO_PREFIX if set, else acemq-demo-<8 hex digits>.
+func demoPrefix() string {
+	if p, ok := os.LookupEnv("DEMO_PREFIX"); ok {
+		return p
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "acemq-demo-" + hex.EncodeToString(b[:]) + "."
+}
 
 func demoTopology() *topology.Topology {
 	return topology.New().
@@ -54,11 +71,33 @@ func main() {
 		url = "amqp://guest:guest@127.0.0.1:5672/"
 	}
 
+	// Ctrl-C or SIGTERM stops the demo and cleans up what it declared; a
+	// second one exits at once, leaving what is left.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	interrupted := make(chan struct{})
+	go func() {
+		s := <-sigs
+		log.Warn("interrupted: stopping, then deleting what the demo declared (again to exit at once)", "signal", s)
+		close(interrupted)
+		<-sigs
+		log.Error("interrupted twice: exiting without cleaning up", "prefix", prefix)
+		os.Exit(130)
+	}()
+
 	fmt.Println(banner("The topology this service declares (printed before it is applied)"))
 	fmt.Print(demoTopology())
 	fmt.Println()
 	fmt.Println(banner("The retry policy"))
 	fmt.Printf("%s\nbroker rungs: %v\n\n", policy, policy.BrokerRungs())
+
+	// The demo deletes what it declared when it ends, so it runs only on
+	// names nobody else has: a queue or exchange of its name that exists
+	// already is somebody else's, and the demo leaves it alone.
+	if err := nothingThere(url); err != nil {
+		log.Error("the demo will not run", "error", err)
+		os.Exit(1)
+	}
 
 	spans := &spanLog{}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
@@ -84,26 +123,37 @@ func main() {
 	)
 
 	code := 0
+	// An interrupt during Start waits for it (at most 20 s): a start cut
+	// short can leave a consumer running, which would declare its queue
+	// again as the clean-up deletes it.
 	startCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	if err := app.Start(startCtx); err != nil {
+	err := app.Start(startCtx)
+	cancel()
+	if err != nil {
 		log.Error("demo failed to start", "error", err)
+		code = 1
+	} else {
+		select {
+		case <-progress.done:
+			log.Info("every order reached its end; stopping")
+		case <-interrupted:
+			code = 130
+		case <-time.After(45 * time.Second):
+			log.Error("demo timed out waiting for orders", "pending", progress.pending())
+			code = 1
+		}
+		stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		if err := app.Stop(stopCtx); err != nil {
+			log.Error("demo failed to stop cleanly", "error", err)
+			code = 1
+		}
 		cancel()
-		os.Exit(1)
 	}
-	cancel()
 	select {
-	case <-progress.done:
-		log.Info("every order reached its end; stopping")
-	case <-time.After(45 * time.Second):
-		log.Error("demo timed out waiting for orders", "pending", progress.pending())
-		code = 1
+	case <-interrupted:
+		code = 130
+	default:
 	}
-	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	if err := app.Stop(stopCtx); err != nil {
-		log.Error("demo failed to stop cleanly", "error", err)
-		code = 1
-	}
-	cancel()
 
 	fmt.Println()
 	fmt.Println(banner("What happened to each order (one trace each)"))
@@ -186,8 +236,55 @@ func (t *tracker) pending() int {
 	return t.left
 }
 
+// nothingThere checks, on a connection of its own, that none of the
+// demo's queues and exchange exists yet: they are then the demo's own to
+// delete at the end.
+func nothingThere(url string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	b, err := mq.Dial(ctx, url, mq.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return err
+	}
+	defer b.Close(ctx)
+	var there []string
+	for _, q := range demoTopology().Queues() {
+		ok, err := b.QueueExists(ctx, q.Name)
+		if err != nil {
+			return err
+		}
+		if ok {
+			there = append(there, "queue "+q.Name)
+		}
+	}
+	ch, err := b.Channel(ctx)
+	if err != nil {
+		return err
+	}
+	err = ch.ExchangeDeclarePassive(exchange, "topic", true, false, false, false, nil)
+	switch {
+	case err == nil:
+		there = append(there, "exchange "+exchange)
+		_ = ch.Close()
+	case isNotFound(err):
+	default:
+		return err
+	}
+	if len(there) > 0 {
+		return fmt.Errorf("%v exist already: they are not the demo's, so it neither uses nor deletes them; run it under another DEMO_PREFIX (unset, it draws one per run)", there)
+	}
+	return nil
+}
+
+func isNotFound(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.NotFound
+}
+
 // cleanup deletes the demo's queues and exchange on a connection of its
-// own, so the demo leaves nothing behind.
+// own, so the demo leaves nothing behind. They are its own: nothingThere
+// found none of them before it declared them. acemq.dlx, which other
+// services share, stays.
 func cleanup(url string, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
