@@ -101,7 +101,7 @@ func hopWithoutBroker(t *testing.T, c conformance.HopCase) (conformance.Run, str
 	raw := amqp.Delivery{Exchange: vars["exchange"], RoutingKey: vars["key"], Headers: incoming, Body: []byte("x")}
 	d := mqtest.NewDelivery(q, raw, forward, mqtest.Events(func(context.Context, mq.Event) {}),
 		mqtest.Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	chain := mq.Chain(mqtest.Attempts(h), middleware.RetryLadder(p), middleware.Parking(), middleware.Recover())
+	chain := mqtest.Chain(h, nil, middleware.RetryLadder(p), middleware.Parking(), middleware.Recover())
 	from := time.Now()
 	if err := chain.Handle(context.Background(), d); err != nil {
 		t.Fatalf("the chain returned %v; every case ends in a confirmed hop", err)

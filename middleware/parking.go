@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/topology"
 )
 
 // Verdict is what Parking does with a handler's error.
@@ -48,9 +49,9 @@ func (p *parking) Handle(ctx context.Context, d *mq.Delivery) error {
 	}
 	switch p.verdict(err) {
 	case ToParked:
-		return setAside(ctx, d, mq.ReasonParked, unmark(err))
+		return &mq.Decision{Outcome: mq.OutcomePark, Queue: topology.ParkedQueue(d.Queue()), Reason: mq.ReasonParked, Cause: unmark(err)}
 	case ToDeadLetter:
-		return setAside(ctx, d, mq.ReasonRejected, unmark(err))
+		return &mq.Decision{Outcome: mq.OutcomeDeadLetter, Queue: topology.DeadLetterQueue(d.Queue()), Reason: mq.ReasonRejected, Cause: unmark(err)}
 	}
 	return err
 }

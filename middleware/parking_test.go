@@ -42,7 +42,7 @@ func TestParkAndReject(t *testing.T) {
 			s := &script{results: []error{c.err}}
 			// A generous policy around it: a parked or rejected message is
 			// still handled exactly once.
-			h := mq.Chain(mqtest.Attempts(s), RetryLadder(retry.Fixed(5, time.Millisecond)), Parking())
+			h := mqtest.Chain(s, nil, RetryLadder(retry.Fixed(5, time.Millisecond)), Parking())
 			if err := h.Handle(context.Background(), d); err != nil {
 				t.Fatalf("Handle = %v", err)
 			}
@@ -77,7 +77,7 @@ func TestParkAndReject(t *testing.T) {
 func TestParkAfterInProcessRetry(t *testing.T) {
 	w := newWorld()
 	s := &script{results: []error{errBoom, Park(errBoom)}}
-	h := mq.Chain(mqtest.Attempts(s), RetryLadder(retry.Fixed(5, time.Millisecond)), Parking())
+	h := mqtest.Chain(s, nil, RetryLadder(retry.Fixed(5, time.Millisecond)), Parking())
 	if err := h.Handle(context.Background(), w.delivery("q", sample(nil))); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestClassifiers(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			w := newWorld()
 			s := &script{results: []error{c.err}}
-			err := mq.Chain(mqtest.Attempts(s), Parking(c.classify...)).Handle(context.Background(), w.delivery("q", sample(nil)))
+			err := mqtest.Chain(s, nil, Parking(c.classify...)).Handle(context.Background(), w.delivery("q", sample(nil)))
 			if c.queue == "" {
 				if err != c.err || len(w.hops) != 0 {
 					t.Errorf("Handle = %v, hops %+v: want the error passed through", err, w.hops)

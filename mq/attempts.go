@@ -287,7 +287,7 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 // It is also where a success becomes the ack outcome, so the middleware
 // around the handler reads OutcomeAck before the runtime settles.
 func endAttempt(d *Delivery, err error) {
-	if !d.runtime().cutShort() {
+	if cr := d.consumer(); cr == nil || !cr.cutShort() {
 		d.used = d.attempt
 	}
 	if err == nil && d.outcome == "" {

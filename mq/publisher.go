@@ -569,3 +569,16 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 	}
 	return nil
 }
+
+// IsMandatory reports whether a publisher given opts is mandatory, as
+// Broker.Publisher builds it (mandatory unless AllowUnroutable says
+// otherwise).
+func IsMandatory(opts ...PublisherOption) bool {
+	p := Publisher{mandatory: true}
+	for _, o := range opts {
+		if o != nil {
+			o.applyPublisher(&p)
+		}
+	}
+	return p.mandatory
+}

@@ -450,10 +450,9 @@ func TestConcurrentUse(t *testing.T) {
 				r.ins.OnPublishDone(r.ins.OnPublish(context.Background(), p), p, nil)
 				d := mqtest.NewDelivery("q", amqp.Delivery{Headers: m.Headers, DeliveryTag: uint64(i*100 + j)})
 				ctx := r.ins.OnDelivery(context.Background(), d)
-				h := mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), r.ins)
+				h := mqtest.Chain(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), []mq.AttemptHook{r.ins})
 				_ = h.Handle(ctx, d)
 				r.ins.OnEvent(ctx, mq.Event{Name: mq.EventRetry, Queue: "q", Kind: "in-process"})
-				d.SetOutcome(mq.OutcomeAck, nil)
 				r.ins.OnDeliveryDone(ctx, d, nil)
 			}
 		}()
@@ -524,10 +523,9 @@ func TestAttemptsStayOnTheProcessSpan(t *testing.T) {
 	d := mqtest.NewDelivery("orders", amqp.Delivery{})
 	ctx := r.ins.OnDelivery(context.Background(), d)
 	mctx, mspan := tp.Tracer("middleware").Start(ctx, "middleware")
-	h := mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), r.ins)
+	h := mqtest.Chain(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), []mq.AttemptHook{r.ins})
 	_ = h.Handle(mctx, d)
 	mspan.End()
-	d.SetOutcome(mq.OutcomeAck, nil)
 	r.ins.OnDeliveryDone(ctx, d, nil)
 	p := one(t, r.spans.Ended(), "process orders")
 	if len(p.Events()) != 0 {
@@ -626,13 +624,11 @@ func TestConcurrentDeliveriesKeepTheirOwnAttributes(t *testing.T) {
 				}
 				d := mqtest.NewDelivery("orders", raw)
 				ctx := ins.OnDelivery(context.Background(), d)
-				var err error
+				var result error
 				if tag%2 == 0 {
-					err = errBoom
-					d.SetOutcome(mq.OutcomeReject, err)
-				} else {
-					d.SetOutcome(mq.OutcomeAck, nil)
+					result = errBoom
 				}
+				err := mqtest.Chain(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return result }), nil).Handle(ctx, d)
 				ins.OnDeliveryDone(ctx, d, err)
 			}
 		}()
