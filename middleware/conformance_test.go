@@ -76,7 +76,7 @@ func hopWithoutBroker(t *testing.T, c conformance.HopCase) (conformance.Run, str
 	rungsExist := c.RungsDeclared == nil || *c.RungsDeclared
 	var target string
 	var got amqp.Table
-	forward := mqtest.Forward(func(_ context.Context, queue string, _ mq.HopKind, m mq.Message) error {
+	forward := mqtest.Forward(func(_ context.Context, queue string, _ mq.Outcome, m mq.Message) error {
 		if strings.Contains(queue, topology.RetrySegment) && !rungsExist {
 			return mq.ErrUnroutable
 		}

@@ -80,13 +80,13 @@ func (l *ladder) Handle(ctx context.Context, d *mq.Delivery) error {
 		return mq.Requeue(err)
 	}
 	step := l.p.After(d.Attempt())
-	switch step.Action {
-	case retry.WaitInProcess:
+	switch {
+	case step.Next > 0 && step.InProcess:
 		// Called again after the wait, here: the middleware outside the
 		// ladder sees one call per delivery.
 		again := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error { return l.Handle(ctx, d) })
 		return &mq.Decision{Outcome: mq.OutcomeRetry, Wait: step.Wait, Cause: err, Again: again}
-	case retry.WaitOnBroker:
+	case step.Next > 0:
 		return &mq.Decision{Outcome: mq.OutcomeRetry, Queue: topology.RungQueue(d.Queue(), step.Wait), Wait: step.Wait, Cause: err}
 	default:
 		return &mq.Decision{Outcome: mq.OutcomeDeadLetter, Queue: topology.DeadLetterQueue(d.Queue()), Reason: mq.ReasonExhausted, Cause: err}

@@ -93,7 +93,7 @@ func TestLadderBrokerRungHop(t *testing.T) {
 				t.Fatalf("hops %+v, want one", w.hops)
 			}
 			hp := w.hops[0]
-			if want := topology.RungQueue("orders", c.wait); hp.queue != want || hp.kind != mq.HopRetry {
+			if want := topology.RungQueue("orders", c.wait); hp.queue != want || hp.kind != mq.OutcomeRetry {
 				t.Errorf("hop to %q as %q, want %q as retry", hp.queue, hp.kind, want)
 			}
 			if v, ok := hp.m.Headers[mq.HeaderAttempt].(int32); !ok || v != c.wantNext {
@@ -136,7 +136,7 @@ func TestLadderExhaustedGoesToDLQ(t *testing.T) {
 		t.Fatalf("hops %+v, want one to the dlq", w.hops)
 	}
 	hp := w.hops[0]
-	if hp.queue != topology.DeadLetterQueue("orders") || hp.kind != mq.HopDeadLetter {
+	if hp.queue != topology.DeadLetterQueue("orders") || hp.kind != mq.OutcomeDeadLetter {
 		t.Errorf("hop to %q as %q", hp.queue, hp.kind)
 	}
 	h := hp.m.Headers
@@ -218,7 +218,7 @@ func TestLadderRungMissing(t *testing.T) {
 	if err := mqtest.Chain(s, nil, RetryLadder(brokerOnly)).Handle(context.Background(), d); err != nil {
 		t.Fatalf("Handle = %v: the message is safe in the dlq", err)
 	}
-	if len(w.hops) != 2 || w.hops[0].queue != rung || w.hops[1].queue != "orders.dlq" || w.hops[1].kind != mq.HopDeadLetter {
+	if len(w.hops) != 2 || w.hops[0].queue != rung || w.hops[1].queue != "orders.dlq" || w.hops[1].kind != mq.OutcomeDeadLetter {
 		t.Fatalf("hops %+v, want the rung then the dlq", w.hops)
 	}
 	h := w.hops[1].m.Headers

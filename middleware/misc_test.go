@@ -211,7 +211,7 @@ func TestStandardOrder(t *testing.T) {
 		t.Errorf("Standard = %v, want %v", got, want)
 	}
 	l := slog.New(&logRecorder{})
-	stack := standardStack(p, []StandardOption{WithoutDeclare(), WithTimeout(time.Second), WithLogger(l), WithClassifier(func(error) Verdict { return Pass }), nil})
+	stack := standardStack(p, []StandardOption{WithoutDeclare(), WithTimeout(time.Second), WithLogger(l), WithClassifier(func(error) mq.Outcome { return "" }), nil})
 	if got, want := typesOf(stack), []string{"*middleware.logging", "*middleware.ladder", "*middleware.parking", "*middleware.recoverer", "*middleware.timeout"}; !slices.Equal(got, want) {
 		t.Errorf("Standard(WithoutDeclare, WithTimeout) = %v, want %v", got, want)
 	}

@@ -20,7 +20,7 @@ func TestParkAndReject(t *testing.T) {
 		name   string
 		err    error
 		queue  string
-		kind   mq.HopKind
+		kind   mq.Outcome
 		reason mq.Reason
 		out    mq.Outcome
 		// text is x-acemq-error and cause the recorded cause: the
@@ -29,10 +29,10 @@ func TestParkAndReject(t *testing.T) {
 		text  string
 		cause error
 	}{
-		{"park", Park(errBoom), "orders.parked", mq.HopPark, mq.ReasonParked, mq.OutcomePark, "boom", errBoom},
-		{"park wrapped", fmt.Errorf("ctx: %w", Park(errBoom)), "orders.parked", mq.HopPark, mq.ReasonParked, mq.OutcomePark, "ctx: park: boom", nil},
-		{"reject", Reject(errBoom), "orders.dlq", mq.HopDeadLetter, mq.ReasonRejected, mq.OutcomeDeadLetter, "boom", errBoom},
-		{"park nil", Park(nil), "orders.parked", mq.HopPark, mq.ReasonParked, mq.OutcomePark, "", nil},
+		{"park", Park(errBoom), "orders.parked", mq.OutcomePark, mq.ReasonParked, mq.OutcomePark, "boom", errBoom},
+		{"park wrapped", fmt.Errorf("ctx: %w", Park(errBoom)), "orders.parked", mq.OutcomePark, mq.ReasonParked, mq.OutcomePark, "ctx: park: boom", nil},
+		{"reject", Reject(errBoom), "orders.dlq", mq.OutcomeDeadLetter, mq.ReasonRejected, mq.OutcomeDeadLetter, "boom", errBoom},
+		{"park nil", Park(nil), "orders.parked", mq.OutcomePark, mq.ReasonParked, mq.OutcomePark, "", nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -93,20 +93,20 @@ func (e *validationError) Error() string { return "invalid " + e.field }
 var errPermanent = errors.New("permanent")
 
 func TestClassifiers(t *testing.T) {
-	byType := func(err error) Verdict {
+	byType := func(err error) mq.Outcome {
 		var v *validationError
 		if errors.As(err, &v) {
-			return ToParked
+			return mq.OutcomePark
 		}
-		return Pass
+		return ""
 	}
-	bySentinel := func(err error) Verdict {
+	bySentinel := func(err error) mq.Outcome {
 		if errors.Is(err, errPermanent) {
-			return ToDeadLetter
+			return mq.OutcomeDeadLetter
 		}
-		return Pass
+		return ""
 	}
-	everything := func(error) Verdict { return ToDeadLetter }
+	everything := func(error) mq.Outcome { return mq.OutcomeDeadLetter }
 	cases := []struct {
 		name     string
 		classify []Classifier

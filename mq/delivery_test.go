@@ -23,8 +23,8 @@ func TestTestDelivery(t *testing.T) {
 	}
 	var got mq.Message
 	var gotQueue string
-	var gotKind mq.HopKind
-	d := mqtest.NewDelivery("orders", raw, mqtest.Forward(func(_ context.Context, q string, k mq.HopKind, m mq.Message) error {
+	var gotKind mq.Outcome
+	d := mqtest.NewDelivery("orders", raw, mqtest.Forward(func(_ context.Context, q string, k mq.Outcome, m mq.Message) error {
 		got, gotQueue, gotKind = m, q, k
 		return nil
 	}))
@@ -40,7 +40,7 @@ func TestTestDelivery(t *testing.T) {
 	if err := mqtest.Chain(toDLQ, nil).Handle(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	if gotQueue != "orders.dlq" || gotKind != mq.HopDeadLetter || d.Outcome() != mq.OutcomeDeadLetter {
+	if gotQueue != "orders.dlq" || gotKind != mq.OutcomeDeadLetter || d.Outcome() != mq.OutcomeDeadLetter {
 		t.Errorf("hopped to %q as %q, outcome %q", gotQueue, gotKind, d.Outcome())
 	}
 	if string(got.Body) != "body" || got.ContentType != "text/plain" || got.CorrelationId != "c1" || got.MessageId != "m1" {

@@ -79,7 +79,7 @@ type Runtime interface {
 	// Hop publishes m to queue through the default exchange, mandatory,
 	// and returns once the broker confirmed it: ErrUnroutable when no
 	// queue took it. kind says which hop it is, for the publish hooks.
-	Hop(ctx context.Context, queue string, kind HopKind, m Message) error
+	Hop(ctx context.Context, queue string, kind Outcome, m Message) error
 	// Wait waits w before d's next attempt: nil once waited, an error when
 	// the wait was cut short (the consumer stops, ctx ends).
 	Wait(ctx context.Context, d *Delivery, w time.Duration) error
@@ -276,7 +276,7 @@ func carry(ctx context.Context, d *Delivery, rt Runtime, cause error) error {
 	m := d.hopMessage()
 	m.Headers[HeaderAttempt] = AttemptValue(next)
 	m.Headers[HeaderSourceQueue] = d.queue
-	if err := rt.Hop(ctx, d.queue, HopRetry, m); err != nil {
+	if err := rt.Hop(ctx, d.queue, OutcomeRetry, m); err != nil {
 		return d.settled(Requeue(fmt.Errorf("keep attempt %d through %s: %w", next, d.queue, err)))
 	}
 	rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindCarried, Target: d.queue, Attempt: d.Attempt(), Err: cause})
@@ -292,7 +292,7 @@ func toRung(ctx context.Context, d *Delivery, rt Runtime, dec *Decision) error {
 	m := d.hopMessage()
 	m.Headers[HeaderAttempt] = AttemptValue(d.Attempt() + 1)
 	m.Headers[HeaderSourceQueue] = d.queue
-	err := rt.Hop(ctx, dec.Queue, HopRetry, m)
+	err := rt.Hop(ctx, dec.Queue, OutcomeRetry, m)
 	switch {
 	case err == nil:
 		rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindBroker, Target: dec.Queue, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
@@ -314,9 +314,9 @@ func toRung(ctx context.Context, d *Delivery, rt Runtime, dec *Decision) error {
 // never acknowledged, with basic.nack after a pause that grows with its
 // returns (the library's failure, not the message's: see asidePause).
 func setAside(ctx context.Context, d *Delivery, rt Runtime, target string, o Outcome, reason Reason, cause error) error {
-	kind := HopDeadLetter
+	kind := OutcomeDeadLetter
 	if o == OutcomePark {
-		kind = HopPark
+		kind = OutcomePark
 	}
 	if target == "" {
 		target = topology.DeadLetterQueue(d.queue)
@@ -349,7 +349,7 @@ func setAside(ctx context.Context, d *Delivery, rt Runtime, target string, o Out
 // with ErrClosed, waits sleep, events go nowhere.
 type standIn struct{}
 
-func (standIn) Hop(context.Context, string, HopKind, Message) error { return ErrClosed }
+func (standIn) Hop(context.Context, string, Outcome, Message) error { return ErrClosed }
 func (standIn) Wait(ctx context.Context, _ *Delivery, w time.Duration) error {
 	return waitFor(ctx, nil, w)
 }

@@ -29,9 +29,9 @@ type PublishInfo struct {
 	Exchange   string
 	RoutingKey string
 	Mandatory  bool
-	// Hop says why the library republished the message itself (HopNone for
+	// Hop says why the library republished the message itself ("" for
 	// an application's own publish).
-	Hop HopKind
+	Hop Outcome
 	// Message is the message about to be sent; hooks may edit its Headers.
 	Message *Message
 	// Server is the host:port of the connection the publish went out on,

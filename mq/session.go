@@ -560,7 +560,7 @@ var (
 )
 
 // Hop publishes a hop on the consumer's own publisher.
-func (s *session) Hop(ctx context.Context, queue string, kind HopKind, m Message) error {
+func (s *session) Hop(ctx context.Context, queue string, kind Outcome, m Message) error {
 	return s.c.hops().publish(ctx, queue, m, kind)
 }
 

@@ -47,7 +47,7 @@ type Hop struct {
 	// Queue is the target queue (routing key on the default exchange).
 	Queue string
 	// Kind says which hop it was.
-	Kind mq.HopKind
+	Kind mq.Outcome
 	// Message is the message exactly as it would have been published.
 	Message mq.Message
 	// At is the fake clock's time of the hop.
@@ -223,7 +223,7 @@ func (c *Consumer) deliver(m mq.Message, exchange, key string) (r Result) {
 	d := mq.NewDelivery(c.queue, raw, &runtime{
 		log:  c.Logger,
 		wait: wait,
-		hop: func(ctx context.Context, queue string, kind mq.HopKind, m mq.Message) error {
+		hop: func(ctx context.Context, queue string, kind mq.Outcome, m mq.Message) error {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if err, ok := c.refuse[queue]; ok {

@@ -16,7 +16,7 @@ type DeliveryOption func(*runtime)
 // Forward makes the delivery's hops call fn instead of publishing: fn
 // receives the target queue, the hop kind and the message exactly as it
 // would be published, and its error is the hop's.
-func Forward(fn func(ctx context.Context, queue string, kind mq.HopKind, m mq.Message) error) DeliveryOption {
+func Forward(fn func(ctx context.Context, queue string, kind mq.Outcome, m mq.Message) error) DeliveryOption {
 	return func(r *runtime) { r.hop = fn }
 }
 
@@ -56,7 +56,7 @@ func NewDelivery(queue string, raw amqp.Delivery, opts ...DeliveryOption) *mq.De
 // runtime is the mq.Runtime of a test delivery: it does what its test
 // says instead of talking to a broker.
 type runtime struct {
-	hop  func(ctx context.Context, queue string, kind mq.HopKind, m mq.Message) error
+	hop  func(ctx context.Context, queue string, kind mq.Outcome, m mq.Message) error
 	emit func(ctx context.Context, e mq.Event)
 	log  *slog.Logger
 	wait func(ctx context.Context, w time.Duration) error // nil: sleep
@@ -64,7 +64,7 @@ type runtime struct {
 
 var _ mq.Runtime = (*runtime)(nil)
 
-func (r *runtime) Hop(ctx context.Context, queue string, kind mq.HopKind, m mq.Message) error {
+func (r *runtime) Hop(ctx context.Context, queue string, kind mq.Outcome, m mq.Message) error {
 	if r.hop == nil {
 		return mq.ErrClosed
 	}

@@ -55,7 +55,7 @@ func newRig(t *testing.T, opts ...otelmq.Option) *rig {
 
 // publish runs a publish through the hooks as mq's Publisher does and
 // "routes" it to queue (the routing key on the default exchange).
-func (r *rig) publish(ctx context.Context, exchange, key string, m mq.Message, hop mq.HopKind, err error) error {
+func (r *rig) publish(ctx context.Context, exchange, key string, m mq.Message, hop mq.Outcome, err error) error {
 	if m.Headers == nil {
 		m.Headers = amqp.Table{}
 	}
@@ -72,7 +72,7 @@ func (r *rig) publish(ctx context.Context, exchange, key string, m mq.Message, h
 }
 
 // forward is a delivery's Forward, as mq's hop publisher runs it.
-func (r *rig) forward(ctx context.Context, queue string, kind mq.HopKind, m mq.Message) error {
+func (r *rig) forward(ctx context.Context, queue string, kind mq.Outcome, m mq.Message) error {
 	return r.publish(ctx, "", queue, m, kind, nil)
 }
 
@@ -99,7 +99,7 @@ func (r *rig) next(queue string) *mq.Delivery {
 // retries for inProcess more failures, then after a last failure the
 // hop given (or an ack when the handler succeeds), decided by a
 // middleware and carried out by the runtime (mqtest.Chain).
-func (r *rig) deliver(d *mq.Delivery, h mq.HandlerFunc, inProcess int, hop mq.HopKind, hopTarget string) {
+func (r *rig) deliver(d *mq.Delivery, h mq.HandlerFunc, inProcess int, hop mq.Outcome, hopTarget string) {
 	r.t.Helper()
 	ctx := r.ins.OnDelivery(context.Background(), d)
 	failures := 0
@@ -113,11 +113,11 @@ func (r *rig) deliver(d *mq.Delivery, h mq.HandlerFunc, inProcess int, hop mq.Ho
 			switch {
 			case failures <= inProcess:
 				return &mq.Decision{Outcome: mq.OutcomeRetry, Wait: 50 * time.Millisecond, Cause: err}
-			case hop == mq.HopRetry:
+			case hop == mq.OutcomeRetry:
 				return &mq.Decision{Outcome: mq.OutcomeRetry, Queue: hopTarget, Wait: time.Second, Cause: err}
-			case hop == mq.HopDeadLetter:
+			case hop == mq.OutcomeDeadLetter:
 				return &mq.Decision{Outcome: mq.OutcomeDeadLetter, Queue: hopTarget, Reason: mq.ReasonExhausted, Cause: err}
-			case hop == mq.HopPark:
+			case hop == mq.OutcomePark:
 				return &mq.Decision{Outcome: mq.OutcomePark, Queue: hopTarget, Reason: mq.ReasonParked, Cause: err}
 			}
 			return err // rejected by the runtime
