@@ -23,7 +23,7 @@ func TestStackAroundAHandler(t *testing.T) {
 		calls++
 		return errors.New("down")
 	}), nil, Stack(p, WithoutDeclare())...)
-	d := mqtest.NewDelivery("q", amqp.Delivery{}, mqtest.Forward(func(_ context.Context, q string, _ mq.Outcome, _ mq.Message) error {
+	d := mqtest.NewDelivery("q", amqp.Delivery{}, mqtest.OnHop(func(_ context.Context, q string, _ mq.Outcome, _ mq.Message) error {
 		hops = append(hops, q)
 		return nil
 	}))

@@ -24,7 +24,7 @@ func TestTestDelivery(t *testing.T) {
 	var got mq.Message
 	var gotQueue string
 	var gotKind mq.Outcome
-	d := mqtest.NewDelivery("orders", raw, mqtest.Forward(func(_ context.Context, q string, k mq.Outcome, m mq.Message) error {
+	d := mqtest.NewDelivery("orders", raw, mqtest.OnHop(func(_ context.Context, q string, k mq.Outcome, m mq.Message) error {
 		got, gotQueue, gotKind = m, q, k
 		return nil
 	}))
@@ -65,8 +65,8 @@ func TestTestDelivery(t *testing.T) {
 // Events the runtime reports for a delivery carry its queue.
 func TestTestDeliveryEventsCarryTheQueue(t *testing.T) {
 	var got []mq.Event
-	d := mqtest.NewDelivery("q", amqp.Delivery{}, mqtest.Events(func(_ context.Context, e mq.Event) { got = append(got, e) }),
-		mqtest.Waits(func(context.Context, time.Duration) error { return nil }))
+	d := mqtest.NewDelivery("q", amqp.Delivery{}, mqtest.OnEvent(func(_ context.Context, e mq.Event) { got = append(got, e) }),
+		mqtest.OnWait(func(context.Context, time.Duration) error { return nil }))
 	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
 		if d.Attempt() < 3 {
 			return &mq.Decision{Outcome: mq.OutcomeRetry, Wait: time.Second, Cause: errors.New("again")}

@@ -98,7 +98,7 @@ type EventKind string
 
 // The kinds of EventRetry and EventRequeued.
 const (
-	// KindInProcess: EventRetry waits in-process (Delivery.Wait) before the
+	// KindInProcess: EventRetry waits in-process (a Decision without a queue) before the
 	// next attempt.
 	KindInProcess EventKind = "in-process"
 	// KindBroker: EventRetry republishes to a broker rung.

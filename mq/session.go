@@ -29,7 +29,7 @@ type session struct {
 
 	// slots holds one token per delivery being handled: at most the
 	// consumer's concurrency. A delivery waiting in-process gives its token
-	// back (Delivery.Wait) and a worker goroutine is added in its place, so
+	// back (wait) and a worker goroutine is added in its place, so
 	// the queue goes on; workers counts those goroutines. The tokens are
 	// the consumer's (Consumer.slots), shared by its sessions: a handler
 	// still running after its session ended (it ignores its context) keeps

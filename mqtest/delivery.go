@@ -13,10 +13,10 @@ import (
 // DeliveryOption adjusts a delivery made by NewDelivery.
 type DeliveryOption func(*runtime)
 
-// Forward makes the delivery's hops call fn instead of publishing: fn
+// OnHop makes the delivery's hops call fn instead of publishing: fn
 // receives the target queue, the hop kind and the message exactly as it
 // would be published, and its error is the hop's.
-func Forward(fn func(ctx context.Context, queue string, kind mq.Outcome, m mq.Message) error) DeliveryOption {
+func OnHop(fn func(ctx context.Context, queue string, kind mq.Outcome, m mq.Message) error) DeliveryOption {
 	return func(r *runtime) { r.hop = fn }
 }
 
@@ -25,21 +25,22 @@ func Logger(l *slog.Logger) DeliveryOption {
 	return func(r *runtime) { r.log = l }
 }
 
-// Events makes the delivery's events call fn.
-func Events(fn func(ctx context.Context, e mq.Event)) DeliveryOption {
+// OnEvent makes the delivery's events call fn.
+func OnEvent(fn func(ctx context.Context, e mq.Event)) DeliveryOption {
 	return func(r *runtime) { r.emit = fn }
 }
 
-// Waits makes the delivery's in-process waits call fn instead of
+// OnWait makes the delivery's in-process waits call fn instead of
 // sleeping (a fake clock): nil once waited, an error when cut short.
-func Waits(fn func(ctx context.Context, w time.Duration) error) DeliveryOption {
+func OnWait(fn func(ctx context.Context, w time.Duration) error) DeliveryOption {
 	return func(r *runtime) { r.wait = fn }
 }
 
 // NewDelivery builds a Delivery outside any consumer, for testing a
 // middleware or a hook, whose decisions are carried out (by Chain, or
-// mq.Runner) as its options say: hops go to Forward (without it they fail
-// with mq.ErrClosed), events to Events, in-process waits sleep (or go to Waits). Its attempt
+// mq.Runner) as its options say: hops go to OnHop (without it they fail
+// with mq.ErrClosed), events to OnEvent, in-process waits sleep (or go to
+// OnWait). Its attempt
 // is raw's x-acemq-attempt (a real consumer also counts a quorum queue's
 // returns past the first two, and the attempts of a message it returned
 // itself).

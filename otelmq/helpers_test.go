@@ -24,7 +24,7 @@ const server = "rabbit.example:5672"
 // rig is an Instrumentation wired to an in-memory span recorder and a
 // manual metric reader, with a fake broker that runs the hooks the way mq
 // does: publishes through PublishHook, deliveries through DeliveryHook,
-// handler calls through AttemptHook (mqtest.Attempts), events through
+// handler calls through AttemptHook (mqtest.Chain), events through
 // EventHook.
 type rig struct {
 	t      *testing.T
@@ -90,8 +90,8 @@ func (r *rig) next(queue string) *mq.Delivery {
 		Headers: m.Headers, MessageId: m.MessageId, CorrelationId: m.CorrelationId,
 		Body: m.Body, DeliveryTag: r.tag, RoutingKey: queue,
 	}
-	return mqtest.NewDelivery(queue, raw, mqtest.Forward(r.forward), mqtest.Events(r.ins.OnEvent),
-		mqtest.Waits(func(context.Context, time.Duration) error { return nil }))
+	return mqtest.NewDelivery(queue, raw, mqtest.OnHop(r.forward), mqtest.OnEvent(r.ins.OnEvent),
+		mqtest.OnWait(func(context.Context, time.Duration) error { return nil }))
 }
 
 // deliver runs one delivery the way the consumer runtime and a retry
