@@ -62,13 +62,17 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 	if b.reg.queueType(queue) == "stream" {
 		cfg.errs = append(cfg.errs, errStreamConsume)
 	}
+	runner := newRunner(h, b.hooks.attempt, cfg.mws)
+	if err := b.errPolicyTwice(queue, runner); err != nil {
+		cfg.errs = append(cfg.errs, err)
+	}
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, fmt.Errorf("mq: consume %q: %w", queue, err)
 	}
 	c := &Consumer{b: b, queue: queue, cfg: cfg, log: b.log.With("queue", queue),
 		stopping: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{}),
 		slots: make(chan struct{}, cfg.concurrency)}
-	c.runner = newRunner(h, b.hooks.attempt, cfg.mws)
+	c.runner = runner
 	c.life, c.endLife = context.WithCancel(b.life)
 	if err := b.register(nil, c); err != nil {
 		c.endLife()
