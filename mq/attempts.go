@@ -210,10 +210,10 @@ func AttemptOf(h amqp.Table) int {
 	return int(max(1, min(n, math.MaxInt32)))
 }
 
-// AttemptValue is attempt n as the library writes HeaderAttempt: a signed
+// attemptValue is attempt n as the library writes HeaderAttempt: a signed
 // 32-bit integer, the AMQP integer every client library reads, capped at
 // math.MaxInt32. AttemptOf reads it back as n.
-func AttemptValue(n int) int32 {
+func attemptValue(n int) int32 {
 	return int32(min(n, math.MaxInt32))
 }
 

@@ -274,7 +274,7 @@ func carry(ctx context.Context, d *Delivery, rt Runtime, cause error) error {
 	}
 	next := d.Attempt() + 1
 	m := d.hopMessage()
-	m.Headers[HeaderAttempt] = AttemptValue(next)
+	m.Headers[HeaderAttempt] = attemptValue(next)
 	m.Headers[HeaderSourceQueue] = d.queue
 	if err := rt.Hop(ctx, d.queue, OutcomeRetry, m); err != nil {
 		return d.settled(Requeue(fmt.Errorf("keep attempt %d through %s: %w", next, d.queue, err)))
@@ -290,7 +290,7 @@ func carry(ctx context.Context, d *Delivery, rt Runtime, cause error) error {
 // its queue.
 func toRung(ctx context.Context, d *Delivery, rt Runtime, dec *Decision) error {
 	m := d.hopMessage()
-	m.Headers[HeaderAttempt] = AttemptValue(d.Attempt() + 1)
+	m.Headers[HeaderAttempt] = attemptValue(d.Attempt() + 1)
 	m.Headers[HeaderSourceQueue] = d.queue
 	err := rt.Hop(ctx, dec.Queue, OutcomeRetry, m)
 	switch {
@@ -325,7 +325,7 @@ func setAside(ctx context.Context, d *Delivery, rt Runtime, target string, o Out
 		}
 	}
 	m := d.hopMessage()
-	m.Headers[HeaderAttempt] = AttemptValue(d.Attempt() + 1)
+	m.Headers[HeaderAttempt] = attemptValue(d.Attempt() + 1)
 	m.Headers[HeaderSourceQueue] = d.queue
 	m.Headers[HeaderReason] = string(reason)
 	m.Headers[HeaderError] = ErrorText(cause)
