@@ -3,7 +3,6 @@ package fxmodule
 import (
 	"testing"
 
-	"github.com/acemq/acemq-go/internal/seam"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -13,7 +12,6 @@ import (
 // the default exchange, a direct exchange or an exchange the topology does
 // not declare it stays mandatory; the caller's options come last.
 func TestPublisherOptionsEventsAndCommands(t *testing.T) {
-	mandatory := seam.Get[func([]mq.PublisherOption) bool]()
 	topo := topology.New().
 		Exchange("events").
 		Exchange("audit", topology.Fanout).
@@ -35,7 +33,7 @@ func TestPublisherOptionsEventsAndCommands(t *testing.T) {
 		{topo, "events", []mq.PublisherOption{mq.Mandatory()}, true},
 		{topo, "commands", []mq.PublisherOption{mq.AllowUnroutable()}, false},
 	} {
-		if got := mandatory(PublisherOptions(c.topo, c.exchange, c.opts...)); got != c.mandatory {
+		if got := mq.IsMandatory(PublisherOptions(c.topo, c.exchange, c.opts...)...); got != c.mandatory {
 			t.Errorf("publisher to %q (topology %v, %d options): mandatory %v, want %v", c.exchange, c.topo != nil, len(c.opts), got, c.mandatory)
 		}
 	}

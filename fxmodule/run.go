@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/fx"
 
-	"github.com/acemq/acemq-go/internal/seam"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/retry"
@@ -100,11 +99,6 @@ func newRunner(p runParams) (*runner, error) {
 	return r, nil
 }
 
-// buildChain builds a consumer's chain from its options as Broker.Consume
-// does (mq registers it), and returns the handler whose retry policy the
-// chain runs (nil: none).
-var buildChain = seam.Get[func(mq.Handler, []mq.AttemptHook, []mq.ConsumerOption) (mq.Handler, mq.PolicyHolder, error)]()
-
 // ConsumerOptions returns the options the module consumes c.Queue with,
 // given the app's merged topology t (nil: none) and the middleware the app
 // gives WithMiddleware, in order: shared outermost (mq.WithMiddleware),
@@ -122,13 +116,12 @@ func ConsumerOptions(c Consumer, t *topology.Topology, shared ...mq.Middleware) 
 			declared = &q.Retry
 		}
 	}
-	_, ph, err := buildChain(c.Handler, nil, c.Options)
+	r, err := mq.NewRunner(c.Handler, nil, c.Options...)
 	if err != nil {
 		return nil, fmt.Errorf("fxmodule: consumer of %q: %w", c.Queue, err)
 	}
 	var own *retry.Policy
-	if ph != nil {
-		p := ph.RetryPolicy()
+	if p, ok := r.RetryPolicy(); ok {
 		own = &p
 	}
 	opts := make([]mq.ConsumerOption, 0, len(c.Options)+2)

@@ -38,14 +38,11 @@ func runnerFor(t *testing.T, topo *topology.Topology, sets []middlewareSet, cs .
 // reads it.
 func policyOf(t *testing.T, c Consumer) (retry.Policy, bool) {
 	t.Helper()
-	_, ph, err := buildChain(c.Handler, nil, c.Options)
+	r, err := mq.NewRunner(c.Handler, nil, c.Options...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ph == nil {
-		return retry.Policy{}, false
-	}
-	return ph.RetryPolicy(), true
+	return r.RetryPolicy()
 }
 
 func TestMiddlewareFromSeveralModulesInOrder(t *testing.T) {

@@ -451,7 +451,7 @@ func TestLadderPanickingClassifierLosesNothing(t *testing.T) {
 	b, lg := consBroker(t)
 	p := retry.Exponential(2, 100*time.Millisecond)
 	q := testenv.Queue(t, b, p, topology.Retry(p))
-	panicky := func(error) middleware.Verdict { panic("classifier bug") }
+	panicky := func(error) mq.Outcome { panic("classifier bug") }
 	var calls consCalls
 	c, err := b.Consume(testenv.Context(t, 20*time.Second), q, mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
 		calls.add(d)

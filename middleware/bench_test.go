@@ -23,7 +23,7 @@ import (
 func BenchmarkStandardChain(b *testing.B) {
 	info := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	p := retry.Exponential(6, 10*time.Second)
-	h := mq.Chain(mqtest.Attempts(nopHandler), standardStack(p, []StandardOption{WithLogger(info)})...)
+	h := mqtest.Chain(nopHandler, nil, standardStack(p, []StandardOption{WithLogger(info)})...)
 	raw := sample(amqp.Table{"custom": "v", mq.HeaderAttempt: int32(1)})
 	ctx := context.Background()
 
@@ -48,7 +48,7 @@ func BenchmarkStandardChain(b *testing.B) {
 	})
 	b.Run("consumer's logger", func(b *testing.B) {
 		// Logging(nil): the record goes to the delivery's (consumer's) logger.
-		h := mq.Chain(mqtest.Attempts(nopHandler), standardStack(p, nil)...)
+		h := mqtest.Chain(nopHandler, nil, standardStack(p, nil)...)
 		b.ReportAllocs()
 		for b.Loop() {
 			d := mqtest.NewDelivery("orders", raw, mqtest.Logger(info))

@@ -76,7 +76,7 @@ func hopWithoutBroker(t *testing.T, c conformance.HopCase) (conformance.Run, str
 	rungsExist := c.RungsDeclared == nil || *c.RungsDeclared
 	var target string
 	var got amqp.Table
-	forward := mqtest.Forward(func(_ context.Context, queue string, _ mq.HopKind, m mq.Message) error {
+	forward := mqtest.OnHop(func(_ context.Context, queue string, _ mq.Outcome, m mq.Message) error {
 		if strings.Contains(queue, topology.RetrySegment) && !rungsExist {
 			return mq.ErrUnroutable
 		}
@@ -99,9 +99,9 @@ func hopWithoutBroker(t *testing.T, c conformance.HopCase) (conformance.Run, str
 		return cause
 	})
 	raw := amqp.Delivery{Exchange: vars["exchange"], RoutingKey: vars["key"], Headers: incoming, Body: []byte("x")}
-	d := mqtest.NewDelivery(q, raw, forward, mqtest.Events(func(context.Context, mq.Event) {}),
+	d := mqtest.NewDelivery(q, raw, forward, mqtest.OnEvent(func(context.Context, mq.Event) {}),
 		mqtest.Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	chain := mq.Chain(mqtest.Attempts(h), middleware.RetryLadder(p), middleware.Parking(), middleware.Recover())
+	chain := mqtest.Chain(h, nil, middleware.RetryLadder(p), middleware.Parking(), middleware.Recover())
 	from := time.Now()
 	if err := chain.Handle(context.Background(), d); err != nil {
 		t.Fatalf("the chain returned %v; every case ends in a confirmed hop", err)

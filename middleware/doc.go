@@ -11,15 +11,17 @@
 // The failure handling of docs/contract.md ("Retry policy", "Who declares
 // what", "Hops", "Headers"): what happens after a handler's error, which
 // queue a message is republished to, the x-acemq-* headers written on the
-// way, and the contract's events when a hop cannot be made. Every hop goes
-// through [mq.Delivery.Forward] (default exchange, mandatory, confirmed
-// before the original is acknowledged), and every queue name comes from
-// package topology, derived from the policy the ladder runs.
+// way. The middleware here decides (an [mq.Decision]: which queue, which
+// reason); the consumer carries it out (default exchange, mandatory,
+// confirmed before the original is acknowledged, the contract's events when
+// a hop cannot be made). Every queue name comes from package topology,
+// derived from the policy the ladder runs.
 //
 // # What it must not touch
 //
-// Connections, channels and settlement: package mq owns them. A middleware
-// returns nil, an error, or [mq.Requeue], and the runtime settles.
+// Connections, channels, waits, hops and settlement: package mq owns them.
+// A middleware returns nil, an error, [mq.Requeue] or an [mq.Decision], and
+// the runtime acts.
 // Instrumentation: package otelmq observes through mq's hooks.
 //
 // # Writing one

@@ -43,11 +43,11 @@ func ExampleStandard() {
 // The built-ins compose by hand too; this is declare=false with a
 // classifier, for a consumer whose login may not declare queues.
 func ExampleParking() {
-	permanent := func(err error) middleware.Verdict {
+	permanent := func(err error) mq.Outcome {
 		if errors.Is(err, errInvalid) {
-			return middleware.ToDeadLetter
+			return mq.OutcomeDeadLetter
 		}
-		return middleware.Pass
+		return ""
 	}
 	policy := retry.Fixed(3, time.Second)
 	_ = mq.WithMiddleware(

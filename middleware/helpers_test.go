@@ -17,7 +17,7 @@ import (
 // hop is one Forward a test delivery made.
 type hop struct {
 	queue string
-	kind  mq.HopKind
+	kind  mq.Outcome
 	m     mq.Message
 }
 
@@ -35,7 +35,7 @@ func newWorld() *world { return &world{logs: &logRecorder{}} }
 
 func (w *world) delivery(queue string, raw amqp.Delivery) *mq.Delivery {
 	return mqtest.NewDelivery(queue, raw,
-		mqtest.Forward(func(_ context.Context, q string, k mq.HopKind, m mq.Message) error {
+		mqtest.OnHop(func(_ context.Context, q string, k mq.Outcome, m mq.Message) error {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			w.hops = append(w.hops, hop{q, k, m})
@@ -44,7 +44,7 @@ func (w *world) delivery(queue string, raw amqp.Delivery) *mq.Delivery {
 			}
 			return nil
 		}),
-		mqtest.Events(func(_ context.Context, e mq.Event) {
+		mqtest.OnEvent(func(_ context.Context, e mq.Event) {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			w.events = append(w.events, e)

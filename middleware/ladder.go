@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
@@ -14,10 +12,10 @@ import (
 
 // RetryLadder runs p against the handler's errors. After failed attempt k:
 //
-//   - a wait of at most p's in-process limit is waited here
-//     (mq.Delivery.Wait: the delivery stays unacknowledged and its worker
-//     goes on with the rest of the queue), then the handler is called again,
-//     as the next attempt, inside the same middleware call;
+//   - a wait of at most p's in-process limit is waited by the consumer
+//     (the delivery stays unacknowledged and its worker goes on with the
+//     rest of the queue), which then calls the ladder again, as the next
+//     attempt;
 //   - a longer wait republishes the message, x-acemq-attempt = k+1 and
 //     x-acemq-source-queue added, to the broker rung <queue>.retry.<wait>,
 //     which brings it back after the wait;
@@ -30,7 +28,8 @@ import (
 // acknowledged), the consumer remembers the attempt for the redelivery,
 // and a quorum queue's x-delivery-count counts it after a restart.
 //
-// The original is acknowledged only after the hop's publish is confirmed
+// The ladder decides; the consumer acts (mq.Decision). The original is
+// acknowledged only after the hop's publish is confirmed
 // and not returned. A rung that does not exist (the publish comes back
 // unroutable) is logged and reported as acemq.retry.rung.missing and the
 // message is set aside in <queue>.dlq (reason "rung-missing"); a failed
@@ -62,73 +61,34 @@ func (l *ladder) Subscribe(_ context.Context, s *mq.Subscription) error {
 	return nil
 }
 
+// Handle calls the handler once and decides what its error means: an
+// in-process wait (the consumer waits, then calls the ladder again as the
+// next attempt), a hop to a broker rung, or .dlq when every attempt is
+// used. The consumer carries the decision out.
 func (l *ladder) Handle(ctx context.Context, d *mq.Delivery) error {
-	for {
-		err := l.next.Handle(ctx, d)
-		if err == nil || IsPark(err) || IsReject(err) || errors.Is(err, mq.ErrRequeue) {
-			return err
-		}
-		if ctx.Err() != nil {
-			// The channel is gone or the stop deadline passed: the broker
-			// requeues the message; a hop now would only duplicate it.
-			return mq.Requeue(err)
-		}
-		step := l.p.After(d.Attempt())
-		switch step.Action {
-		case retry.WaitInProcess:
-			d.Logger().DebugContext(ctx, mq.EventRetry, "message_id", d.MessageId, "attempt", d.Attempt(),
-				"kind", "in-process", "wait", step.Wait, "error", err)
-			d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: mq.KindInProcess, Attempt: d.Attempt(), Wait: step.Wait, Err: err})
-			if werr := d.Wait(ctx, step.Wait); werr != nil {
-				return l.cut(ctx, d, step, err)
-			}
-		case retry.WaitOnBroker:
-			return l.toRung(ctx, d, step, err)
-		default:
-			return setAside(ctx, d, mq.ReasonExhausted, err)
-		}
+	err := l.next.Handle(ctx, d)
+	if err == nil || IsPark(err) || IsReject(err) || errors.Is(err, mq.ErrRequeue) {
+		return err
 	}
-}
-
-// cut keeps the attempts of a delivery whose in-process wait was cut short.
-// While its channel lives (the consumer is stopping), the message goes back
-// to its own queue as a copy whose x-acemq-attempt is the next attempt,
-// confirmed before the original is acknowledged. Otherwise it is returned
-// as it is, and the consumer's memory or the broker's delivery count carry
-// the attempt.
-func (l *ladder) cut(ctx context.Context, d *mq.Delivery, step retry.Step, cause error) error {
+	var dec *mq.Decision
+	if errors.As(err, &dec) {
+		return err // decided further in
+	}
 	if ctx.Err() != nil {
-		return mq.Requeue(cause)
+		// The channel is gone or the stop deadline passed: the broker
+		// requeues the message; a hop now would only duplicate it.
+		return mq.Requeue(err)
 	}
-	ferr := d.Forward(ctx, d.Queue(), mq.HopRetry, amqp.Table{
-		mq.HeaderAttempt:     mq.AttemptValue(step.Next),
-		mq.HeaderSourceQueue: d.Queue(),
-	})
-	if ferr != nil {
-		return mq.Requeue(fmt.Errorf("keep attempt %d through %s: %w", step.Next, d.Queue(), ferr))
-	}
-	d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: mq.KindCarried, Target: d.Queue(), Attempt: d.Attempt(), Err: cause})
-	d.SetOutcome(mq.OutcomeRetry, cause)
-	return nil
-}
-
-func (l *ladder) toRung(ctx context.Context, d *mq.Delivery, step retry.Step, cause error) error {
-	rung := topology.RungQueue(d.Queue(), step.Wait)
-	ferr := d.Forward(ctx, rung, mq.HopRetry, amqp.Table{
-		mq.HeaderAttempt:     mq.AttemptValue(step.Next),
-		mq.HeaderSourceQueue: d.Queue(),
-	})
+	step := l.p.After(d.Attempt())
 	switch {
-	case ferr == nil:
-		d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: mq.KindBroker, Target: rung, Attempt: d.Attempt(), Wait: step.Wait, Err: cause})
-		d.SetOutcome(mq.OutcomeRetry, cause)
-		return nil
-	case errors.Is(ferr, mq.ErrUnroutable):
-		d.Logger().WarnContext(ctx, mq.EventRungMissing, "message_id", d.MessageId, "rung", rung,
-			"attempt", d.Attempt(), "error", cause)
-		d.Emit(ctx, mq.Event{Name: mq.EventRungMissing, Target: rung, Attempt: d.Attempt(), Err: cause})
-		return setAside(ctx, d, mq.ReasonRungMissing, cause)
+	case step.Next > 0 && step.InProcess:
+		// Called again after the wait, here: the middleware outside the
+		// ladder sees one call per delivery.
+		again := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error { return l.Handle(ctx, d) })
+		return &mq.Decision{Outcome: mq.OutcomeRetry, Wait: step.Wait, Cause: err, Again: again}
+	case step.Next > 0:
+		return &mq.Decision{Outcome: mq.OutcomeRetry, Queue: topology.RungQueue(d.Queue(), step.Wait), Wait: step.Wait, Cause: err}
 	default:
-		return mq.Requeue(fmt.Errorf("retry via %s: %w", rung, ferr))
+		return &mq.Decision{Outcome: mq.OutcomeDeadLetter, Queue: topology.DeadLetterQueue(d.Queue()), Reason: mq.ReasonExhausted, Cause: err}
 	}
 }

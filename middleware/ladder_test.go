@@ -32,7 +32,7 @@ var brokerOnly = retry.Waits(time.Second, 2*time.Second).With(retry.InProcessLim
 func TestLadderInProcessWaitsThenSucceeds(t *testing.T) {
 	w := newWorld()
 	s := &script{results: []error{errBoom, errBoom, nil}}
-	h := mq.Chain(mqtest.Attempts(s), RetryLadder(retry.Fixed(3, 20*time.Millisecond)))
+	h := mqtest.Chain(s, nil, RetryLadder(retry.Fixed(3, 20*time.Millisecond)))
 	d := w.delivery("q", sample(nil))
 	start := time.Now()
 	if err := h.Handle(context.Background(), d); err != nil {
@@ -82,7 +82,7 @@ func TestLadderBrokerRungHop(t *testing.T) {
 			raw := sample(headers)
 			s := &script{results: []error{errBoom}}
 			d := w.delivery("orders", raw)
-			err := mq.Chain(mqtest.Attempts(s), RetryLadder(brokerOnly)).Handle(context.Background(), d)
+			err := mqtest.Chain(s, nil, RetryLadder(brokerOnly)).Handle(context.Background(), d)
 			if err != nil {
 				t.Fatalf("Handle = %v: a confirmed hop is a success", err)
 			}
@@ -93,7 +93,7 @@ func TestLadderBrokerRungHop(t *testing.T) {
 				t.Fatalf("hops %+v, want one", w.hops)
 			}
 			hp := w.hops[0]
-			if want := topology.RungQueue("orders", c.wait); hp.queue != want || hp.kind != mq.HopRetry {
+			if want := topology.RungQueue("orders", c.wait); hp.queue != want || hp.kind != mq.OutcomeRetry {
 				t.Errorf("hop to %q as %q, want %q as retry", hp.queue, hp.kind, want)
 			}
 			if v, ok := hp.m.Headers[mq.HeaderAttempt].(int32); !ok || v != c.wantNext {
@@ -128,7 +128,7 @@ func TestLadderExhaustedGoesToDLQ(t *testing.T) {
 	cause := errors.New(long)
 	d := w.delivery("orders", raw)
 	before := time.Now().Add(-time.Second)
-	err := mq.Chain(mqtest.Attempts(&script{results: []error{cause}}), RetryLadder(brokerOnly)).Handle(context.Background(), d)
+	err := mqtest.Chain(&script{results: []error{cause}}, nil, RetryLadder(brokerOnly)).Handle(context.Background(), d)
 	if err != nil {
 		t.Fatalf("Handle = %v", err)
 	}
@@ -136,7 +136,7 @@ func TestLadderExhaustedGoesToDLQ(t *testing.T) {
 		t.Fatalf("hops %+v, want one to the dlq", w.hops)
 	}
 	hp := w.hops[0]
-	if hp.queue != topology.DeadLetterQueue("orders") || hp.kind != mq.HopDeadLetter {
+	if hp.queue != topology.DeadLetterQueue("orders") || hp.kind != mq.OutcomeDeadLetter {
 		t.Errorf("hop to %q as %q", hp.queue, hp.kind)
 	}
 	h := hp.m.Headers
@@ -164,7 +164,7 @@ func TestLadderInProcessExhausted(t *testing.T) {
 	w := newWorld()
 	s := &script{results: []error{errBoom}}
 	d := w.delivery("q", sample(nil))
-	if err := mq.Chain(mqtest.Attempts(s), RetryLadder(retry.Fixed(3, time.Millisecond))).Handle(context.Background(), d); err != nil {
+	if err := mqtest.Chain(s, nil, RetryLadder(retry.Fixed(3, time.Millisecond))).Handle(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(s.attempts, []int{1, 2, 3}) {
@@ -215,10 +215,10 @@ func TestLadderRungMissing(t *testing.T) {
 	raw := sample(amqp.Table{"custom": "v"})
 	d := w.delivery("orders", raw)
 	s := &script{results: []error{errBoom}}
-	if err := mq.Chain(mqtest.Attempts(s), RetryLadder(brokerOnly)).Handle(context.Background(), d); err != nil {
+	if err := mqtest.Chain(s, nil, RetryLadder(brokerOnly)).Handle(context.Background(), d); err != nil {
 		t.Fatalf("Handle = %v: the message is safe in the dlq", err)
 	}
-	if len(w.hops) != 2 || w.hops[0].queue != rung || w.hops[1].queue != "orders.dlq" || w.hops[1].kind != mq.HopDeadLetter {
+	if len(w.hops) != 2 || w.hops[0].queue != rung || w.hops[1].queue != "orders.dlq" || w.hops[1].kind != mq.OutcomeDeadLetter {
 		t.Fatalf("hops %+v, want the rung then the dlq", w.hops)
 	}
 	h := w.hops[1].m.Headers
@@ -274,7 +274,7 @@ func TestSetAsideFailureRequeues(t *testing.T) {
 			}
 			d := w.delivery("orders", sample(hd))
 			mws := append([]mq.Middleware{RetryLadder(c.policy)}, c.mws...)
-			err := mq.Chain(mqtest.Attempts(&script{results: []error{c.result}}), mws...).Handle(context.Background(), d)
+			err := mqtest.Chain(&script{results: []error{c.result}}, nil, mws...).Handle(context.Background(), d)
 			if !errors.Is(err, mq.ErrRequeue) {
 				t.Fatalf("Handle = %v, want an error matching mq.ErrRequeue", err)
 			}
@@ -310,7 +310,7 @@ func TestLadderRungPublishFailsRequeues(t *testing.T) {
 	w := newWorld()
 	w.fail = func(string) error { return mq.ErrNacked }
 	d := w.delivery("orders", sample(nil))
-	err := mq.Chain(mqtest.Attempts(&script{results: []error{errBoom}}), RetryLadder(brokerOnly)).Handle(context.Background(), d)
+	err := mqtest.Chain(&script{results: []error{errBoom}}, nil, RetryLadder(brokerOnly)).Handle(context.Background(), d)
 	if !errors.Is(err, mq.ErrRequeue) || !errors.Is(err, mq.ErrNacked) {
 		t.Fatalf("Handle = %v, want a requeue saying nacked", err)
 	}
@@ -326,7 +326,7 @@ func TestLadderWaitCutShortByContext(t *testing.T) {
 	defer cancel()
 	time.AfterFunc(30*time.Millisecond, cancel)
 	start := time.Now()
-	err := mq.Chain(mqtest.Attempts(s), RetryLadder(retry.Fixed(2, 10*time.Second))).Handle(ctx, w.delivery("q", sample(nil)))
+	err := mqtest.Chain(s, nil, RetryLadder(retry.Fixed(2, 10*time.Second))).Handle(ctx, w.delivery("q", sample(nil)))
 	if !errors.Is(err, mq.ErrRequeue) || !errors.Is(err, errBoom) {
 		t.Fatalf("Handle = %v, want Requeue(boom)", err)
 	}
@@ -344,7 +344,7 @@ func TestLadderContextGoneNoHop(t *testing.T) {
 	w := newWorld()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := mq.HandlerFunc(func(context.Context, *mq.Delivery) error { cancel(); return errBoom })
-	err := mq.Chain(mqtest.Attempts(h), RetryLadder(brokerOnly)).Handle(ctx, w.delivery("q", sample(nil)))
+	err := mqtest.Chain(h, nil, RetryLadder(brokerOnly)).Handle(ctx, w.delivery("q", sample(nil)))
 	if !errors.Is(err, mq.ErrRequeue) || len(w.hops) != 0 {
 		t.Errorf("Handle = %v, hops %+v", err, w.hops)
 	}
@@ -355,7 +355,7 @@ func TestLadderNeverRetriesMarkedErrors(t *testing.T) {
 		t.Run(marked.Error(), func(t *testing.T) {
 			w := newWorld()
 			s := &script{results: []error{marked}}
-			err := mq.Chain(mqtest.Attempts(s), RetryLadder(retry.Fixed(5, time.Millisecond))).Handle(context.Background(), w.delivery("q", sample(nil)))
+			err := mqtest.Chain(s, nil, RetryLadder(retry.Fixed(5, time.Millisecond))).Handle(context.Background(), w.delivery("q", sample(nil)))
 			if err != marked {
 				t.Errorf("Handle = %v, want %v unchanged", err, marked)
 			}

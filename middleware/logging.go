@@ -9,13 +9,16 @@ import (
 	"github.com/acemq/acemq-go/mq"
 )
 
-// Logging writes one record per delivery once the chain inside it is done,
+// Logging writes one record per delivery once its fate is carried out,
 // as acemq.message.settled with the queue, message id, routing key (the
 // original one, whatever hops the message made), attempt, outcome,
 // duration and (for anything but an ack) the cause: at debug for an ack, at
-// info for a retry, at warn for a park, a dead letter or a requeue. An
-// error that escapes it is not logged here: the consumer runtime, which
+// info for a retry, at warn for a park, a dead letter or a requeue. A
+// rejected delivery is not logged here: the consumer runtime, which
 // rejects the message, logs it once. A nil logger means the consumer's.
+//
+// The handler it returns is an mq.Observer: the consumer (mq.Runner) tells
+// it each delivery's fate once carried out.
 func Logging(l *slog.Logger) mq.Middleware {
 	return func(next mq.Handler) mq.Handler { return &logging{next: next, l: l} }
 }
@@ -25,9 +28,13 @@ type logging struct {
 	l    *slog.Logger
 }
 
-func (g *logging) Handle(ctx context.Context, d *mq.Delivery) error {
-	start := time.Now()
-	err := g.next.Handle(ctx, d)
+// Handle passes the delivery on: the record is written once its fate is
+// known (Observe).
+func (g *logging) Handle(ctx context.Context, d *mq.Delivery) error { return g.next.Handle(ctx, d) }
+
+// Observe writes the record, once the consumer has carried out the
+// delivery's fate: err is what it is settled with.
+func (g *logging) Observe(ctx context.Context, d *mq.Delivery, err error, took time.Duration) {
 	l := g.l
 	if l == nil {
 		l = d.Logger()
@@ -37,7 +44,7 @@ func (g *logging) Handle(ctx context.Context, d *mq.Delivery) error {
 	case err != nil && errors.Is(err, mq.ErrRequeue):
 		level, outcome = slog.LevelWarn, mq.OutcomeRequeue
 	case err != nil:
-		return err
+		return
 	case outcome == mq.OutcomeRetry:
 		level = slog.LevelInfo
 	case outcome == mq.OutcomePark || outcome == mq.OutcomeDeadLetter:
@@ -46,14 +53,14 @@ func (g *logging) Handle(ctx context.Context, d *mq.Delivery) error {
 		outcome = mq.OutcomeAck
 	}
 	if !l.Enabled(ctx, level) {
-		return err
+		return
 	}
 	attrs := []slog.Attr{
 		slog.String("message_id", d.MessageId),
 		slog.String("routing_key", d.RoutingKey),
 		slog.Int("attempt", d.Attempt()),
 		slog.String("outcome", string(outcome)),
-		slog.Duration("took", time.Since(start)),
+		slog.Duration("took", took),
 	}
 	if g.l != nil {
 		attrs = append(attrs, slog.String("queue", d.Queue()))
@@ -66,5 +73,4 @@ func (g *logging) Handle(ctx context.Context, d *mq.Delivery) error {
 		attrs = append(attrs, slog.String("cause", cause.Error()))
 	}
 	l.LogAttrs(ctx, level, "acemq.message.settled", attrs...)
-	return err
 }

@@ -17,7 +17,7 @@ import (
 func TestRecover(t *testing.T) {
 	w := newWorld()
 	s := &script{panics: map[int]any{0: "kaboom"}}
-	err := mq.Chain(mqtest.Attempts(s), Recover()).Handle(context.Background(), w.delivery("q", sample(nil)))
+	err := mqtest.Chain(s, nil, Recover()).Handle(context.Background(), w.delivery("q", sample(nil)))
 	var pe *mq.PanicError
 	if !errors.As(err, &pe) || pe.Value != "kaboom" || len(pe.Stack) == 0 {
 		t.Fatalf("Handle = %#v, want *mq.PanicError with a stack", err)
@@ -29,7 +29,7 @@ func TestRecover(t *testing.T) {
 
 	cause := errors.New("inner")
 	s = &script{panics: map[int]any{0: cause}}
-	err = mq.Chain(mqtest.Attempts(s), Recover()).Handle(context.Background(), w.delivery("q", sample(nil)))
+	err = mqtest.Chain(s, nil, Recover()).Handle(context.Background(), w.delivery("q", sample(nil)))
 	if !errors.Is(err, cause) {
 		t.Errorf("a panic with an error value = %v, want it to unwrap to that error", err)
 	}
@@ -38,7 +38,7 @@ func TestRecover(t *testing.T) {
 func TestRecoverIsRetriedByTheLadder(t *testing.T) {
 	w := newWorld()
 	s := &script{panics: map[int]any{0: "kaboom"}}
-	err := mq.Chain(mqtest.Attempts(s), RetryLadder(retry.Fixed(3, time.Millisecond)), Parking(), Recover()).
+	err := mqtest.Chain(s, nil, RetryLadder(retry.Fixed(3, time.Millisecond)), Parking(), Recover()).
 		Handle(context.Background(), w.delivery("q", sample(nil)))
 	if err != nil {
 		t.Fatalf("Handle = %v", err)
@@ -107,18 +107,24 @@ func TestTimeoutIsPerAttempt(t *testing.T) {
 		}
 		return ctx.Err() // a fresh deadline: nil
 	})
-	err := mq.Chain(mqtest.Attempts(h), RetryLadder(retry.Fixed(2, time.Millisecond)), Parking(), Recover(), Timeout(30*time.Millisecond)).
+	err := mqtest.Chain(h, nil, RetryLadder(retry.Fixed(2, time.Millisecond)), Parking(), Recover(), Timeout(30*time.Millisecond)).
 		Handle(context.Background(), w.delivery("q", sample(nil)))
 	if err != nil || calls != 2 {
 		t.Errorf("Handle = %v after %d calls", err, calls)
 	}
 }
 
-// outcomeSetter stands for an inner middleware deciding an outcome.
+// outcomeSetter stands for an inner middleware deciding an outcome: a hop
+// (carried out by the consumer) when o is set, else ret.
 func outcomeSetter(o mq.Outcome, ret error) mq.Handler {
 	return mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
-		if o != "" {
-			d.SetOutcome(o, errBoom)
+		switch o {
+		case mq.OutcomeRetry:
+			return &mq.Decision{Outcome: o, Queue: d.Queue() + ".retry.1s", Wait: time.Second, Cause: errBoom}
+		case mq.OutcomePark:
+			return &mq.Decision{Outcome: o, Queue: d.Queue() + ".parked", Reason: mq.ReasonParked, Cause: errBoom}
+		case mq.OutcomeDeadLetter:
+			return &mq.Decision{Outcome: o, Queue: d.Queue() + ".dlq", Reason: mq.ReasonRejected, Cause: errBoom}
 		}
 		return ret
 	})
@@ -144,7 +150,7 @@ func TestLoggingLevels(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rec := &logRecorder{level: slog.LevelDebug}
 			d := newWorld().delivery("orders", sample(nil))
-			err := Logging(slog.New(rec))(c.inner).Handle(context.Background(), d)
+			err := mqtest.Chain(c.inner, nil, Logging(slog.New(rec))).Handle(context.Background(), d)
 			if c.none {
 				if err != errBoom || len(rec.all()) != 0 {
 					t.Errorf("Handle = %v, records %d: an escaping error is the runtime's to log", err, len(rec.all()))
@@ -172,7 +178,7 @@ func TestLoggingLevels(t *testing.T) {
 func TestLoggingAtInfoSkipsAcks(t *testing.T) {
 	rec := &logRecorder{level: slog.LevelInfo}
 	d := newWorld().delivery("orders", sample(nil))
-	if err := Logging(slog.New(rec))(outcomeSetter("", nil)).Handle(context.Background(), d); err != nil || len(rec.all()) != 0 {
+	if err := mqtest.Chain(outcomeSetter("", nil), nil, Logging(slog.New(rec))).Handle(context.Background(), d); err != nil || len(rec.all()) != 0 {
 		t.Errorf("Handle = %v, %d records", err, len(rec.all()))
 	}
 }
@@ -180,7 +186,7 @@ func TestLoggingAtInfoSkipsAcks(t *testing.T) {
 func TestLoggingDefaultsToTheConsumersLogger(t *testing.T) {
 	w := newWorld()
 	w.logs.level = slog.LevelDebug
-	if err := Logging(nil)(outcomeSetter("", nil)).Handle(context.Background(), w.delivery("orders", sample(nil))); err != nil {
+	if err := mqtest.Chain(outcomeSetter("", nil), nil, Logging(nil)).Handle(context.Background(), w.delivery("orders", sample(nil))); err != nil {
 		t.Fatal(err)
 	}
 	rec, ok := w.logs.find("acemq.message.settled")
@@ -205,7 +211,7 @@ func TestStandardOrder(t *testing.T) {
 		t.Errorf("Standard = %v, want %v", got, want)
 	}
 	l := slog.New(&logRecorder{})
-	stack := standardStack(p, []StandardOption{WithoutDeclare(), WithTimeout(time.Second), WithLogger(l), WithClassifier(func(error) Verdict { return Pass }), nil})
+	stack := standardStack(p, []StandardOption{WithoutDeclare(), WithTimeout(time.Second), WithLogger(l), WithClassifier(func(error) mq.Outcome { return "" }), nil})
 	if got, want := typesOf(stack), []string{"*middleware.logging", "*middleware.ladder", "*middleware.parking", "*middleware.recoverer", "*middleware.timeout"}; !slices.Equal(got, want) {
 		t.Errorf("Standard(WithoutDeclare, WithTimeout) = %v, want %v", got, want)
 	}
@@ -227,7 +233,7 @@ func TestStandardBehaviour(t *testing.T) {
 	w := newWorld()
 	rec := &logRecorder{level: slog.LevelDebug}
 	s := &script{panics: map[int]any{0: "kaboom"}, results: []error{nil, Park(errBoom)}}
-	h := mq.Chain(mqtest.Attempts(s), standardStack(retry.Fixed(5, time.Millisecond), []StandardOption{WithLogger(slog.New(rec))})...)
+	h := mqtest.Chain(s, nil, standardStack(retry.Fixed(5, time.Millisecond), []StandardOption{WithLogger(slog.New(rec))})...)
 	d := w.delivery("q", sample(nil))
 	if err := h.Handle(context.Background(), d); err != nil {
 		t.Fatalf("Handle = %v", err)

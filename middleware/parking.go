@@ -5,33 +5,24 @@ import (
 	"errors"
 
 	"github.com/acemq/acemq-go/mq"
-)
-
-// Verdict is what Parking does with a handler's error.
-type Verdict int
-
-const (
-	// Pass leaves the error to the middleware outside Parking (the retry
-	// ladder).
-	Pass Verdict = iota
-	// ToParked sends the message to <queue>.parked: a person must look.
-	ToParked
-	// ToDeadLetter sends the message straight to <queue>.dlq (reason
-	// "rejected"): the failure is permanent.
-	ToDeadLetter
+	"github.com/acemq/acemq-go/topology"
 )
 
 // Classifier decides what Parking does with an error the handler did not
-// mark itself (a validation error type, say).
-type Classifier func(error) Verdict
+// mark itself (a validation error type, say): mq.OutcomePark sends the
+// message to <queue>.parked, mq.OutcomeDeadLetter to <queue>.dlq (reason
+// "rejected"), and "" (or any other outcome) leaves the error to the
+// middleware outside Parking (the retry ladder).
+type Classifier func(error) mq.Outcome
 
 // Parking sets aside the messages no retry will help: an error marked with
-// Park, or classified ToParked, goes to <queue>.parked (reason "parked"); an
-// error marked with Reject, or classified ToDeadLetter, goes to
-// <queue>.dlq (reason "rejected"). Both carry the contract's failure
-// headers, after exactly one call of the handler. Any other error passes
-// through. Classifiers run in order; the first verdict other than Pass
-// wins.
+// Park, or classified mq.OutcomePark, goes to <queue>.parked (reason
+// "parked"); an error marked with Reject, or classified
+// mq.OutcomeDeadLetter, goes to <queue>.dlq (reason "rejected"). Both
+// carry the contract's failure headers, after exactly one call of the
+// handler: Parking decides (an mq.Decision), the consumer hops. Any other
+// error passes through, and so does a decision made further in.
+// Classifiers run in order; the first that says park or dead-letter wins.
 func Parking(classify ...Classifier) mq.Middleware {
 	return func(next mq.Handler) mq.Handler { return &parking{next: next, classify: classify} }
 }
@@ -46,11 +37,11 @@ func (p *parking) Handle(ctx context.Context, d *mq.Delivery) error {
 	if err == nil {
 		return nil
 	}
-	switch p.verdict(err) {
-	case ToParked:
-		return setAside(ctx, d, mq.ReasonParked, unmark(err))
-	case ToDeadLetter:
-		return setAside(ctx, d, mq.ReasonRejected, unmark(err))
+	switch p.classify1(err) {
+	case mq.OutcomePark:
+		return &mq.Decision{Outcome: mq.OutcomePark, Queue: topology.ParkedQueue(d.Queue()), Reason: mq.ReasonParked, Cause: unmark(err)}
+	case mq.OutcomeDeadLetter:
+		return &mq.Decision{Outcome: mq.OutcomeDeadLetter, Queue: topology.DeadLetterQueue(d.Queue()), Reason: mq.ReasonRejected, Cause: unmark(err)}
 	}
 	return err
 }
@@ -69,20 +60,24 @@ func unmark(err error) error {
 	return err
 }
 
-func (p *parking) verdict(err error) Verdict {
+// classify1 is what becomes of err: park, dead-letter, or "" (pass).
+func (p *parking) classify1(err error) mq.Outcome {
 	switch {
 	case IsPark(err):
-		return ToParked
+		return mq.OutcomePark
 	case IsReject(err):
-		return ToDeadLetter
+		return mq.OutcomeDeadLetter
+	}
+	if _, decided := err.(*mq.Decision); decided {
+		return ""
 	}
 	for _, c := range p.classify {
 		if c == nil {
 			continue
 		}
-		if v := c(err); v != Pass {
-			return v
+		if o := c(err); o == mq.OutcomePark || o == mq.OutcomeDeadLetter {
+			return o
 		}
 	}
-	return Pass
+	return ""
 }

@@ -20,7 +20,7 @@ func TestParkAndReject(t *testing.T) {
 		name   string
 		err    error
 		queue  string
-		kind   mq.HopKind
+		kind   mq.Outcome
 		reason mq.Reason
 		out    mq.Outcome
 		// text is x-acemq-error and cause the recorded cause: the
@@ -29,10 +29,10 @@ func TestParkAndReject(t *testing.T) {
 		text  string
 		cause error
 	}{
-		{"park", Park(errBoom), "orders.parked", mq.HopPark, mq.ReasonParked, mq.OutcomePark, "boom", errBoom},
-		{"park wrapped", fmt.Errorf("ctx: %w", Park(errBoom)), "orders.parked", mq.HopPark, mq.ReasonParked, mq.OutcomePark, "ctx: park: boom", nil},
-		{"reject", Reject(errBoom), "orders.dlq", mq.HopDeadLetter, mq.ReasonRejected, mq.OutcomeDeadLetter, "boom", errBoom},
-		{"park nil", Park(nil), "orders.parked", mq.HopPark, mq.ReasonParked, mq.OutcomePark, "", nil},
+		{"park", Park(errBoom), "orders.parked", mq.OutcomePark, mq.ReasonParked, mq.OutcomePark, "boom", errBoom},
+		{"park wrapped", fmt.Errorf("ctx: %w", Park(errBoom)), "orders.parked", mq.OutcomePark, mq.ReasonParked, mq.OutcomePark, "ctx: park: boom", nil},
+		{"reject", Reject(errBoom), "orders.dlq", mq.OutcomeDeadLetter, mq.ReasonRejected, mq.OutcomeDeadLetter, "boom", errBoom},
+		{"park nil", Park(nil), "orders.parked", mq.OutcomePark, mq.ReasonParked, mq.OutcomePark, "", nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -42,7 +42,7 @@ func TestParkAndReject(t *testing.T) {
 			s := &script{results: []error{c.err}}
 			// A generous policy around it: a parked or rejected message is
 			// still handled exactly once.
-			h := mq.Chain(mqtest.Attempts(s), RetryLadder(retry.Fixed(5, time.Millisecond)), Parking())
+			h := mqtest.Chain(s, nil, RetryLadder(retry.Fixed(5, time.Millisecond)), Parking())
 			if err := h.Handle(context.Background(), d); err != nil {
 				t.Fatalf("Handle = %v", err)
 			}
@@ -77,7 +77,7 @@ func TestParkAndReject(t *testing.T) {
 func TestParkAfterInProcessRetry(t *testing.T) {
 	w := newWorld()
 	s := &script{results: []error{errBoom, Park(errBoom)}}
-	h := mq.Chain(mqtest.Attempts(s), RetryLadder(retry.Fixed(5, time.Millisecond)), Parking())
+	h := mqtest.Chain(s, nil, RetryLadder(retry.Fixed(5, time.Millisecond)), Parking())
 	if err := h.Handle(context.Background(), w.delivery("q", sample(nil))); err != nil {
 		t.Fatal(err)
 	}
@@ -93,20 +93,20 @@ func (e *validationError) Error() string { return "invalid " + e.field }
 var errPermanent = errors.New("permanent")
 
 func TestClassifiers(t *testing.T) {
-	byType := func(err error) Verdict {
+	byType := func(err error) mq.Outcome {
 		var v *validationError
 		if errors.As(err, &v) {
-			return ToParked
+			return mq.OutcomePark
 		}
-		return Pass
+		return ""
 	}
-	bySentinel := func(err error) Verdict {
+	bySentinel := func(err error) mq.Outcome {
 		if errors.Is(err, errPermanent) {
-			return ToDeadLetter
+			return mq.OutcomeDeadLetter
 		}
-		return Pass
+		return ""
 	}
-	everything := func(error) Verdict { return ToDeadLetter }
+	everything := func(error) mq.Outcome { return mq.OutcomeDeadLetter }
 	cases := []struct {
 		name     string
 		classify []Classifier
@@ -126,7 +126,7 @@ func TestClassifiers(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			w := newWorld()
 			s := &script{results: []error{c.err}}
-			err := mq.Chain(mqtest.Attempts(s), Parking(c.classify...)).Handle(context.Background(), w.delivery("q", sample(nil)))
+			err := mqtest.Chain(s, nil, Parking(c.classify...)).Handle(context.Background(), w.delivery("q", sample(nil)))
 			if c.queue == "" {
 				if err != c.err || len(w.hops) != 0 {
 					t.Errorf("Handle = %v, hops %+v: want the error passed through", err, w.hops)

@@ -19,11 +19,11 @@ func TestStackAroundAHandler(t *testing.T) {
 	p := retry.Fixed(3, time.Millisecond)
 	var hops []string
 	calls := 0
-	h := mq.Chain(mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+	h := mqtest.Chain(mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
 		calls++
 		return errors.New("down")
-	})), Stack(p, WithoutDeclare())...)
-	d := mqtest.NewDelivery("q", amqp.Delivery{}, mqtest.Forward(func(_ context.Context, q string, _ mq.HopKind, _ mq.Message) error {
+	}), nil, Stack(p, WithoutDeclare())...)
+	d := mqtest.NewDelivery("q", amqp.Delivery{}, mqtest.OnHop(func(_ context.Context, q string, _ mq.Outcome, _ mq.Message) error {
 		hops = append(hops, q)
 		return nil
 	}))

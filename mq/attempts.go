@@ -210,10 +210,10 @@ func AttemptOf(h amqp.Table) int {
 	return int(max(1, min(n, math.MaxInt32)))
 }
 
-// AttemptValue is attempt n as the library writes HeaderAttempt: a signed
+// attemptValue is attempt n as the library writes HeaderAttempt: a signed
 // 32-bit integer, the AMQP integer every client library reads, capped at
 // math.MaxInt32. AttemptOf reads it back as n.
-func AttemptValue(n int) int32 {
+func attemptValue(n int) int32 {
 	return int32(min(n, math.MaxInt32))
 }
 
@@ -287,7 +287,7 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 // It is also where a success becomes the ack outcome, so the middleware
 // around the handler reads OutcomeAck before the runtime settles.
 func endAttempt(d *Delivery, err error) {
-	if !d.runtime().cutShort() {
+	if cr := d.consumer(); cr == nil || !cr.cutShort() {
 		d.used = d.attempt
 	}
 	if err == nil && d.outcome == "" {

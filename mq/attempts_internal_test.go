@@ -1,6 +1,7 @@
 package mq
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 func memoCopy(id string, redelivered bool, header int) amqp.Delivery {
 	raw := amqp.Delivery{MessageId: id, Redelivered: redelivered}
 	if header > 0 {
-		raw.Headers = amqp.Table{HeaderAttempt: AttemptValue(header)}
+		raw.Headers = amqp.Table{HeaderAttempt: attemptValue(header)}
 	}
 	return raw
 }
@@ -86,5 +87,17 @@ func TestAsidePauseDoublesWithTheReturnsCounted(t *testing.T) {
 		if got := asidePause(p, c.h); got != c.want {
 			t.Errorf("asidePause(%v, %v) = %v, want %v", p, c.h, got, c.want)
 		}
+	}
+}
+
+func TestAttemptValueReadsBackAsWritten(t *testing.T) {
+	for _, n := range []int{1, 2, 7, math.MaxInt32} {
+		v := attemptValue(n)
+		if got := AttemptOf(amqp.Table{HeaderAttempt: v}); got != n {
+			t.Errorf("AttemptOf(attemptValue(%d) = %v) = %d", n, v, got)
+		}
+	}
+	if v := attemptValue(math.MaxInt32 + 10); v != math.MaxInt32 {
+		t.Errorf("attemptValue past the cap = %d, want %d", v, math.MaxInt32)
 	}
 }

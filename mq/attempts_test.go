@@ -117,15 +117,3 @@ func FuzzAttemptOf(f *testing.F) {
 		}
 	})
 }
-
-func TestAttemptValueReadsBackAsWritten(t *testing.T) {
-	for _, n := range []int{1, 2, 7, math.MaxInt32} {
-		v := mq.AttemptValue(n)
-		if got := mq.AttemptOf(amqp.Table{mq.HeaderAttempt: v}); got != n {
-			t.Errorf("AttemptOf(AttemptValue(%d) = %v) = %d", n, v, got)
-		}
-	}
-	if v := mq.AttemptValue(math.MaxInt32 + 10); v != math.MaxInt32 {
-		t.Errorf("AttemptValue past the cap = %d, want %d", v, math.MaxInt32)
-	}
-}

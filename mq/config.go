@@ -18,8 +18,8 @@ const Version = "0.1.0"
 
 // Defaults for Config fields left zero.
 const (
-	DefaultHeartbeat    = 10 * time.Second
-	DefaultDialTimeout  = 10 * time.Second
+	defaultHeartbeat    = 10 * time.Second
+	defaultDialTimeout  = 10 * time.Second
 	DefaultReconnectMin = 100 * time.Millisecond
 	DefaultReconnectMax = 10 * time.Second
 )
@@ -71,10 +71,10 @@ func (c Config) withDefaults() Config {
 		c.ConnectionName = filepath.Base(os.Args[0])
 	}
 	if c.Heartbeat == 0 {
-		c.Heartbeat = DefaultHeartbeat
+		c.Heartbeat = defaultHeartbeat
 	}
 	if c.DialTimeout == 0 {
-		c.DialTimeout = DefaultDialTimeout
+		c.DialTimeout = defaultDialTimeout
 	}
 	if c.ReconnectMin == 0 {
 		c.ReconnectMin = DefaultReconnectMin
@@ -184,7 +184,9 @@ func WithLogger(l *slog.Logger) Option {
 // PublishHook, DeliveryHook, AttemptHook and EventHook. They see every
 // publish (the library's own hops included) and every delivery of every
 // consumer of the broker. Hooks run in the order given. A value that
-// implements none of the interfaces makes Start fail.
-func WithHooks(hooks ...Hook) Option {
+// implements none of the interfaces makes Start fail. Hooks observe: they
+// must be quick, must not block, and must not keep the values they are
+// given past the call.
+func WithHooks(hooks ...any) Option {
 	return optionFunc(func(b *Broker) { b.hooks.add(hooks...) })
 }

@@ -14,13 +14,12 @@ import (
 // survives connection loss: after a reconnect it runs its middleware's
 // Subscribe hooks again and resubscribes. Stop drains it.
 type Consumer struct {
-	b       *Broker
-	queue   string
-	cfg     consumerConfig
-	log     *slog.Logger
-	handler Handler
-	built   []Handler
-	memo    attemptMemo
+	b      *Broker
+	queue  string
+	cfg    consumerConfig
+	log    *slog.Logger
+	runner *Runner // its chain, and what carries out the chain's decisions
+	memo   attemptMemo
 
 	life    context.Context // ends at Stop or Broker.Close: bounds resubscribing
 	endLife context.CancelFunc
@@ -63,13 +62,17 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 	if b.reg.queueType(queue) == "stream" {
 		cfg.errs = append(cfg.errs, errStreamConsume)
 	}
+	runner := newRunner(h, b.hooks.attempt, cfg.mws)
+	if err := b.errPolicyTwice(queue, runner); err != nil {
+		cfg.errs = append(cfg.errs, err)
+	}
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, fmt.Errorf("mq: consume %q: %w", queue, err)
 	}
 	c := &Consumer{b: b, queue: queue, cfg: cfg, log: b.log.With("queue", queue),
 		stopping: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{}),
 		slots: make(chan struct{}, cfg.concurrency)}
-	c.handler, c.built = chain(&attemptHandler{next: h, hooks: b.hooks.attempt}, cfg.mws)
+	c.runner = runner
 	c.life, c.endLife = context.WithCancel(b.life)
 	if err := b.register(nil, c); err != nil {
 		c.endLife()
@@ -169,8 +172,8 @@ func (c *Consumer) subscribe(ctx context.Context, resub bool) (*session, error) 
 // subscribeOnce runs the middleware's Subscribe hooks, then opens a
 // session: a channel with the consumer's prefetch, consuming its queue.
 func (c *Consumer) subscribeOnce(ctx context.Context, resub bool) (*session, error) {
-	info := &Subscription{Queue: c.queue, Broker: c.b, Logger: c.log, Resubscribe: resub, handlers: c.built}
-	for _, h := range c.built {
+	info := &Subscription{Queue: c.queue, Broker: c.b, Logger: c.log, Resubscribe: resub, handlers: c.runner.built}
+	for _, h := range c.runner.built {
 		if s, ok := h.(Subscriber); ok {
 			if err := s.Subscribe(ctx, info); err != nil {
 				return nil, fmt.Errorf("mq: consumer of %q: before subscribing: %w", c.queue, err)
@@ -305,8 +308,8 @@ func (c *Consumer) finish(err error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	for i := len(c.built) - 1; i >= 0; i-- {
-		if s, ok := c.built[i].(Stopper); ok {
+	for i := len(c.runner.built) - 1; i >= 0; i-- {
+		if s, ok := c.runner.built[i].(Stopper); ok {
 			if serr := s.Stop(ctx); serr != nil {
 				errs = append(errs, fmt.Errorf("mq: consumer of %q: at stop: %w", c.queue, serr))
 			}

@@ -86,7 +86,7 @@ func WithRequeuePause(d time.Duration) ConsumerOption {
 }
 
 // WithMaxWaiting sets how many deliveries may wait in-process at once for
-// their next attempt (Delivery.Wait) without slowing the rest of the
+// their next attempt (a Decision to retry in-process) without slowing the rest of the
 // queue. Default DefaultMaxWaiting (256). A waiting delivery frees its
 // worker, and up to n of them take no room from the prefetch window: the
 // queue flows around them at full speed. Past n, each further waiting

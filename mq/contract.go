@@ -74,14 +74,19 @@ const (
 	ReasonRungMissing Reason = "rung-missing"
 )
 
-// Outcome is what became of a delivery.
+// Outcome is what became of a message, in one word used alike in code,
+// logs, metrics and hooks: what the consumer did with a delivery
+// (Delivery.Outcome, Decision), and why the library republished a message
+// itself (a hop: PublishInfo.Hop, docs/contract.md, "Hops").
 type Outcome string
 
-// The outcomes of a delivery.
+// The outcomes of a message.
 const (
 	// OutcomeAck: handled; acknowledged.
 	OutcomeAck Outcome = "ack"
-	// OutcomeRetry: republished to a broker rung; acknowledged.
+	// OutcomeRetry: republished to a broker rung (or to its own queue, a
+	// wait cut short by Stop); acknowledged. As a Decision without a
+	// queue: retried in-process after a wait.
 	OutcomeRetry Outcome = "retry"
 	// OutcomeDeadLetter: republished to .dlq; acknowledged.
 	OutcomeDeadLetter Outcome = "dead-letter"
@@ -93,16 +98,7 @@ const (
 	// OutcomeReject: rejected without requeue (the broker's own dead-letter
 	// route, if the queue has one).
 	OutcomeReject Outcome = "reject"
-)
-
-// HopKind says why the library republished a message itself.
-type HopKind string
-
-// The library's own hops (docs/contract.md, "Hops").
-const (
-	HopNone       HopKind = ""
-	HopRetry      HopKind = "retry"
-	HopDeadLetter HopKind = "dead-letter"
-	HopPark       HopKind = "park"
-	HopReplay     HopKind = "replay"
+	// OutcomeReplay: republished from .dlq or .parked to the queue it
+	// failed on (ops.Replay); a hop only.
+	OutcomeReplay Outcome = "replay"
 )

@@ -48,7 +48,7 @@ func TestChannelLevel(t *testing.T) {
 
 func TestConfigDefaults(t *testing.T) {
 	c := Config{URLs: []string{"amqp://h/"}}.withDefaults()
-	if c.Heartbeat != DefaultHeartbeat || c.DialTimeout != DefaultDialTimeout ||
+	if c.Heartbeat != defaultHeartbeat || c.DialTimeout != defaultDialTimeout ||
 		c.ReconnectMin != DefaultReconnectMin || c.ReconnectMax != DefaultReconnectMax ||
 		c.Logger == nil || c.ConnectionName == "" {
 		t.Errorf("defaults not applied: %+v", c)

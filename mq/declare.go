@@ -7,6 +7,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 )
 
@@ -186,4 +187,32 @@ func (b *Broker) onChannel(ctx context.Context, what string, fn func(*amqp.Chann
 		}
 		return brokerError(op, err)
 	}
+}
+
+// declaredRetry is the retry policy the service declared queue with through
+// this Broker (topology.Retry), and whether it declared one.
+func (r *remembered) declaredRetry(queue string) (retry.Policy, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range r.queues {
+		if q.Name == queue && !q.Retry.Equal(retry.Policy{}) {
+			return q.Retry, true
+		}
+	}
+	return retry.Policy{}, false
+}
+
+// errPolicyTwice refuses a consumer whose chain runs another retry policy
+// than the one the Broker declared its queue with: the rungs declared
+// would not be the rungs used. The policy is written once, in the
+// topology.
+func (b *Broker) errPolicyTwice(queue string, r *Runner) error {
+	run, ok := r.RetryPolicy()
+	if !ok {
+		return nil
+	}
+	if declared, ok := b.reg.declaredRetry(queue); ok && !run.Equal(declared) {
+		return fmt.Errorf("%w: the chain runs retry policy %s, but the Broker declared queue %q with Retry(%s): write the policy once", ErrInvalid, run, queue, declared)
+	}
+	return nil
 }

@@ -1,10 +1,8 @@
 package mq
 
 import (
-	"context"
 	"errors"
 	"log/slog"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -24,32 +22,22 @@ type Delivery struct {
 	calls   int
 	outcome Outcome
 	cause   error
-	from    deliverer // who delivered it: a consumer's session, or a stand-in
-	lane    *lane     // the channel it came on, where it is settled
-	slot    bool      // holds one of its session's slots
-	used    int       // the last attempt that ran to its end (see endAttempt)
+	from    Runtime // who carries out its decisions: a consumer's session, or a fake
+	lane    *lane   // the channel it came on, where it is settled
+	slot    bool    // holds one of its session's slots
+	used    int     // the last attempt that ran to its end (see endAttempt)
 
-	asideFailed bool // it reported EventSetAsideFailed: a return is the library's failure (see asidePause)
+	asideFailed bool // its set-aside failed: the return is the library's failure (see asidePause)
 }
 
-// deliverer is what a Delivery asks of whoever delivered it, as an
-// amqp091-go delivery asks its Acknowledger: a consumer's session
-// implements it, and a delivery built outside any consumer (package mqtest,
-// through internal/seam) gets a stand-in that does what its test says.
-type deliverer interface {
-	// hop publishes a hop's copy m to queue (Delivery.Forward).
-	hop(ctx context.Context, queue string, kind HopKind, m Message) error
-	// event reports e to the EventHooks (Delivery.Emit).
-	event(ctx context.Context, e Event)
-	// logger is the consumer's logger.
-	logger() *slog.Logger
-	// wait waits w before d's next attempt (Delivery.Wait).
-	wait(ctx context.Context, d *Delivery, w time.Duration) error
+// consumerRuntime is what a consumer's session answers beyond Runtime; a
+// delivery whose Runtime is not one (a fake's) has none of it.
+type consumerRuntime interface {
 	// drains is closed when the consumer stops or the channel is lost.
 	drains() <-chan struct{}
-	// server is host:port of the connection, "" if none.
+	// server is host:port of the connection.
 	server() string
-	// login is the user name the connection logged in with, "" if none.
+	// login is the user name the connection logged in with.
 	login() string
 	// cutShort reports whether the consumer has cut its handlers short
 	// (a lost channel, a stop deadline).
@@ -57,12 +45,18 @@ type deliverer interface {
 }
 
 // runtime is d.from; a zero Delivery (made with new) behaves as one
-// built outside any consumer with no test options.
-func (d *Delivery) runtime() deliverer {
+// built with no Runtime.
+func (d *Delivery) runtime() Runtime {
 	if d.from == nil {
 		return standIn{}
 	}
 	return d.from
+}
+
+// consumer is d's consumer session, nil outside a consumer.
+func (d *Delivery) consumer() consumerRuntime {
+	cr, _ := d.from.(consumerRuntime)
+	return cr
 }
 
 // envelope is amqp.Delivery without its methods: its fields are promoted
@@ -80,87 +74,51 @@ func (d *Delivery) Queue() string { return d.queue }
 // it itself; plus one for each in-process retry of it so far.
 func (d *Delivery) Attempt() int { return d.attempt }
 
-// Outcome is what the middleware decided for the delivery (SetOutcome), or
-// after settlement, what the runtime did. Empty before either.
+// Outcome is what became of the delivery once its fate was carried out
+// (an ack, a hop, a return); empty before. The handler's own success reads
+// as OutcomeAck already inside the chain.
 func (d *Delivery) Outcome() Outcome { return d.outcome }
 
-// SetOutcome records what a middleware did with the delivery (republished
-// it to a rung, say) and the error that caused it, so logging and hooks can
-// report it; the runtime still settles according to the error the chain
-// returns.
-func (d *Delivery) SetOutcome(o Outcome, cause error) { d.outcome, d.cause = o, cause }
-
-// Cause is the error recorded with the outcome (nil for a plain ack).
+// Cause is the error that led to the outcome (nil for a plain ack).
 func (d *Delivery) Cause() error { return d.cause }
 
 // Draining is closed when the delivery's consumer starts stopping or the
 // channel it came on is lost: a middleware waiting in-process should stop
 // waiting and return Requeue.
-func (d *Delivery) Draining() <-chan struct{} { return d.runtime().drains() }
+func (d *Delivery) Draining() <-chan struct{} {
+	if cr := d.consumer(); cr != nil {
+		return cr.drains()
+	}
+	return nil
+}
 
 // Logger is the consumer's logger.
-func (d *Delivery) Logger() *slog.Logger { return d.runtime().logger() }
+func (d *Delivery) Logger() *slog.Logger { return d.runtime().Logger() }
 
 // Message copies the delivery for republishing: body and properties
 // unchanged, headers copied.
 func (d *Delivery) Message() Message { return MessageOf(amqp.Delivery(d.envelope)) }
 
-// Forward republishes the delivery to queue through the default exchange,
-// mandatory, with set added to its headers, and returns once the broker
-// confirmed it: ErrUnroutable if queue does not exist. This is how the
-// library makes its own hops (retry, dead letter, park); kind tells the
-// hooks which.
-//
-// The copy is the delivery's body and properties but for what would make
-// it vanish, multiply or be refused on the way (HopMessage), and it
-// records where the message came from: the exchange and routing key it was
-// first delivered with (HeaderOriginalExchange, HeaderOriginalRoutingKey),
-// written by the first hop and kept by every later one.
-func (d *Delivery) Forward(ctx context.Context, queue string, kind HopKind, set amqp.Table) error {
-	m := d.HopMessage()
-	for k, v := range set {
-		m.Headers[k] = v
+// Server is host:port of the connection the delivery came on ("" outside
+// a consumer).
+func (d *Delivery) Server() string {
+	if cr := d.consumer(); cr != nil {
+		return cr.server()
 	}
-	return d.runtime().hop(ctx, queue, kind, m)
+	return ""
 }
 
-// Emit reports an event to the broker's EventHooks.
-func (d *Delivery) Emit(ctx context.Context, e Event) {
-	if e.Queue == "" {
-		e.Queue = d.queue
-	}
-	if e.Name == EventSetAsideFailed {
-		d.asideFailed = true
-	}
-	d.runtime().event(ctx, e)
-}
+// errWaitCut is what a consumer's wait returns when it was cut short: the
+// consumer is stopping, the delivery's channel was lost, or ctx ended.
+var errWaitCut = errors.New("mq: in-process wait cut short")
 
-// Server is host:port of the connection the delivery came on.
-func (d *Delivery) Server() string { return d.runtime().server() }
-
-// ErrWaitCut is what Delivery.Wait returns when the wait was cut short:
-// the consumer is stopping, the delivery's channel was lost, or ctx ended.
-var ErrWaitCut = errors.New("mq: in-process wait cut short")
-
-// Wait waits w before the delivery's next attempt, in-process, without
-// holding a worker: while it waits, the delivery stays unacknowledged on
-// its channel and its worker goes on with the rest of the queue (unless
-// the consumer runs InOrder, or WithMaxWaiting deliveries wait already).
-// It returns nil when the wait is over and a worker is free for the next
-// attempt, or ErrWaitCut at once when the consumer stops, the channel is
-// lost or ctx ends. This is how the retry ladder waits; outside a consumer
-// it simply sleeps.
-func (d *Delivery) Wait(ctx context.Context, w time.Duration) error {
-	return d.runtime().wait(ctx, d, w)
-}
-
-// HopMessage is the copy a hop publishes: Message, less a per-message
+// hopMessage is the copy a hop publishes: Message, less a per-message
 // expiration (the copy would vanish from .dlq, or come home from a rung
 // early), the CC and BCC headers (the broker would send an extra copy to
 // those queues on every hop) and a user_id other than the consumer's own
 // login (the broker would refuse every hop); plus the original exchange and
 // routing key in headers, if the delivery carries none yet.
-func (d *Delivery) HopMessage() Message {
+func (d *Delivery) hopMessage() Message {
 	m := d.Message()
 	if m.Headers == nil {
 		m.Headers = make(amqp.Table, 8)
@@ -168,7 +126,7 @@ func (d *Delivery) HopMessage() Message {
 	m.Expiration = ""
 	delete(m.Headers, "CC")
 	delete(m.Headers, "BCC")
-	if m.UserId != "" && m.UserId != d.runtime().login() {
+	if m.UserId != "" && m.UserId != d.login() {
 		m.UserId = ""
 	}
 	if _, ok := m.Headers[HeaderOriginalExchange]; !ok {
@@ -192,4 +150,13 @@ func restoreOrigin(raw *amqp.Delivery) {
 	if v, ok := raw.Headers[HeaderOriginalRoutingKey].(string); ok {
 		raw.RoutingKey = v
 	}
+}
+
+// login is the user name the delivery's connection logged in with, ""
+// outside a consumer.
+func (d *Delivery) login() string {
+	if cr := d.consumer(); cr != nil {
+		return cr.login()
+	}
+	return ""
 }

@@ -23,8 +23,8 @@ func TestTestDelivery(t *testing.T) {
 	}
 	var got mq.Message
 	var gotQueue string
-	var gotKind mq.HopKind
-	d := mqtest.NewDelivery("orders", raw, mqtest.Forward(func(_ context.Context, q string, k mq.HopKind, m mq.Message) error {
+	var gotKind mq.Outcome
+	d := mqtest.NewDelivery("orders", raw, mqtest.OnHop(func(_ context.Context, q string, k mq.Outcome, m mq.Message) error {
 		got, gotQueue, gotKind = m, q, k
 		return nil
 	}))
@@ -34,37 +34,49 @@ func TestTestDelivery(t *testing.T) {
 	if d.Draining() != nil {
 		t.Error("a test delivery has no draining channel")
 	}
-	if err := d.Forward(context.Background(), "orders.dlq", mq.HopDeadLetter, amqp.Table{"x-new": "n", "k": "over"}); err != nil {
+	toDLQ := mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+		return &mq.Decision{Outcome: mq.OutcomeDeadLetter, Queue: "orders.dlq", Reason: mq.ReasonRejected, Cause: errors.New("bad")}
+	})
+	if err := mqtest.Chain(toDLQ, nil).Handle(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	if gotQueue != "orders.dlq" || gotKind != mq.HopDeadLetter {
-		t.Errorf("forwarded to %q as %q", gotQueue, gotKind)
+	if gotQueue != "orders.dlq" || gotKind != mq.OutcomeDeadLetter || d.Outcome() != mq.OutcomeDeadLetter {
+		t.Errorf("hopped to %q as %q, outcome %q", gotQueue, gotKind, d.Outcome())
 	}
 	if string(got.Body) != "body" || got.ContentType != "text/plain" || got.CorrelationId != "c1" || got.MessageId != "m1" {
-		t.Errorf("forwarded message changed: %+v", got)
+		t.Errorf("hopped message changed: %+v", got)
 	}
-	if got.Headers["x-new"] != "n" || got.Headers["k"] != "over" || got.Headers[mq.HeaderAttempt] != int32(4) {
-		t.Errorf("forwarded headers %v", got.Headers)
+	if got.Headers["k"] != "v" || got.Headers[mq.HeaderAttempt] != int32(5) || got.Headers[mq.HeaderReason] != "rejected" || got.Headers[mq.HeaderError] != "bad" {
+		t.Errorf("hopped headers %v", got.Headers)
 	}
-	if d.Headers["k"] != "v" || d.Headers["x-new"] != nil {
-		t.Errorf("Forward edited the delivery's own headers: %v", d.Headers)
+	if d.Headers["k"] != "v" || d.Headers[mq.HeaderReason] != nil || d.Headers[mq.HeaderAttempt] != int32(4) {
+		t.Errorf("the hop edited the delivery's own headers: %v", d.Headers)
 	}
 
 	plain := mqtest.NewDelivery("q", amqp.Delivery{})
-	if err := plain.Forward(context.Background(), "q.dlq", mq.HopDeadLetter, nil); !errors.Is(err, mq.ErrClosed) {
-		t.Errorf("Forward without TestForward = %v, want ErrClosed", err)
+	if err := mqtest.Chain(toDLQ, nil).Handle(context.Background(), plain); !errors.Is(err, mq.ErrClosed) || !errors.Is(err, mq.ErrRequeue) {
+		t.Errorf("a hop without Forward = %v, want a requeue for ErrClosed", err)
 	}
 	if plain.Logger() == nil {
 		t.Error("a test delivery has a logger")
 	}
 }
 
-func TestTestDeliveryEmitFillsQueue(t *testing.T) {
+// Events the runtime reports for a delivery carry its queue.
+func TestTestDeliveryEventsCarryTheQueue(t *testing.T) {
 	var got []mq.Event
-	d := mqtest.NewDelivery("q", amqp.Delivery{}, mqtest.Events(func(_ context.Context, e mq.Event) { got = append(got, e) }))
-	d.Emit(context.Background(), mq.Event{Name: mq.EventRetry})
-	d.Emit(context.Background(), mq.Event{Name: mq.EventRetry, Queue: "other"})
-	if len(got) != 2 || got[0].Queue != "q" || got[1].Queue != "other" {
+	d := mqtest.NewDelivery("q", amqp.Delivery{}, mqtest.OnEvent(func(_ context.Context, e mq.Event) { got = append(got, e) }),
+		mqtest.OnWait(func(context.Context, time.Duration) error { return nil }))
+	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+		if d.Attempt() < 3 {
+			return &mq.Decision{Outcome: mq.OutcomeRetry, Wait: time.Second, Cause: errors.New("again")}
+		}
+		return nil
+	})
+	if err := mqtest.Chain(h, nil).Handle(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Queue != "q" || got[1].Queue != "q" || got[0].Name != mq.EventRetry || got[1].Attempt != 2 {
 		t.Errorf("events %+v", got)
 	}
 }
@@ -74,7 +86,7 @@ type recHook struct{ trail *[]string }
 func TestTestAttemptsNumbersCallsAndRunsHooks(t *testing.T) {
 	var trail []string
 	calls := 0
-	h := mqtest.Attempts(mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+	h := mqtest.Chain(mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
 		calls++
 		switch calls {
 		case 1:
@@ -83,20 +95,18 @@ func TestTestAttemptsNumbersCallsAndRunsHooks(t *testing.T) {
 			panic("kaboom")
 		}
 		return nil
-	}), recHook{&trail})
+	}), []mq.AttemptHook{recHook{&trail}})
 	d := mqtest.NewDelivery("q", amqp.Delivery{Headers: amqp.Table{mq.HeaderAttempt: int32(2)}})
 	ctx := context.Background()
 	if err := h.Handle(ctx, d); err == nil {
 		t.Fatal("want the first call's error")
 	}
-	func() {
-		defer func() {
-			if r := recover(); r != "kaboom" {
-				t.Errorf("the panic must go on after the hooks saw it; got %v", r)
-			}
-		}()
-		_ = h.Handle(ctx, d)
-	}()
+	// The panic goes on after the hooks saw it, up to the runtime, which
+	// returns the delivery to its queue.
+	var pe *mq.PanicError
+	if err := h.Handle(ctx, d); !errors.As(err, &pe) || pe.Value != "kaboom" || !errors.Is(err, mq.ErrRequeue) {
+		t.Errorf("the panic must reach the runtime after the hooks saw it; got %v", err)
+	}
 	if err := h.Handle(ctx, d); err != nil {
 		t.Fatal(err)
 	}
@@ -151,27 +161,43 @@ func (h recHook) OnAttemptDone(_ context.Context, d *mq.Delivery, err error) {
 }
 
 // A Delivery made with new, outside any consumer and without mqtest,
-// behaves as a test delivery with no options: it logs to slog.Default,
-// cannot hop, has no server and nothing that drains it, and Wait sleeps.
+// behaves as one built with no Runtime: it logs to slog.Default, cannot
+// hop, has no server and nothing that drains it, and its waits sleep.
 func TestZeroDeliveryStandsAlone(t *testing.T) {
 	d := new(mq.Delivery)
 	if d.Logger() != slog.Default() {
 		t.Error("Logger of a zero Delivery is not slog.Default()")
 	}
-	if err := d.Forward(context.Background(), "q", mq.HopRetry, nil); !errors.Is(err, mq.ErrClosed) {
-		t.Errorf("Forward of a zero Delivery = %v, want ErrClosed", err)
+	toDLQ := mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+		return &mq.Decision{Outcome: mq.OutcomeDeadLetter, Queue: "q.dlq", Reason: mq.ReasonRejected}
+	})
+	r, err := mq.NewRunner(toDLQ, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Deliver(context.Background(), d); !errors.Is(err, mq.ErrClosed) {
+		t.Errorf("a hop of a zero Delivery = %v, want ErrClosed", err)
 	}
 	if d.Server() != "" || d.Draining() != nil {
 		t.Errorf("zero Delivery: Server %q, Draining %v", d.Server(), d.Draining())
 	}
-	d.Emit(context.Background(), mq.Event{Name: mq.EventRetry}) // no hooks: nothing to see, nothing to panic
+	calls := 0
+	waitOnce := mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+		if calls++; calls%2 == 1 {
+			return &mq.Decision{Outcome: mq.OutcomeRetry, Wait: 20 * time.Millisecond}
+		}
+		return nil
+	})
+	if r, err = mq.NewRunner(waitOnce, nil); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
-	if err := d.Wait(context.Background(), 20*time.Millisecond); err != nil || time.Since(start) < 20*time.Millisecond {
-		t.Errorf("Wait of a zero Delivery = %v after %v", err, time.Since(start))
+	if err := r.Deliver(context.Background(), new(mq.Delivery)); err != nil || time.Since(start) < 20*time.Millisecond {
+		t.Errorf("a wait of a zero Delivery = %v after %v", err, time.Since(start))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := d.Wait(ctx, time.Hour); !errors.Is(err, mq.ErrWaitCut) {
-		t.Errorf("Wait with an ended context = %v, want ErrWaitCut", err)
+	if err := r.Deliver(ctx, new(mq.Delivery)); !errors.Is(err, mq.ErrRequeue) {
+		t.Errorf("a wait with an ended context = %v, want a requeue", err)
 	}
 }

@@ -70,13 +70,16 @@
 // [WithMaxWaiting], [InOrder], [AckEach], [WithRequeuePause],
 // [WithGiveUpAfter], [WithConsumerTag].
 //
-// A delivery can wait in-process for its next attempt ([Delivery.Wait]),
-// which frees its worker for the rest of the queue, and the library's own
-// republishes (retry rungs, dead letters, parking) go through
-// [Delivery.Forward], which keeps the message's origin and drops what would
-// make the copy vanish, multiply or be refused ([Delivery.HopMessage]).
-// [Delivery.Attempt] numbers the attempts across in-process waits, broker
-// rungs and restarts ([AttemptOf] reads the header).
+// Middleware decides; the consumer acts. A middleware's answer for a
+// delivery is a [Decision] (an [Outcome]: wait in-process and call again,
+// hop to a rung, to .dlq or to .parked with a [Reason], requeue, reject),
+// returned up the chain as its error; the consumer's [Runner] alone waits
+// (freeing the worker for the rest of the queue), hops (keeping the
+// message's origin and dropping what would make the copy vanish, multiply
+// or be refused), confirms, reports the events and settles. A fake runs
+// the same Runner with a [Runtime] of its own ([NewDelivery], package
+// mqtest). [Delivery.Attempt] numbers the attempts across in-process
+// waits, broker rungs and restarts ([AttemptOf] reads the header).
 //
 // # Hooks and events
 //

@@ -42,14 +42,14 @@ const (
 // Events of connections and consumers that keep dying.
 const (
 	// EventConnectionFlapping: the connection died within a second of
-	// coming up FlapAlarm times in a row (an endpoint that accepts and then
+	// coming up three times in a row (an endpoint that accepts and then
 	// drops every connection, a load balancer in front of a dead node).
 	// Logged once per streak, with the last error; every redial of the
 	// streak waits the backoff of the attempts so far.
 	EventConnectionFlapping = "acemq.connection.flapping"
 	// EventConsumerPoison: a consumer's connection died of a frame its
 	// client library could not decode, right after the consumer
-	// subscribed, FlapAlarm times in a row: most likely a message at the
+	// subscribed, three times in a row: most likely a message at the
 	// head of the queue that another client published and amqp091-go
 	// cannot read (headers nested deeper than 32, a table of more than
 	// 8192 entries). The consumer backs off between resubscribes; the
@@ -99,7 +99,7 @@ type EventKind string
 
 // The kinds of EventRetry and EventRequeued.
 const (
-	// KindInProcess: EventRetry waits in-process (Delivery.Wait) before the
+	// KindInProcess: EventRetry waits in-process (a Decision without a queue) before the
 	// next attempt.
 	KindInProcess EventKind = "in-process"
 	// KindBroker: EventRetry republishes to a broker rung.

@@ -11,12 +11,12 @@ import (
 // Config.ReconnectMin; one that stayed up this long resets it.
 const StableAfter = 5 * time.Second
 
-// FlapAlarm is how many flaps in a row make EventConnectionFlapping (or
+// flapAlarm is how many flaps in a row make EventConnectionFlapping (or
 // EventConsumerPoison), each of them an end within flapSoon of coming up.
-const FlapAlarm = 3
+const flapAlarm = 3
 
 // flapSoon is how soon after coming up a connection or subscription must
-// end to count toward FlapAlarm: one that keeps dying right after it opens
+// end to count toward flapAlarm: one that keeps dying right after it opens
 // (an endpoint that drops every connection after the handshake, a poison
 // message at the head of the queue), not one that worked for a while and
 // was cut (a failover, a chaos test's cuts a second or two apart).
@@ -50,10 +50,10 @@ func (g *flapGuard) down(now time.Time) int {
 	return g.flaps
 }
 
-// alarm reports, once per streak, that FlapAlarm ends in a row came within
+// alarm reports, once per streak, that flapAlarm ends in a row came within
 // flapSoon of coming up.
 func (g *flapGuard) alarm() bool {
-	if g.soon >= FlapAlarm && !g.warned {
+	if g.soon >= flapAlarm && !g.warned {
 		g.warned = true
 		return true
 	}

@@ -12,7 +12,7 @@ func TestFlapGuard(t *testing.T) {
 		if n := g.down(now.Add(200 * time.Millisecond)); n != i {
 			t.Fatalf("flap %d counted as %d", i, n)
 		}
-		if got, want := g.alarm(), i == FlapAlarm; got != want {
+		if got, want := g.alarm(), i == flapAlarm; got != want {
 			t.Errorf("alarm after %d flaps: %v", i, got)
 		}
 		g.up(now)
@@ -21,7 +21,7 @@ func TestFlapGuard(t *testing.T) {
 		t.Errorf("a stable period did not reset the count: %d", n)
 	}
 	g.up(now)
-	for range FlapAlarm {
+	for range flapAlarm {
 		g.down(now)
 	}
 	if !g.alarm() {
@@ -50,7 +50,7 @@ func TestFlapGuard(t *testing.T) {
 func TestFlapAlarmNeedsLossesSoonAfterOpening(t *testing.T) {
 	now := time.Now()
 	g := flapGuard{upAt: now}
-	for i := range 2 * FlapAlarm {
+	for i := range 2 * flapAlarm {
 		now = now.Add(1500 * time.Millisecond)
 		g.down(now)
 		if g.alarm() {
@@ -58,10 +58,10 @@ func TestFlapAlarmNeedsLossesSoonAfterOpening(t *testing.T) {
 		}
 		g.up(now)
 	}
-	for i := range FlapAlarm {
+	for i := range flapAlarm {
 		now = now.Add(10 * time.Millisecond)
 		g.down(now)
-		if got, want := g.alarm(), i == FlapAlarm-1; got != want {
+		if got, want := g.alarm(), i == flapAlarm-1; got != want {
 			t.Fatalf("alarm %v after %d losses right after opening", got, i+1)
 		}
 		g.up(now)

@@ -87,9 +87,6 @@ type Subscription struct {
 	handlers []Handler
 }
 
-// Handlers returns the consumer's middleware handlers, outermost first.
-func (s *Subscription) Handlers() []Handler { return append([]Handler(nil), s.handlers...) }
-
 // RetryPolicy returns the policy of the first handler in the chain that
 // runs one (a PolicyHolder), or the zero policy (one attempt) if none does.
 func (s *Subscription) RetryPolicy() retry.Policy {

@@ -7,12 +7,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Hook is any value implementing one or more of PublishHook, DeliveryHook,
-// AttemptHook and EventHook; install hooks with WithHooks. Hooks observe:
-// they must be quick, must not block, and must not keep the values they are
-// given past the call.
-type Hook any
-
 // PublishHook sees every publish, the library's own hops included.
 type PublishHook interface {
 	// OnPublish runs before the message is sent. It may add headers to
@@ -29,9 +23,9 @@ type PublishInfo struct {
 	Exchange   string
 	RoutingKey string
 	Mandatory  bool
-	// Hop says why the library republished the message itself (HopNone for
+	// Hop says why the library republished the message itself ("" for
 	// an application's own publish).
-	Hop HopKind
+	Hop Outcome
 	// Message is the message about to be sent; hooks may edit its Headers.
 	Message *Message
 	// Server is the host:port of the connection the publish went out on,
@@ -62,15 +56,15 @@ type EventHook interface {
 }
 
 type hookSet struct {
-	all      []Hook
+	all      []any
 	publish  []PublishHook
 	delivery []DeliveryHook
 	attempt  []AttemptHook
 	event    []EventHook
-	bad      []Hook
+	bad      []any
 }
 
-func (s *hookSet) add(hooks ...Hook) {
+func (s *hookSet) add(hooks ...any) {
 	for _, h := range hooks {
 		if h == nil {
 			continue

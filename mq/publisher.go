@@ -33,16 +33,16 @@ func Mandatory() PublisherOption {
 // hops are always mandatory.
 func AllowUnroutable() PublisherOption {
 	return publisherOption(func(p *Publisher) {
-		if p.hop == HopNone {
+		if p.hop == "" {
 			p.mandatory = false
 		}
 	})
 }
 
 // AsHop marks every publish of the publisher as a hop of the given kind for
-// the hooks (a replay tool publishes with AsHop(HopReplay)). It implies
+// the hooks (a replay tool publishes with AsHop(OutcomeReplay)). It implies
 // Mandatory.
-func AsHop(kind HopKind) PublisherOption {
+func AsHop(kind Outcome) PublisherOption {
 	return publisherOption(func(p *Publisher) { p.hop, p.mandatory = kind, true })
 }
 
@@ -69,7 +69,7 @@ type Publisher struct {
 	b         *Broker
 	exchange  string
 	mandatory bool
-	hop       HopKind
+	hop       Outcome
 
 	sem   chan struct{} // one caller at a time opens a channel (see open)
 	solos chan struct{} // publishes resent alone after a refusal beside them (see solo)
@@ -116,7 +116,7 @@ func (p *Publisher) Publish(ctx context.Context, routingKey string, m Message) e
 	return p.publish(ctx, routingKey, m, p.hop)
 }
 
-func (p *Publisher) publish(ctx context.Context, key string, m Message, hop HopKind) error {
+func (p *Publisher) publish(ctx context.Context, key string, m Message, hop Outcome) error {
 	if len(p.b.hooks.publish) > 0 {
 		return p.publishHooked(ctx, key, m, hop)
 	}
@@ -129,7 +129,7 @@ func (p *Publisher) publish(ctx context.Context, key string, m Message, hop HopK
 
 // publishHooked is publish with hooks to call. Apart, so that the message
 // of a publish without hooks stays on the caller's stack.
-func (p *Publisher) publishHooked(ctx context.Context, key string, m Message, hop HopKind) error {
+func (p *Publisher) publishHooked(ctx context.Context, key string, m Message, hop Outcome) error {
 	pub, info, hctx := p.startHooks(ctx, key, m, hop)
 	cp, err := p.check(key, pub, hop)
 	if err == nil {
@@ -144,7 +144,7 @@ func (p *Publisher) publishHooked(ctx context.Context, key string, m Message, ho
 // were shown and the context for endHooks. m's headers are copied first,
 // so a hook's writes never reach the caller's table, and its defaults are
 // applied first, so hooks see the message id.
-func (p *Publisher) startHooks(ctx context.Context, key string, m Message, hop HopKind) (amqp.Publishing, *PublishInfo, context.Context) {
+func (p *Publisher) startHooks(ctx context.Context, key string, m Message, hop Outcome) (amqp.Publishing, *PublishInfo, context.Context) {
 	m.Headers = cloneHeaders(m.Headers)
 	if m.Headers == nil {
 		m.Headers = amqp.Table{}
@@ -168,9 +168,9 @@ func (p *Publisher) endHooks(hctx context.Context, info *PublishInfo, err error)
 
 // check runs the validator on one publish; a hop is trimmed to fit the
 // frame (fitHop) rather than refused.
-func (p *Publisher) check(key string, pub amqp.Publishing, hop HopKind) (checkedPublish, error) {
+func (p *Publisher) check(key string, pub amqp.Publishing, hop Outcome) (checkedPublish, error) {
 	cp, err := checkPublish(p.exchange, key, pub)
-	if err == nil && hop != HopNone {
+	if err == nil && hop != "" {
 		cp, err = fitHop(p.exchange, key, cp, p.b.frameMax())
 	}
 	if err != nil {
@@ -568,4 +568,17 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 		}
 	}
 	return nil
+}
+
+// IsMandatory reports whether a publisher given opts is mandatory, as
+// Broker.Publisher builds it (mandatory unless AllowUnroutable says
+// otherwise).
+func IsMandatory(opts ...PublisherOption) bool {
+	p := Publisher{mandatory: true}
+	for _, o := range opts {
+		if o != nil {
+			o.applyPublisher(&p)
+		}
+	}
+	return p.mandatory
 }

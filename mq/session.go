@@ -3,7 +3,6 @@ package mq
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -30,7 +29,7 @@ type session struct {
 
 	// slots holds one token per delivery being handled: at most the
 	// consumer's concurrency. A delivery waiting in-process gives its token
-	// back (Delivery.Wait) and a worker goroutine is added in its place, so
+	// back (wait) and a worker goroutine is added in its place, so
 	// the queue goes on; workers counts those goroutines. The tokens are
 	// the consumer's (Consumer.slots), shared by its sessions: a handler
 	// still running after its session ended (it ignores its context) keeps
@@ -397,7 +396,7 @@ func (s *session) handle(l *lane, raw amqp.Delivery) {
 	for _, h := range hooks {
 		ctx = h.OnDelivery(ctx, d)
 	}
-	err := s.invoke(ctx, d)
+	err := c.runner.Deliver(ctx, d)
 	s.settle(d, err)
 	s.dropHeld(l)
 	if d.slot {
@@ -408,7 +407,7 @@ func (s *session) handle(l *lane, raw amqp.Delivery) {
 	}
 }
 
-// wait is Delivery.Wait on a consumer: d waits w without its slot (unless
+// wait is an in-process retry's wait on a consumer (Runtime.Wait): d waits w without its slot (unless
 // the consumer keeps order) while a new worker takes the slot's place; then
 // it takes a slot again for its next attempt.
 func (s *session) wait(ctx context.Context, d *Delivery, w time.Duration) error {
@@ -434,20 +433,20 @@ func (s *session) wait(ctx context.Context, d *Delivery, w time.Duration) error 
 			case s.slots <- struct{}{}:
 				d.slot = true
 			case <-s.draining:
-				err = ErrWaitCut
+				err = errWaitCut
 			case <-ctx.Done():
-				err = ErrWaitCut
+				err = errWaitCut
 			}
 		}
 	}
 	return err
 }
 
-// waitFor waits w, or until ctx ends or cut closes: then ErrWaitCut.
+// waitFor waits w, or until ctx ends or cut closes: then errWaitCut.
 func waitFor(ctx context.Context, cut <-chan struct{}, w time.Duration) error {
 	if w <= 0 {
 		if ctx.Err() != nil {
-			return ErrWaitCut
+			return errWaitCut
 		}
 		return nil
 	}
@@ -459,22 +458,7 @@ func waitFor(ctx context.Context, cut <-chan struct{}, w time.Duration) error {
 	case <-ctx.Done():
 	case <-cut:
 	}
-	return ErrWaitCut
-}
-
-func (s *session) invoke(ctx context.Context, d *Delivery) (err error) {
-	c := s.c
-	defer func() {
-		if r := recover(); r != nil {
-			pe := NewPanicError(r)
-			c.log.Error("acemq.handler.panic", "message_id", d.MessageId, "panic", fmt.Sprint(r), "stack", string(pe.Stack))
-			// A panic that escaped every middleware is never a reject (on a
-			// queue with no dead-letter route that would drop the message):
-			// the message goes back to its queue after the pause.
-			err = Requeue(pe)
-		}
-	}()
-	return c.handler.Handle(ctx, d)
+	return errWaitCut
 }
 
 // settle acknowledges or returns d on the channel it came on. A channel
@@ -569,16 +553,27 @@ func (s *session) requeued(d *Delivery, why EventKind, err error) {
 	c.b.hooks.emit(s.ctx, Event{Name: EventRequeued, Queue: c.queue, Attempt: d.attempt, Kind: why, Err: err})
 }
 
-// The session is its deliveries' deliverer.
-var _ deliverer = (*session)(nil)
+// The session carries out its deliveries' decisions.
+var (
+	_ Runtime         = (*session)(nil)
+	_ consumerRuntime = (*session)(nil)
+)
 
-func (s *session) hop(ctx context.Context, queue string, kind HopKind, m Message) error {
+// Hop publishes a hop on the consumer's own publisher.
+func (s *session) Hop(ctx context.Context, queue string, kind Outcome, m Message) error {
 	return s.c.hops().publish(ctx, queue, m, kind)
 }
 
-func (s *session) event(ctx context.Context, e Event) { s.c.b.hooks.emit(ctx, e) }
+// Wait is wait, for the Runner.
+func (s *session) Wait(ctx context.Context, d *Delivery, w time.Duration) error {
+	return s.wait(ctx, d, w)
+}
 
-func (s *session) logger() *slog.Logger { return s.c.log }
+// Event reports e to the broker's EventHooks.
+func (s *session) Event(ctx context.Context, e Event) { s.c.b.hooks.emit(ctx, e) }
+
+// Logger is the consumer's logger.
+func (s *session) Logger() *slog.Logger { return s.c.log }
 
 func (s *session) drains() <-chan struct{} { return s.draining }
 

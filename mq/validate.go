@@ -402,3 +402,19 @@ func fitHop(exchange, key string, c checkedPublish, frameMax int) (checkedPublis
 	}
 	return checkedPublish{}, fmt.Errorf("mq: the hop cannot carry the message even with its own headers trimmed: %w", first)
 }
+
+// CheckPublish runs on m, published to exchange with key, the checks
+// Publisher.Publish runs before anything reaches the wire (with the frame
+// size amqp091-go asks for), and fails as Publish does: the same error,
+// matching ErrInvalid. A fake publisher (mqtest.Publisher) answers with it.
+func CheckPublish(exchange, key string, m Message) error {
+	cp, err := checkPublish(exchange, key, m.publishing())
+	if err == nil {
+		err = cp.fitsFrame(defaultFrameMax)
+	}
+	if err != nil {
+		p := Publisher{exchange: exchange}
+		return fmt.Errorf("mq: publish to %s: %w", p.dest(key), err)
+	}
+	return nil
+}

@@ -2,7 +2,6 @@ package mqtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -31,9 +30,9 @@ type Consumer struct {
 	// to). Default: discard. Set it before delivering.
 	Logger *slog.Logger
 
-	tb      testing.TB
-	queue   string
-	handler mq.Handler
+	tb     testing.TB
+	queue  string
+	runner *mq.Runner
 
 	mu     sync.Mutex
 	now    time.Time
@@ -48,7 +47,7 @@ type Hop struct {
 	// Queue is the target queue (routing key on the default exchange).
 	Queue string
 	// Kind says which hop it was.
-	Kind mq.HopKind
+	Kind mq.Outcome
 	// Message is the message exactly as it would have been published.
 	Message mq.Message
 	// At is the fake clock's time of the hop.
@@ -104,16 +103,16 @@ func New(tb testing.TB, queue string, h mq.Handler, opts ...mq.ConsumerOption) *
 	if h == nil {
 		c.fatalf("mqtest.New: the handler is nil")
 	}
-	outer, ph, err := buildChain(h, []mq.AttemptHook{counterHook{}}, opts)
+	r, err := mq.NewRunner(h, []mq.AttemptHook{counterHook{}}, opts...)
 	if err != nil {
 		c.fatalf("mqtest.New: consumer of %q: %v", queue, err)
 	}
-	if ph != nil {
-		if err := ph.RetryPolicy().Validate(); err != nil {
+	if p, ok := r.RetryPolicy(); ok {
+		if err := p.Validate(); err != nil {
 			c.fatalf("mqtest.New: consumer of %q: %v", queue, err)
 		}
 	}
-	c.handler = outer
+	c.runner = r
 	return c
 }
 
@@ -221,10 +220,10 @@ func (c *Consumer) deliver(m mq.Message, exchange, key string) (r Result) {
 		c.advance(w)
 		return nil
 	}
-	d := newDelivery(c.queue, raw, seamDelivery{
-		Log:  c.Logger,
-		Wait: wait,
-		Forward: func(ctx context.Context, queue string, kind mq.HopKind, m mq.Message) error {
+	d := mq.NewDelivery(c.queue, raw, &runtime{
+		log:  c.Logger,
+		wait: wait,
+		hop: func(ctx context.Context, queue string, kind mq.Outcome, m mq.Message) error {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if err, ok := c.refuse[queue]; ok {
@@ -237,46 +236,21 @@ func (c *Consumer) deliver(m mq.Message, exchange, key string) (r Result) {
 			mu.Unlock()
 			return nil
 		},
-		Emit: func(ctx context.Context, e mq.Event) {
+		emit: func(ctx context.Context, e mq.Event) {
 			mu.Lock()
 			r.Events = append(r.Events, e)
 			mu.Unlock()
 		},
 	})
-	ctx := c.context()
 	counted := attemptCounter{n: &r.Attempts, mu: &mu}
-	err := c.run(ctx, d, counted)
+	// The same decision path as a consumer's (mq.Runner): a panic that
+	// escapes every middleware is a requeue, never a reject.
+	err := c.runner.Deliver(withCounter(c.context(), counted), d)
 	mu.Lock()
 	defer mu.Unlock()
 	r.Err = err
-	r.Outcome = outcome(d, err)
+	r.Outcome = d.Outcome()
 	return r
-}
-
-// run calls the chain as the runtime does: a panic that escapes every
-// middleware is recovered into a requeue, never a reject.
-func (c *Consumer) run(ctx context.Context, d *mq.Delivery, counted attemptCounter) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = mq.Requeue(mq.NewPanicError(v))
-		}
-	}()
-	return c.handler.Handle(withCounter(ctx, counted), d)
-}
-
-// outcome is how the consumer runtime settles a chain's result: nil is an
-// ack (or the hop a middleware recorded), a Requeue error goes back to the
-// queue, any other error is rejected without requeue.
-func outcome(d *mq.Delivery, err error) mq.Outcome {
-	switch {
-	case err == nil && d.Outcome() != "":
-		return d.Outcome()
-	case err == nil:
-		return mq.OutcomeAck
-	case errors.Is(err, mq.ErrRequeue):
-		return mq.OutcomeRequeue
-	}
-	return mq.OutcomeReject
 }
 
 // String is a one-line summary of r, for test failures.

@@ -24,8 +24,8 @@
 // given the topology, routes every publish as RabbitMQ would
 // ([mq.ErrUnroutable] where no binding matches a mandatory publish),
 // recording what it took and the queues it reached. [NewDelivery] and
-// [Attempts] build single deliveries and the attempt counter for testing a
-// middleware of one's own.
+// [Chain] build single deliveries and the consumer's chain (attempts
+// counted, decisions carried out) for testing a middleware of one's own.
 //
 // # Limits
 //
@@ -35,9 +35,10 @@
 // on a channel: Result.Outcome is what the consumer runtime would do with
 // the chain's result.
 //
-// It imports mq (through internal/seam for the delivery's test seams and
-// the publish validator, which mq does not export) and topology (the
-// routing it reads), never middleware, otelmq or fxmodule, so any of their
+// It imports mq, and only what mq exports to every user (mq.Runner,
+// mq.Runtime, mq.NewDelivery, mq.CheckPublish, mq.IsMandatory: a fake of
+// your own can be built the same way), and topology (the routing it
+// reads), never middleware, otelmq or fxmodule, so any of their
 // tests may use it (fxmodule's bridge to it is package
 // fxmodule/fxmoduletest).
 package mqtest

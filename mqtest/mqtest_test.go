@@ -69,7 +69,7 @@ func TestRungHop(t *testing.T) {
 		t.Fatalf("result %v, want one retry hop after 3 attempts", r)
 	}
 	h := r.Hops[0]
-	if h.Queue != "orders.retry.40s" || h.Kind != mq.HopRetry || h.Attempt() != 4 ||
+	if h.Queue != "orders.retry.40s" || h.Kind != mq.OutcomeRetry || h.Attempt() != 4 ||
 		h.Message.Headers[mq.HeaderSourceQueue] != "orders" || h.Message.Headers["k"] != "v" ||
 		h.Message.MessageId != "m-1" || string(h.Message.Body) != "x" {
 		t.Fatalf("hop %+v", h)

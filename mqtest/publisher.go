@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/acemq/acemq-go/internal/seam"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -61,13 +60,6 @@ type Published struct {
 
 var _ mq.Sender = (*Publisher)(nil)
 
-// What mq lends the fake (package seam): the validator Publish runs, and
-// whether options make a publisher mandatory.
-var (
-	checkPublish = seam.Get[func(exchange, key string, m mq.Message) error]()
-	mandatory    = seam.Get[func([]mq.PublisherOption) bool]()
-)
-
 // Publish answers as a publisher to p.Exchange on a broker holding
 // p.Topology would: ctx's error if ctx has ended; mq.ErrInvalid for input
 // the runtime refuses; a *mq.BrokerError for an exchange the topology does
@@ -77,7 +69,7 @@ func (p *Publisher) Publish(ctx context.Context, routingKey string, m mq.Message
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := checkPublish(p.Exchange, routingKey, m); err != nil {
+	if err := mq.CheckPublish(p.Exchange, routingKey, m); err != nil {
 		return err
 	}
 	var queues []string
@@ -87,7 +79,7 @@ func (p *Publisher) Publish(ctx context.Context, routingKey string, m mq.Message
 		if queues, err = r.route(p.Exchange, routingKey, m, nil); err != nil {
 			return err
 		}
-		if len(queues) == 0 && mandatory(p.Options) {
+		if len(queues) == 0 && mq.IsMandatory(p.Options...) {
 			return fmt.Errorf("mq: publish to %s: %w", dest(p.Exchange, routingKey), mq.ErrUnroutable)
 		}
 		if queues == nil {

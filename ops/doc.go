@@ -61,7 +61,7 @@
 // Replay moves messages from <q>.dlq or <q>.parked back to their source
 // queue, one at a time: basic.get without auto-ack, republish with body and
 // properties unchanged through the default exchange (mandatory, confirmed,
-// marked as a mq.HopReplay hop), and only after the broker confirmed the
+// marked as a mq.OutcomeReplay hop), and only after the broker confirmed the
 // republish, ack the original. The failure record is closed: the attempt
 // count is reset (x-acemq-attempt is removed, so the next delivery is
 // attempt 1), x-acemq-source-queue, -reason, -error and -failed-at are

@@ -150,7 +150,7 @@ func Replay(ctx context.Context, b *mq.Broker, from string, opts ReplayOptions) 
 	defer h.close()
 	var pub *mq.Publisher
 	if !opts.DryRun {
-		pub = b.Publisher("", mq.AsHop(mq.HopReplay))
+		pub = b.Publisher("", mq.AsHop(mq.OutcomeReplay))
 		// Publisher.Close waits for the broker's answer: only while ctx
 		// lasts, like the rest; past that it finishes on its own, with
 		// the connection at the latest.

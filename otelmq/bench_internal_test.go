@@ -140,15 +140,14 @@ func BenchmarkAttempts(b *testing.B) {
 				cpuPerOp(b, func() {
 					d := mqtest.NewDelivery("orders", amqp.Delivery{Headers: headers, MessageId: "m", DeliveryTag: 1, Body: []byte("x"), RoutingKey: "orders"})
 					ctx := ins.OnDelivery(context.Background(), d)
-					h := mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+					h := mqtest.Chain(mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
 						if d.Attempt() < calls {
 							return fail
 						}
 						return nil
-					}), hook)
+					}), []mq.AttemptHook{hook})
 					for h.Handle(ctx, d) != nil {
 					}
-					d.SetOutcome(mq.OutcomeAck, nil)
 					ins.OnDeliveryDone(ctx, d, nil)
 				})
 			})
@@ -159,7 +158,7 @@ func BenchmarkAttempts(b *testing.B) {
 		b.ReportAllocs()
 		cpuPerOp(b, func() {
 			d := mqtest.NewDelivery("orders", amqp.Delivery{MessageId: "m", DeliveryTag: 1, Body: []byte("x"), RoutingKey: "orders"})
-			_ = mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })).Handle(context.Background(), d)
+			_ = mqtest.Chain(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), nil).Handle(context.Background(), d)
 		})
 	})
 	b.Run("sdk-floor", func(b *testing.B) {
@@ -176,7 +175,7 @@ func BenchmarkAttempts(b *testing.B) {
 			d := mqtest.NewDelivery("orders", amqp.Delivery{Headers: headers, MessageId: "m", DeliveryTag: 1, Body: []byte("x"), RoutingKey: "orders"})
 			ctx := prop.Extract(context.Background(), HeaderCarrier(d.Headers))
 			ctx, span := tr.Start(ctx, "process orders")
-			_ = mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })).Handle(ctx, d)
+			_ = mqtest.Chain(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), nil).Handle(ctx, d)
 			span.End()
 		})
 	})
@@ -201,7 +200,7 @@ func BenchmarkAttempts(b *testing.B) {
 			d := mqtest.NewDelivery("orders", amqp.Delivery{Headers: headers, MessageId: "m", DeliveryTag: 1, Body: []byte("x"), RoutingKey: "orders"})
 			ctx := prop.Extract(context.Background(), HeaderCarrier(d.Headers))
 			ctx, span := tr.Start(ctx, qs.name, qs.start...)
-			_ = mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })).Handle(ctx, d)
+			_ = mqtest.Chain(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), nil).Handle(ctx, d)
 			span.SetAttributes(append(end[:0],
 				semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey),
 				semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)),

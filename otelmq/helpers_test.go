@@ -24,7 +24,7 @@ const server = "rabbit.example:5672"
 // rig is an Instrumentation wired to an in-memory span recorder and a
 // manual metric reader, with a fake broker that runs the hooks the way mq
 // does: publishes through PublishHook, deliveries through DeliveryHook,
-// handler calls through AttemptHook (mqtest.Attempts), events through
+// handler calls through AttemptHook (mqtest.Chain), events through
 // EventHook.
 type rig struct {
 	t      *testing.T
@@ -55,7 +55,7 @@ func newRig(t *testing.T, opts ...otelmq.Option) *rig {
 
 // publish runs a publish through the hooks as mq's Publisher does and
 // "routes" it to queue (the routing key on the default exchange).
-func (r *rig) publish(ctx context.Context, exchange, key string, m mq.Message, hop mq.HopKind, err error) error {
+func (r *rig) publish(ctx context.Context, exchange, key string, m mq.Message, hop mq.Outcome, err error) error {
 	if m.Headers == nil {
 		m.Headers = amqp.Table{}
 	}
@@ -72,7 +72,7 @@ func (r *rig) publish(ctx context.Context, exchange, key string, m mq.Message, h
 }
 
 // forward is a delivery's Forward, as mq's hop publisher runs it.
-func (r *rig) forward(ctx context.Context, queue string, kind mq.HopKind, m mq.Message) error {
+func (r *rig) forward(ctx context.Context, queue string, kind mq.Outcome, m mq.Message) error {
 	return r.publish(ctx, "", queue, m, kind, nil)
 }
 
@@ -90,51 +90,40 @@ func (r *rig) next(queue string) *mq.Delivery {
 		Headers: m.Headers, MessageId: m.MessageId, CorrelationId: m.CorrelationId,
 		Body: m.Body, DeliveryTag: r.tag, RoutingKey: queue,
 	}
-	return mqtest.NewDelivery(queue, raw, mqtest.Forward(r.forward), mqtest.Events(r.ins.OnEvent))
+	return mqtest.NewDelivery(queue, raw, mqtest.OnHop(r.forward), mqtest.OnEvent(r.ins.OnEvent),
+		mqtest.OnWait(func(context.Context, time.Duration) error { return nil }))
 }
 
 // deliver runs one delivery the way the consumer runtime and a retry
 // ladder would: handler calls through the attempt hooks, in-process
 // retries for inProcess more failures, then after a last failure the
-// hop given (or an ack when the handler succeeds).
-func (r *rig) deliver(d *mq.Delivery, h mq.HandlerFunc, inProcess int, hop mq.HopKind, hopTarget string) {
+// hop given (or an ack when the handler succeeds), decided by a
+// middleware and carried out by the runtime (mqtest.Chain).
+func (r *rig) deliver(d *mq.Delivery, h mq.HandlerFunc, inProcess int, hop mq.Outcome, hopTarget string) {
 	r.t.Helper()
 	ctx := r.ins.OnDelivery(context.Background(), d)
-	call := mqtest.Attempts(h, r.ins)
-	var err error
-	for i := 0; ; i++ {
-		err = call.Handle(ctx, d)
-		if err == nil || i == inProcess {
-			break
-		}
-		d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: "in-process", Attempt: d.Attempt(), Wait: 50 * time.Millisecond, Err: err})
+	failures := 0
+	decide := func(next mq.Handler) mq.Handler {
+		return mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+			err := next.Handle(ctx, d)
+			if err == nil {
+				return nil
+			}
+			failures++
+			switch {
+			case failures <= inProcess:
+				return &mq.Decision{Outcome: mq.OutcomeRetry, Wait: 50 * time.Millisecond, Cause: err}
+			case hop == mq.OutcomeRetry:
+				return &mq.Decision{Outcome: mq.OutcomeRetry, Queue: hopTarget, Wait: time.Second, Cause: err}
+			case hop == mq.OutcomeDeadLetter:
+				return &mq.Decision{Outcome: mq.OutcomeDeadLetter, Queue: hopTarget, Reason: mq.ReasonExhausted, Cause: err}
+			case hop == mq.OutcomePark:
+				return &mq.Decision{Outcome: mq.OutcomePark, Queue: hopTarget, Reason: mq.ReasonParked, Cause: err}
+			}
+			return err // rejected by the runtime
+		})
 	}
-	var chainErr error
-	switch {
-	case err == nil:
-		d.SetOutcome(mq.OutcomeAck, nil)
-	case hop == mq.HopRetry:
-		if ferr := d.Forward(ctx, hopTarget, hop, amqp.Table{mq.HeaderAttempt: int32(d.Attempt() + 1), mq.HeaderSourceQueue: d.Queue()}); ferr != nil {
-			r.t.Fatal(ferr)
-		}
-		d.Emit(ctx, mq.Event{Name: mq.EventRetry, Kind: "broker", Target: hopTarget, Attempt: d.Attempt(), Wait: time.Second, Err: err})
-		d.SetOutcome(mq.OutcomeRetry, err)
-	case hop == mq.HopDeadLetter || hop == mq.HopPark:
-		reason, outcome := mq.ReasonExhausted, mq.OutcomeDeadLetter
-		if hop == mq.HopPark {
-			reason, outcome = mq.ReasonParked, mq.OutcomePark
-		}
-		if ferr := d.Forward(ctx, hopTarget, hop, amqp.Table{
-			mq.HeaderAttempt: int32(d.Attempt() + 1), mq.HeaderSourceQueue: d.Queue(),
-			mq.HeaderReason: string(reason), mq.HeaderError: err.Error(),
-		}); ferr != nil {
-			r.t.Fatal(ferr)
-		}
-		d.SetOutcome(outcome, err)
-	default:
-		chainErr = err // rejected by the runtime
-		d.SetOutcome(mq.OutcomeReject, err)
-	}
+	chainErr := mqtest.Chain(h, []mq.AttemptHook{r.ins}, decide).Handle(ctx, d)
 	r.ins.OnDeliveryDone(ctx, d, chainErr)
 }
 

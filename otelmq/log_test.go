@@ -41,7 +41,7 @@ func TestLogInsideAHandlerCarriesTheSpan(t *testing.T) {
 		log.InfoContext(ctx, "handling", "message_id", d.MessageId)
 		log.Info("no context")
 		return nil
-	}, 0, mq.HopNone, "")
+	}, 0, "", "")
 
 	process := one(t, r.spans.Ended(), "process orders")
 	if !sc.Equal(process.SpanContext()) {

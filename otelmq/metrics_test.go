@@ -155,7 +155,7 @@ func TestMetricsOfAMessageLife(t *testing.T) {
 func TestMetricsOfAnAck(t *testing.T) {
 	r := newRig(t)
 	r.queues["amq.gen-abc"] = []mq.Message{{MessageId: "m1"}}
-	r.deliver(r.next("amq.gen-abc"), func(context.Context, *mq.Delivery) error { return nil }, 0, mq.HopNone, "")
+	r.deliver(r.next("amq.gen-abc"), func(context.Context, *mq.Delivery) error { return nil }, 0, "", "")
 	got := r.collect()
 	metricdatatest.AssertEqual(t, metricdata.Metrics{
 		Name: "messaging.process.duration", Unit: "s",

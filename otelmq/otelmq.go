@@ -32,7 +32,7 @@ const (
 	// park, requeue or reject (mq.Outcome).
 	OutcomeKey = attribute.Key("acemq.outcome")
 	// HopKey is why the library republished a message itself: retry,
-	// dead-letter, park or replay (mq.HopKind). Absent on the
+	// dead-letter, park or replay (mq.Outcome). Absent on the
 	// application's own publishes.
 	HopKey = attribute.Key("acemq.hop")
 	// ReasonKey is why a message was set aside (x-acemq-reason): exhausted,

@@ -34,7 +34,7 @@ type publishStatic struct {
 
 type publishKey struct {
 	dest, server string
-	hop          mq.HopKind
+	hop          mq.Outcome
 }
 
 func newPublishStatic(k publishKey) *publishStatic {
@@ -46,14 +46,14 @@ func newPublishStatic(k publishKey) *publishStatic {
 		semconv.MessagingDestinationName(k.dest),
 	)
 	attrs = appendServer(attrs, k.server)
-	if k.hop != mq.HopNone {
+	if k.hop != "" {
 		attrs = append(attrs, HopKey.String(string(k.hop)))
 	}
 	m := make([]attribute.KeyValue, 0, 8)
 	m = append(m, semconv.MessagingSystemRabbitMQ, semconv.MessagingOperationName(opPublish), semconv.MessagingOperationTypeSend)
 	m = appendDestination(m, k.dest)
 	m = appendServer(m, k.server)
-	if k.hop != mq.HopNone {
+	if k.hop != "" {
 		m = append(m, HopKey.String(string(k.hop)))
 	}
 	return &publishStatic{
@@ -153,12 +153,12 @@ func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.PublishInfo) co
 
 	kind := producerKind
 	var link trace.SpanStartOption
-	if p.Hop != mq.HopNone {
+	if p.Hop != "" {
 		attrs = append(attrs, AttemptKey.Int(mq.AttemptOf(headers)))
 		if r := headerString(headers, mq.HeaderReason); r != "" {
 			attrs = append(attrs, ReasonKey.String(r))
 		}
-		if p.Hop == mq.HopRetry {
+		if p.Hop == mq.OutcomeRetry {
 			attrs = append(attrs, RetryKindKey.String(string(mq.KindBroker)))
 			if w, ok := rungWait(p.RoutingKey); ok {
 				attrs = append(attrs, RetryWaitKey.Int64(w.Milliseconds()))
@@ -186,7 +186,7 @@ func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.PublishInfo) co
 	publishStartPool.Put(buf)
 
 	if headers != nil {
-		if p.Hop == mq.HopNone {
+		if p.Hop == "" {
 			ins.prop.Inject(ctx, HeaderCarrier(headers))
 		} else {
 			writeHop(ctx, headers)

@@ -30,18 +30,18 @@ import (
 // lettered. It returns the traceparent the application's publish wrote.
 func (r *rig) life() string {
 	r.t.Helper()
-	if err := r.publish(context.Background(), "", "orders", mq.Message{Body: []byte("hello"), CorrelationId: "corr-1"}, mq.HopNone, nil); err != nil {
+	if err := r.publish(context.Background(), "", "orders", mq.Message{Body: []byte("hello"), CorrelationId: "corr-1"}, "", nil); err != nil {
 		r.t.Fatal(err)
 	}
 	tp, _ := r.queues["orders"][0].Headers["traceparent"].(string)
 	if tp == "" {
 		r.t.Fatalf("the application's publish wrote no traceparent: %v", r.queues["orders"][0].Headers)
 	}
-	r.deliver(r.next("orders"), failing, 2, mq.HopRetry, "orders.retry.1s")
+	r.deliver(r.next("orders"), failing, 2, mq.OutcomeRetry, "orders.retry.1s")
 	r.expire("orders.retry.1s", "orders")
-	r.deliver(r.next("orders"), failing, 0, mq.HopRetry, "orders.retry.1s")
+	r.deliver(r.next("orders"), failing, 0, mq.OutcomeRetry, "orders.retry.1s")
 	r.expire("orders.retry.1s", "orders")
-	r.deliver(r.next("orders"), failing, 0, mq.HopDeadLetter, "orders.dlq")
+	r.deliver(r.next("orders"), failing, 0, mq.OutcomeDeadLetter, "orders.dlq")
 	return tp
 }
 
@@ -316,7 +316,7 @@ func TestDeliveryReadsBytesHeaders(t *testing.T) {
 		mq.HeaderHopTraceparent: []byte(hop),
 		mq.HeaderAttempt:        []byte("3"),
 	}})
-	r.deliver(d, func(context.Context, *mq.Delivery) error { return nil }, 0, mq.HopNone, "")
+	r.deliver(d, func(context.Context, *mq.Delivery) error { return nil }, 0, "", "")
 	p := one(t, r.spans.Ended(), "process orders")
 	if got := traceparentOf(p.Parent()); got != creation {
 		t.Errorf("parent %s, want %s", got, creation)
@@ -339,9 +339,9 @@ func TestDeliveryReadsBytesHeaders(t *testing.T) {
 func TestUninstrumentedProducer(t *testing.T) {
 	r := newRig(t)
 	r.queues["orders"] = []mq.Message{{MessageId: "m1", Headers: amqp.Table{}}}
-	r.deliver(r.next("orders"), failing, 0, mq.HopRetry, "orders.retry.1s")
+	r.deliver(r.next("orders"), failing, 0, mq.OutcomeRetry, "orders.retry.1s")
 	r.expire("orders.retry.1s", "orders")
-	r.deliver(r.next("orders"), func(context.Context, *mq.Delivery) error { return nil }, 0, mq.HopNone, "")
+	r.deliver(r.next("orders"), func(context.Context, *mq.Delivery) error { return nil }, 0, "", "")
 	spans := r.spans.Ended()
 	process := byName(spans, "process orders")
 	hop := one(t, spans, "publish orders.retry.1s")
@@ -359,11 +359,11 @@ func TestUninstrumentedProducer(t *testing.T) {
 // A hop made outside any span (a replay tool) joins the message's trace.
 func TestReplayJoinsTheMessageTrace(t *testing.T) {
 	r := newRig(t)
-	if err := r.publish(context.Background(), "", "orders", mq.Message{}, mq.HopNone, nil); err != nil {
+	if err := r.publish(context.Background(), "", "orders", mq.Message{}, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	m := r.queues["orders"][0]
-	if err := r.publish(context.Background(), "", "orders", m, mq.HopReplay, nil); err != nil {
+	if err := r.publish(context.Background(), "", "orders", m, mq.OutcomeReplay, nil); err != nil {
 		t.Fatal(err)
 	}
 	spans := r.spans.Ended()
@@ -384,8 +384,8 @@ func TestHandlerWorkNestsUnderTheDelivery(t *testing.T) {
 	r := newRig(t)
 	r.queues["orders"] = []mq.Message{{MessageId: "m1", Headers: amqp.Table{}}}
 	r.deliver(r.next("orders"), func(ctx context.Context, d *mq.Delivery) error {
-		return r.publish(ctx, "shipping", "order.placed", mq.Message{Body: []byte("x")}, mq.HopNone, nil)
-	}, 0, mq.HopNone, "")
+		return r.publish(ctx, "shipping", "order.placed", mq.Message{Body: []byte("x")}, "", nil)
+	}, 0, "", "")
 	spans := r.spans.Ended()
 	process := one(t, spans, "process orders")
 	pub := one(t, spans, "publish shipping")
@@ -403,7 +403,7 @@ func TestHandlerWorkNestsUnderTheDelivery(t *testing.T) {
 func TestPublishFailure(t *testing.T) {
 	r := newRig(t)
 	err := fmt.Errorf("mq: publish to queue %q: %w", "nowhere", mq.ErrUnroutable)
-	_ = r.publish(context.Background(), "", "nowhere", mq.Message{}, mq.HopNone, err)
+	_ = r.publish(context.Background(), "", "nowhere", mq.Message{}, "", err)
 	s := one(t, r.spans.Ended(), "publish nowhere")
 	if s.Status().Code != codes.Error || !strings.Contains(s.Status().Description, "unroutable") {
 		t.Errorf("status %+v", s.Status())
@@ -450,10 +450,9 @@ func TestConcurrentUse(t *testing.T) {
 				r.ins.OnPublishDone(r.ins.OnPublish(context.Background(), p), p, nil)
 				d := mqtest.NewDelivery("q", amqp.Delivery{Headers: m.Headers, DeliveryTag: uint64(i*100 + j)})
 				ctx := r.ins.OnDelivery(context.Background(), d)
-				h := mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), r.ins)
+				h := mqtest.Chain(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), []mq.AttemptHook{r.ins})
 				_ = h.Handle(ctx, d)
 				r.ins.OnEvent(ctx, mq.Event{Name: mq.EventRetry, Queue: "q", Kind: "in-process"})
-				d.SetOutcome(mq.OutcomeAck, nil)
 				r.ins.OnDeliveryDone(ctx, d, nil)
 			}
 		}()
@@ -503,7 +502,7 @@ func TestSampledOut(t *testing.T) {
 	r := newRig(t, otelmq.WithTracerProvider(tp))
 	r.life()
 	r.queues["orders"] = []mq.Message{{MessageId: "m2", Headers: amqp.Table{}}}
-	r.deliver(r.next("orders"), failing, 1, mq.HopPark, "orders.parked")
+	r.deliver(r.next("orders"), failing, 1, mq.OutcomePark, "orders.parked")
 	if n := len(sr.Ended()); n != 0 {
 		t.Errorf("%d spans recorded with NeverSample", n)
 	}
@@ -524,10 +523,9 @@ func TestAttemptsStayOnTheProcessSpan(t *testing.T) {
 	d := mqtest.NewDelivery("orders", amqp.Delivery{})
 	ctx := r.ins.OnDelivery(context.Background(), d)
 	mctx, mspan := tp.Tracer("middleware").Start(ctx, "middleware")
-	h := mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), r.ins)
+	h := mqtest.Chain(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), []mq.AttemptHook{r.ins})
 	_ = h.Handle(mctx, d)
 	mspan.End()
-	d.SetOutcome(mq.OutcomeAck, nil)
 	r.ins.OnDeliveryDone(ctx, d, nil)
 	p := one(t, r.spans.Ended(), "process orders")
 	if len(p.Events()) != 0 {
@@ -545,7 +543,7 @@ func TestAttemptEvents(t *testing.T) {
 			return fmt.Errorf("attempt %d: %w", d.Attempt(), mq.ErrUnroutable)
 		}
 		return nil
-	}, 5, mq.HopNone, "")
+	}, 5, "", "")
 	p := one(t, r.spans.Ended(), "process orders")
 	var got []string
 	for _, e := range p.Events() {
@@ -575,10 +573,10 @@ func TestAttemptEvents(t *testing.T) {
 // the package documentation).
 func TestCommonDeliveryIsSearchable(t *testing.T) {
 	r := newRig(t)
-	if err := r.publish(context.Background(), "", "orders", mq.Message{MessageId: "m1", CorrelationId: "c1", Headers: amqp.Table{}}, mq.HopNone, nil); err != nil {
+	if err := r.publish(context.Background(), "", "orders", mq.Message{MessageId: "m1", CorrelationId: "c1", Headers: amqp.Table{}}, "", nil); err != nil {
 		t.Fatal(err)
 	}
-	r.deliver(r.next("orders"), func(context.Context, *mq.Delivery) error { return nil }, 0, mq.HopNone, "")
+	r.deliver(r.next("orders"), func(context.Context, *mq.Delivery) error { return nil }, 0, "", "")
 	spans := r.spans.Ended()
 	publish, p := one(t, spans, "publish orders"), one(t, spans, "process orders")
 	if p.Parent().SpanID() != publish.SpanContext().SpanID() {
@@ -626,13 +624,11 @@ func TestConcurrentDeliveriesKeepTheirOwnAttributes(t *testing.T) {
 				}
 				d := mqtest.NewDelivery("orders", raw)
 				ctx := ins.OnDelivery(context.Background(), d)
-				var err error
+				var result error
 				if tag%2 == 0 {
-					err = errBoom
-					d.SetOutcome(mq.OutcomeReject, err)
-				} else {
-					d.SetOutcome(mq.OutcomeAck, nil)
+					result = errBoom
 				}
+				err := mqtest.Chain(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return result }), nil).Handle(ctx, d)
 				ins.OnDeliveryDone(ctx, d, err)
 			}
 		}()
@@ -687,7 +683,7 @@ func TestConcurrentPublishesKeepTheirOwnAttributes(t *testing.T) {
 				if (w*each+i)%2 == 0 {
 					m.Headers[mq.HeaderAttempt] = int32(2)
 					m.Headers[mq.HeaderReason] = "exhausted"
-					p.Hop = mq.HopDeadLetter
+					p.Hop = mq.OutcomeDeadLetter
 				}
 				ins.OnPublishDone(ins.OnPublish(context.Background(), p), p, nil)
 			}

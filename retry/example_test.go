@@ -24,11 +24,11 @@ func ExamplePolicy_After() {
 	p := retry.Exponential(4, 20*time.Second)
 	for attempt := 1; attempt <= p.Attempts(); attempt++ {
 		step := p.After(attempt)
-		if step.Action == retry.Exhausted {
-			fmt.Printf("attempt %d failed: %s\n", attempt, step.Action)
+		if step.Next == 0 {
+			fmt.Printf("attempt %d failed: %s\n", attempt, step)
 			continue
 		}
-		fmt.Printf("attempt %d failed: wait %v (%s), then attempt %d\n", attempt, step.Wait, step.Action, step.Next)
+		fmt.Printf("attempt %d failed: wait %v (%s), then attempt %d\n", attempt, step.Wait, step, step.Next)
 	}
 	// Output:
 	// attempt 1 failed: wait 20s (in-process), then attempt 2

@@ -190,37 +190,31 @@ func (p Policy) BrokerRungs() []time.Duration {
 	return slices.Compact(rungs)
 }
 
-// Action is what to do after a failed attempt.
-type Action int
-
-const (
-	// Exhausted: every attempt is used; the message is dead-lettered.
-	Exhausted Action = iota
-	// WaitInProcess: wait Step.Wait in the consumer, then try again.
-	WaitInProcess
-	// WaitOnBroker: publish to the broker rung for Step.Wait.
-	WaitOnBroker
-)
-
-// String names the action: "exhausted", "in-process" or "broker".
-func (a Action) String() string {
-	switch a {
-	case WaitInProcess:
-		return "in-process"
-	case WaitOnBroker:
-		return "broker"
-	default:
-		return "exhausted"
-	}
-}
-
-// Step is the answer to "attempt k failed: what now?".
+// Step is the answer to "attempt k failed: what now?": wait Wait (in the
+// consumer when InProcess, else on a broker rung), then attempt Next; or,
+// when Next is zero, nothing: every attempt is used (the message is
+// dead-lettered).
 type Step struct {
-	Action Action
 	// Wait is how long to wait before the next attempt (zero when exhausted).
 	Wait time.Duration
 	// Next is the number of the next attempt (k+1), zero when exhausted.
 	Next int
+	// InProcess says the wait is short enough to wait in the consumer
+	// (Policy.InProcess); false for a broker rung, and when exhausted.
+	InProcess bool
+}
+
+// String names the step as docs/contract.md and the conformance vectors
+// do: "exhausted", "in-process" or "broker".
+func (s Step) String() string {
+	switch {
+	case s.Next == 0:
+		return "exhausted"
+	case s.InProcess:
+		return "in-process"
+	default:
+		return "broker"
+	}
 }
 
 // After says what to do once attempt failed (attempts count from 1). An
@@ -232,14 +226,10 @@ func (p Policy) After(attempt int) Step {
 		attempt = 1
 	}
 	if attempt > len(p.waits) {
-		return Step{Action: Exhausted}
+		return Step{}
 	}
 	w := p.waits[attempt-1]
-	a := WaitOnBroker
-	if p.InProcess(w) {
-		a = WaitInProcess
-	}
-	return Step{Action: a, Wait: w, Next: attempt + 1}
+	return Step{Wait: w, Next: attempt + 1, InProcess: p.InProcess(w)}
 }
 
 // Validate reports every problem with the policy, each wrapping ErrInvalid:

@@ -79,7 +79,7 @@ func TestInProcessBoundary(t *testing.T) {
 func TestAfter(t *testing.T) {
 	p := retry.Exponential(6, 10*s) // waits 10s 20s 40s 80s 160s
 	for _, k := range []int{-5, 0} {
-		if got, want := p.After(k), (retry.Step{Action: retry.WaitInProcess, Wait: 10 * s, Next: 2}); got != want {
+		if got, want := p.After(k), (retry.Step{InProcess: true, Wait: 10 * s, Next: 2}); got != want {
 			t.Errorf("After(%d) = %+v, want %+v", k, got, want)
 		}
 	}
@@ -88,20 +88,20 @@ func TestAfter(t *testing.T) {
 func TestAfterZeroPolicy(t *testing.T) {
 	var p retry.Policy
 	for _, k := range []int{-1, 0, 1, 2} {
-		if got := p.After(k); got != (retry.Step{Action: retry.Exhausted}) {
+		if got := p.After(k); got != (retry.Step{}) {
 			t.Errorf("zero Policy: After(%d) = %+v, want exhausted", k, got)
 		}
 	}
 }
 
-func TestActionString(t *testing.T) {
-	for a, want := range map[retry.Action]string{
-		retry.Exhausted:     "exhausted",
-		retry.WaitInProcess: "in-process",
-		retry.WaitOnBroker:  "broker",
+func TestStepString(t *testing.T) {
+	for st, want := range map[retry.Step]string{
+		{}:                                  "exhausted",
+		{Wait: s, Next: 2, InProcess: true}: "in-process",
+		{Wait: s, Next: 2}:                  "broker",
 	} {
-		if got := a.String(); got != want {
-			t.Errorf("%d.String() = %q, want %q", int(a), got, want)
+		if got := st.String(); got != want {
+			t.Errorf("%+v.String() = %q, want %q", st, got, want)
 		}
 	}
 }
@@ -193,7 +193,7 @@ func TestInvalidConstructorsHaveNoWaits(t *testing.T) {
 		retry.Exponential(0, s), retry.Exponential(3, -s), retry.Exponential(100, time.Hour),
 		retry.Fixed(-1, s), retry.Fixed(2, -s), retry.Waits(s, -s),
 	} {
-		if p.Attempts() != 1 || len(p.Schedule()) != 0 || p.After(1).Action != retry.Exhausted {
+		if p.Attempts() != 1 || len(p.Schedule()) != 0 || p.After(1) != (retry.Step{}) {
 			t.Errorf("invalid policy %v has a schedule %v", p, p.Schedule())
 		}
 	}

@@ -176,7 +176,7 @@ func CheckPolicies(v Policies) []string {
 		}
 		for _, a := range c.After {
 			st := p.After(a.Attempt)
-			got := fmt.Sprintf("%s wait %d ms next %d", st.Action, st.Wait.Milliseconds(), st.Next)
+			got := fmt.Sprintf("%s wait %d ms next %d", st, st.Wait.Milliseconds(), st.Next)
 			want := fmt.Sprintf("%s wait %d ms next %d", a.Action, a.WaitMs, a.Next)
 			if got != want {
 				fail(c.Name, "after attempt %d: %s, want %s", a.Attempt, got, want)

@@ -887,7 +887,7 @@ type chainResult struct {
 // chainBench times the standard stack's middleware around a no-op handler,
 // no broker involved, one fresh Delivery per message as the runtime makes.
 func chainBench() chainResult {
-	h := mq.Chain(mqtest.Attempts(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })),
+	h := mqtest.Chain(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }), nil,
 		middleware.Stack(retry.Exponential(5, time.Second), middleware.WithLogger(quiet))...)
 	raw := amqp.Delivery{Body: []byte("x"), MessageId: "m"}
 	r := testing.Benchmark(func(b *testing.B) {

@@ -1,0 +1,357 @@
+package mq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/retry"
+	"github.com/acemq/acemq-go/topology"
+)
+
+// Decision is what a middleware decided for a delivery. It travels back up
+// the chain as the handler's error, the way an error does, and the
+// consumer carries it out: the middleware never publishes, waits, settles
+// or reports anything itself. By Outcome:
+//
+//   - OutcomeRetry with a Queue: hop the message to that queue (a broker
+//     rung, or the queue itself) with x-acemq-attempt the next attempt and
+//     x-acemq-source-queue, and acknowledge the original once the hop is
+//     confirmed. Wait is the rung's wait, for the event.
+//   - OutcomeRetry without a Queue: wait Wait in-process (the delivery
+//     stays unacknowledged and its worker goes on with the queue), then
+//     call Again as the next attempt (the deciding middleware, so that
+//     the middleware outside it sees one call per delivery; nil: the
+//     whole chain), and carry out what that decides. A wait cut short by
+//     Stop hops the message to its own queue with the next attempt
+//     instead.
+//   - OutcomeDeadLetter, OutcomePark: hop the message to Queue (its .dlq,
+//     its .parked) with the contract's failure headers and Reason, and
+//     acknowledge the original once the hop is confirmed.
+//   - OutcomeRequeue: return the message to its queue (see Requeue).
+//   - OutcomeReject: reject it without requeue.
+//   - OutcomeAck: acknowledge it (as a nil error does).
+//
+// Cause is the handler's error that led to the decision; hooks and
+// Logging report it.
+type Decision struct {
+	Outcome Outcome
+	Queue   string
+	Wait    time.Duration
+	Reason  Reason
+	Cause   error
+	Again   Handler
+}
+
+// Error describes the decision (a requeue reads as Requeue's error).
+func (d *Decision) Error() string {
+	if d.Outcome == OutcomeRequeue {
+		return (&requeueError{err: d.Cause}).Error()
+	}
+	s := "mq: " + string(d.Outcome)
+	if d.Queue != "" {
+		s += " to " + d.Queue
+	}
+	if d.Cause != nil {
+		s += ": " + d.Cause.Error()
+	}
+	return s
+}
+
+// Unwrap is the cause, and ErrRequeue for a requeue.
+func (d *Decision) Unwrap() []error {
+	if d.Outcome == OutcomeRequeue {
+		return []error{ErrRequeue, d.Cause}
+	}
+	return []error{d.Cause}
+}
+
+// Runtime is what carries out a delivery's decisions, as amqp091-go's
+// Acknowledger settles its deliveries: a consumer's session is one, and a
+// fake (package mqtest) is another, so a test runs the same decision path
+// (Runner) as production. A delivery built with NewDelivery asks its
+// Runtime; a Runtime must be safe for concurrent use.
+type Runtime interface {
+	// Hop publishes m to queue through the default exchange, mandatory,
+	// and returns once the broker confirmed it: ErrUnroutable when no
+	// queue took it. kind says which hop it is, for the publish hooks.
+	Hop(ctx context.Context, queue string, kind Outcome, m Message) error
+	// Wait waits w before d's next attempt: nil once waited, an error when
+	// the wait was cut short (the consumer stops, ctx ends).
+	Wait(ctx context.Context, d *Delivery, w time.Duration) error
+	// Event reports e to the EventHooks.
+	Event(ctx context.Context, e Event)
+	// Logger is the consumer's logger.
+	Logger() *slog.Logger
+}
+
+// NewDelivery builds a delivery of raw from queue, outside any consumer,
+// whose decisions rt carries out (nil: hops fail with ErrClosed, waits
+// sleep, events go nowhere). Its attempt is raw's x-acemq-attempt (a
+// consumer also counts a quorum queue's returns past the first two and the
+// attempts of a message it returned itself); its exchange and routing key
+// are the original ones a hop recorded.
+func NewDelivery(queue string, raw amqp.Delivery, rt Runtime) *Delivery {
+	raw.Acknowledger = nil
+	restoreOrigin(&raw)
+	return &Delivery{envelope: envelope(raw), queue: queue, attempt: AttemptOf(raw.Headers), from: rt}
+}
+
+// Runner runs a handler inside its middleware for one delivery at a time
+// and carries out what the chain decides (a Decision) through the
+// delivery's Runtime: the consumer runs every delivery through one, and a
+// fake consumer (package mqtest) through another built the same way.
+type Runner struct {
+	handler Handler   // the chain, attempt counting innermost
+	built   []Handler // what each middleware built, outermost first
+	watch   []Observer
+}
+
+// Observer is implemented by a handler a middleware built (Logging's) that
+// wants to know a delivery's fate once the consumer has carried it out:
+// the error it is settled with (nil: acknowledged, a hop's included; an
+// ErrRequeue; any other: rejected), d.Outcome and d.Cause, and how long
+// since the chain was first called. Observe runs before the delivery is
+// settled on its channel, innermost middleware first; it must be quick.
+type Observer interface {
+	Observe(ctx context.Context, d *Delivery, err error, took time.Duration)
+}
+
+// NewRunner builds the runner Broker.Consume builds for h from opts (only
+// the middleware matters here): the middleware around h, and innermost the
+// attempt counter, which numbers every call of h after the first as the
+// next attempt and runs hooks around each. An invalid option is an error,
+// as it is for Consume.
+func NewRunner(h Handler, hooks []AttemptHook, opts ...ConsumerOption) (*Runner, error) {
+	var cfg consumerConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyConsumer(&cfg)
+		}
+	}
+	if err := errors.Join(cfg.errs...); err != nil {
+		return nil, err
+	}
+	return newRunner(h, hooks, cfg.mws), nil
+}
+
+func newRunner(h Handler, hooks []AttemptHook, mws []Middleware) *Runner {
+	r := &Runner{}
+	r.handler, r.built = chain(&attemptHandler{next: h, hooks: hooks}, mws)
+	for _, b := range r.built {
+		if w, ok := b.(Observer); ok {
+			r.watch = append(r.watch, w)
+		}
+	}
+	return r
+}
+
+// RetryPolicy is the policy of the first middleware in the chain that runs
+// one (a PolicyHolder), and whether one does.
+func (r *Runner) RetryPolicy() (retry.Policy, bool) {
+	if ph := policyHolder(r.built); ph != nil {
+		return ph.RetryPolicy(), true
+	}
+	return retry.Policy{}, false
+}
+
+// Deliver runs the chain for d and carries out what it decides, through
+// d's Runtime, until d's fate is settled: it waits and calls the chain
+// again, hops and reports. It returns the error the delivery is settled
+// with (nil: acknowledged, a hop's included; an ErrRequeue: returned to
+// its queue; any other: rejected), and d.Outcome says which. Every
+// Observer in the chain is told, innermost first. A panic that escapes
+// every middleware is recovered as a requeue, never a reject.
+func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
+	if len(r.watch) == 0 {
+		return r.decide(ctx, d)
+	}
+	start := time.Now()
+	err := r.decide(ctx, d)
+	took := time.Since(start)
+	for i := len(r.watch) - 1; i >= 0; i-- {
+		r.watch[i].Observe(ctx, d, err, took)
+	}
+	return err
+}
+
+// decide calls the chain until it returns something other than an
+// in-process retry, and carries that out.
+func (r *Runner) decide(ctx context.Context, d *Delivery) error {
+	rt := d.runtime()
+	h := r.handler
+	for {
+		err := invoke(ctx, h, d, rt)
+		if err == nil {
+			return d.settled(nil)
+		}
+		dec := decisionOf(err)
+		if dec == nil {
+			return d.settled(err)
+		}
+		switch dec.Outcome {
+		case OutcomeAck:
+			d.outcome, d.cause = OutcomeAck, dec.Cause
+			return nil
+		case OutcomeRequeue:
+			return d.settled(Requeue(dec.Cause))
+		case OutcomeDeadLetter, OutcomePark:
+			return setAside(ctx, d, rt, dec.Queue, dec.Outcome, dec.Reason, dec.Cause)
+		case OutcomeRetry:
+			if dec.Queue != "" {
+				return toRung(ctx, d, rt, dec)
+			}
+			rt.Logger().DebugContext(ctx, EventRetry, "message_id", d.MessageId, "attempt", d.Attempt(),
+				"kind", string(KindInProcess), "wait", dec.Wait, "error", dec.Cause)
+			rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindInProcess, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
+			if werr := rt.Wait(ctx, d, dec.Wait); werr != nil {
+				return carry(ctx, d, rt, dec.Cause)
+			}
+			h = r.handler
+			if dec.Again != nil {
+				h = dec.Again
+			}
+		default: // OutcomeReject, or none given
+			cause := dec.Cause
+			if cause == nil {
+				cause = dec
+			}
+			return d.settled(cause)
+		}
+	}
+}
+
+// decisionOf is the Decision err carries, or nil. Apart, so that a
+// delivery that succeeds allocates nothing for it.
+func decisionOf(err error) *Decision {
+	var dec *Decision
+	if errors.As(err, &dec) {
+		return dec
+	}
+	return nil
+}
+
+// invoke calls h once; a panic that escaped every middleware is a
+// requeue (on a queue with no dead-letter route a reject would drop the
+// message).
+func invoke(ctx context.Context, h Handler, d *Delivery, rt Runtime) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe := NewPanicError(v)
+			rt.Logger().Error("acemq.handler.panic", "message_id", d.MessageId, "panic", fmt.Sprint(v), "stack", string(pe.Stack))
+			err = Requeue(pe)
+		}
+	}()
+	return h.Handle(ctx, d)
+}
+
+// settled records the outcome err settles d with, and returns err.
+func (d *Delivery) settled(err error) error {
+	switch {
+	case err == nil:
+		d.outcome, d.cause = OutcomeAck, nil
+	case errors.Is(err, ErrRequeue):
+		d.outcome, d.cause = OutcomeRequeue, err
+	default:
+		d.outcome, d.cause = OutcomeReject, err
+	}
+	return err
+}
+
+// carry keeps the attempts of a delivery whose in-process wait was cut
+// short. While its channel lives (the consumer is stopping), the message
+// goes back to its own queue as a copy whose x-acemq-attempt is the next
+// attempt, confirmed before the original is acknowledged. Otherwise it is
+// returned as it is, and the consumer's memory or the broker's delivery
+// count carry the attempt.
+func carry(ctx context.Context, d *Delivery, rt Runtime, cause error) error {
+	if ctx.Err() != nil {
+		return d.settled(Requeue(cause))
+	}
+	next := d.Attempt() + 1
+	m := d.hopMessage()
+	m.Headers[HeaderAttempt] = attemptValue(next)
+	m.Headers[HeaderSourceQueue] = d.queue
+	if err := rt.Hop(ctx, d.queue, OutcomeRetry, m); err != nil {
+		return d.settled(Requeue(fmt.Errorf("keep attempt %d through %s: %w", next, d.queue, err)))
+	}
+	rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindCarried, Target: d.queue, Attempt: d.Attempt(), Err: cause})
+	d.outcome, d.cause = OutcomeRetry, cause
+	return nil
+}
+
+// toRung hops d to the broker rung dec names. A rung that does not exist
+// (the hop comes back unroutable) is reported and the message set aside in
+// its .dlq instead (reason rung-missing); any other failure returns it to
+// its queue.
+func toRung(ctx context.Context, d *Delivery, rt Runtime, dec *Decision) error {
+	m := d.hopMessage()
+	m.Headers[HeaderAttempt] = attemptValue(d.Attempt() + 1)
+	m.Headers[HeaderSourceQueue] = d.queue
+	err := rt.Hop(ctx, dec.Queue, OutcomeRetry, m)
+	switch {
+	case err == nil:
+		rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindBroker, Target: dec.Queue, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
+		d.outcome, d.cause = OutcomeRetry, dec.Cause
+		return nil
+	case errors.Is(err, ErrUnroutable):
+		rt.Logger().WarnContext(ctx, EventRungMissing, "message_id", d.MessageId, "rung", dec.Queue,
+			"attempt", d.Attempt(), "error", dec.Cause)
+		rt.Event(ctx, Event{Name: EventRungMissing, Queue: d.queue, Target: dec.Queue, Attempt: d.Attempt(), Err: dec.Cause})
+		return setAside(ctx, d, rt, topology.DeadLetterQueue(d.queue), OutcomeDeadLetter, ReasonRungMissing, dec.Cause)
+	default:
+		return d.settled(Requeue(fmt.Errorf("retry via %s: %w", dec.Queue, err)))
+	}
+}
+
+// setAside hops d to target (its .dlq or .parked) with the contract's
+// failure headers and acknowledges it once confirmed. When that hop fails,
+// it reports EventSetAsideFailed and returns the original to its queue,
+// never acknowledged, with basic.nack after a pause that grows with its
+// returns (the library's failure, not the message's: see asidePause).
+func setAside(ctx context.Context, d *Delivery, rt Runtime, target string, o Outcome, reason Reason, cause error) error {
+	kind := OutcomeDeadLetter
+	if o == OutcomePark {
+		kind = OutcomePark
+	}
+	if target == "" {
+		target = topology.DeadLetterQueue(d.queue)
+		if o == OutcomePark {
+			target = topology.ParkedQueue(d.queue)
+		}
+	}
+	m := d.hopMessage()
+	m.Headers[HeaderAttempt] = attemptValue(d.Attempt() + 1)
+	m.Headers[HeaderSourceQueue] = d.queue
+	m.Headers[HeaderReason] = string(reason)
+	m.Headers[HeaderError] = ErrorText(cause)
+	m.Headers[HeaderFailedAt] = time.Now().UTC().Truncate(time.Second)
+	if err := rt.Hop(ctx, target, kind, m); err != nil {
+		causeText := "<nil>"
+		if cause != nil {
+			causeText = cause.Error()
+		}
+		rt.Logger().ErrorContext(ctx, EventSetAsideFailed, "message_id", d.MessageId, "target", target,
+			"reason", string(reason), "cause", causeText, "error", err)
+		rt.Event(ctx, Event{Name: EventSetAsideFailed, Queue: d.queue, Target: target, Attempt: d.Attempt(), Err: err})
+		d.asideFailed = true
+		return d.settled(Requeue(fmt.Errorf("set aside in %s: %w", target, err)))
+	}
+	d.outcome, d.cause = o, cause
+	return nil
+}
+
+// standIn is the runtime of a delivery built with no Runtime: hops fail
+// with ErrClosed, waits sleep, events go nowhere.
+type standIn struct{}
+
+func (standIn) Hop(context.Context, string, Outcome, Message) error { return ErrClosed }
+func (standIn) Wait(ctx context.Context, _ *Delivery, w time.Duration) error {
+	return waitFor(ctx, nil, w)
+}
+func (standIn) Event(context.Context, Event) {}
+func (standIn) Logger() *slog.Logger         { return slog.Default() }
