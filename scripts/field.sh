@@ -61,7 +61,7 @@ ticktime="${FIELD_TICKTIME:-10}"
 start_timeout="${FIELD_START_TIMEOUT:-180}" # seconds, per wait
 ctl_timeout="${FIELD_CTL_TIMEOUT:-30}"      # seconds, per rabbitmqctl call
 table="inet acemq_field"
-tc_handle=a5 # our prio qdisc on lo is a5:; anything else there is not ours
+tc_handle=a5 # our htb qdisc on lo is a5:; anything else there is not ours
 
 node_arg() {
   case "${1:-}" in
@@ -240,7 +240,18 @@ pg_kill() {
   say "killing the field's PostgreSQL with SIGKILL (pids $(echo $pids))"
   # shellcheck disable=SC2086
   kill -9 $pids 2>/dev/null || true
-  for _ in $(seq 1 40); do pg_ready || return 0; sleep 0.25; done
+  # Until every process is gone (reaped, not a zombie): a postmaster that
+  # still exists keeps the next start from taking the data directory.
+  local pid
+  for pid in $pids; do
+    for _ in $(seq 1 80); do
+      [ -d "/proc/$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || break
+      sleep 0.25
+    done
+  done
+  for pid in $(pg_pids); do
+    [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] || die "PostgreSQL process $pid outlived SIGKILL"
+  done
 }
 pg_restart() {
   [ -d "$pgdir/data" ] || die "the field's PostgreSQL was never set up (run: $0 up)"
@@ -366,35 +377,89 @@ cut_ok() {
 
 # ---- netem -----------------------------------------------------------------------
 
-# A prio qdisc of ours (a5:) on lo with three bands for the default traffic
-# and one band per node (a5:4..a5:6) carrying a netem; a u32 filter sends
-# only packets to that node's address there, so nothing else on lo is slowed.
+# This machine's kernel has no sch_netem (nor prio): `tc qdisc add ... netem`
+# answers "Specified qdisc kind is unknown". So the two things a slow, lossy
+# link needs are built from what it has, for traffic to one node's address
+# only (from clients and from the other nodes):
+#   loss P%   an nftables rule `numgen random mod 100 < P drop` in a table of
+#             its own (inet acemq_field_netem), so heal leaves it alone
+#   rate R    an htb class of ours (root a5:, class a5:1N) that a u32 filter
+#             sends that address to; unclassified traffic takes htb's direct
+#             queue, unshaped
+# Anything else (delay, jitter, duplicate...) goes to a netem qdisc under the
+# node's htb class where the kernel has one, and fails loudly where not.
+netem_table="inet acemq_field_netem"
 netem() {
   local n
   n="$(node_arg "${1:-}")"
   shift
-  [ $# -gt 0 ] || die "usage: $0 netem fN delay 200ms 50ms loss 5%"
+  [ $# -gt 0 ] || die "usage: $0 netem fN [loss P%] [rate R] [other netem args]"
+  local loss="" rate="" rest=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+    loss)
+      [[ "${2:-}" =~ ^([0-9]+)%?$ ]] || die "loss takes a whole percentage (got '${2:-}')"
+      loss="${BASH_REMATCH[1]}"
+      shift 2
+      ;;
+    rate)
+      [ -n "${2:-}" ] || die "rate takes a rate (e.g. 1mbit)"
+      rate="$2"
+      shift 2
+      ;;
+    *)
+      rest+=("$1")
+      shift
+      ;;
+    esac
+  done
   locked
-  local band=$((3 + ${n#f}))
-  if ! tc qdisc show dev lo | grep -q "qdisc prio $tc_handle: root"; then
-    if tc qdisc show dev lo | grep -q 'qdisc prio\|qdisc htb\|qdisc netem' ; then
-      die "lo already has a qdisc that is not the field's; not touching it"
+  local a band=$((10 + ${n#f}))
+  a="$(addr "$n")"
+  if [ -n "$loss" ]; then
+    need_nft
+    nft list table $netem_table >/dev/null 2>&1 || nft -f - <<EOF
+table $netem_table {
+  chain out { type filter hook output priority 0; policy accept; }
+}
+EOF
+    local h
+    for h in $(nft -a list chain $netem_table out | grep "comment \"netem-$n\"" | grep -o 'handle [0-9]*' | cut -d' ' -f2); do
+      nft delete rule $netem_table out handle "$h"
+    done
+    nft add rule $netem_table out ip daddr "$a" numgen random mod 100 "<" "$loss" drop comment "\"netem-$n\""
+  fi
+  if [ -n "$rate" ] || [ ${#rest[@]} -gt 0 ]; then
+    local root_q
+    root_q="$(tc qdisc show dev lo | grep ' root' | head -n 1)"
+    case "$root_q" in
+    "qdisc htb $tc_handle: root"*) ;;
+    "qdisc noqueue 0: root"* | "")
+      tc qdisc add dev lo root handle "$tc_handle:" htb default 0
+      ;;
+    *) die "lo has a root qdisc that is not the field's ($root_q); not touching it" ;;
+    esac
+    if tc class show dev lo | grep -q "class htb $tc_handle:$band "; then
+      tc class change dev lo parent "$tc_handle:" classid "$tc_handle:$band" htb rate "${rate:-10gbit}"
+    else
+      tc class add dev lo parent "$tc_handle:" classid "$tc_handle:$band" htb rate "${rate:-10gbit}"
+      tc filter add dev lo parent "$tc_handle:" protocol ip prio "$band" u32 \
+        match ip dst "$a/32" flowid "$tc_handle:$band"
     fi
-    tc qdisc add dev lo root handle "$tc_handle:" prio bands 6 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1
+    if [ ${#rest[@]} -gt 0 ]; then
+      tc qdisc replace dev lo parent "$tc_handle:$band" handle "$band:" netem "${rest[@]}" ||
+        die "this kernel has no netem qdisc for '${rest[*]}'; only 'loss P%' and 'rate R' can be had here"
+    fi
   fi
-  if tc qdisc show dev lo | grep -q "parent $tc_handle:$band "; then
-    tc qdisc change dev lo parent "$tc_handle:$band" handle "${tc_handle}$band:" netem "$@"
-  else
-    tc qdisc add dev lo parent "$tc_handle:$band" handle "${tc_handle}$band:" netem "$@"
-    tc filter add dev lo parent "$tc_handle:" protocol ip prio "$band" u32 \
-      match ip dst "$(addr "$n")/32" flowid "$tc_handle:$band"
-  fi
-  echo "$n $*" >>"$state/netem"
-  say "netem on traffic to $n: $*"
+  echo "$n loss=${loss:-0}% rate=${rate:-unlimited} ${rest[*]}" >>"$state/netem"
+  say "netem on traffic to $n: loss ${loss:-0}%, rate ${rate:-unlimited}${rest:+, ${rest[*]}}"
 }
 
 netem_clear() {
-  if tc qdisc show dev lo 2>/dev/null | grep -q "qdisc prio $tc_handle: root"; then
+  if command -v nft >/dev/null && nft list table $netem_table >/dev/null 2>&1; then
+    nft delete table $netem_table
+  fi
+  if tc qdisc show dev lo 2>/dev/null | grep -q "qdisc htb $tc_handle: root"; then
     tc qdisc del dev lo root
   fi
   rm -f "$state/netem"
