@@ -115,6 +115,15 @@ field-up:
 field-down:
 	./scripts/field.sh down
 
+## field-facts: what RabbitMQ 4.3 and a plain client do in each partition,
+## measured on a field of its own (FIELD_INSTANCE=1, beside `make field`'s);
+## prints FIELDFACT lines (docs/reliability.md, Field)
+.PHONY: field-facts
+field-facts:
+	@export FIELD_INSTANCE=$${FIELD_INSTANCE:-1}; ./scripts/field.sh up && \
+	trap './scripts/field.sh down' EXIT; trap 'exit 130' INT TERM; \
+	$(GO) test -count=1 -tags field -run 'TestFieldPartition|TestFieldIsolate|TestFieldOneway' -timeout 20m -v ./integration/
+
 ## demo: the demo service against the local broker; exits by itself, leaves nothing behind
 demo: broker
 	$(GO) run ./examples/orders

@@ -22,6 +22,14 @@
 #   leader QUEUE [VHOST]     f1/f2/f3 leading a quorum queue, or empty
 #   status                   a human summary
 #
+# FIELD_INSTANCE=N (1-9; default 0, the addresses above) runs a second field
+# beside the first, sharing nothing: nodes on 127.0.N.21-23, AMQP ports
+# 5701+10N.., distribution 25701+10N.. (RabbitMQ refuses a distribution port
+# another node uses on another address), epmd on 4371+N, PostgreSQL on
+# 5441+N, dirs,
+# nft tables and htb classes of its own (names suffixed with N). `make
+# field-facts` measures on instance 1 while `make field` runs on 0.
+#
 # How a cut works. Each node has a loopback address of its own (all of
 # 127/8 is on lo): it listens for AMQP and distribution there
 # (inet_dist_use_interface) and opens its distribution connections from it
@@ -52,15 +60,21 @@ me=field
 say() { echo "$me: $*" >&2; }
 
 nodes=(f1 f2 f3)
-fbase=/tmp/acemq-field            # inside the sid folder: the nodes' dirs
-state=/tmp/acemq-field-state      # on the machine: the cuts in force, netem
-pgdir=/tmp/acemq-field-pg         # on the machine: the field's PostgreSQL
-pg_port=5441
-epmd_port=4371
+inst="${FIELD_INSTANCE:-0}"
+[[ "$inst" =~ ^[0-9]$ ]] || die "FIELD_INSTANCE is a digit (got '$inst')"
+net="127.0.$inst"       # the nodes' addresses: $net.21-23
+sfx="" tsfx=""          # instance 0 has the plain names
+[ "$inst" = 0 ] || sfx="-$inst" tsfx="_$inst"
+fbase=/tmp/acemq-field$sfx       # inside the sid folder: the nodes' dirs
+state=/tmp/acemq-field-state$sfx # on the machine: the cuts in force, netem
+pgdir=/tmp/acemq-field-pg$sfx    # on the machine: the field's PostgreSQL
+pg_port=$((5441 + inst))
+epmd_port=$((4371 + inst))
+epmd_addrs="127.0.0.1,$net.21,$net.22,$net.23"
 ticktime="${FIELD_TICKTIME:-10}"
 start_timeout="${FIELD_START_TIMEOUT:-180}" # seconds, per wait
 ctl_timeout="${FIELD_CTL_TIMEOUT:-30}"      # seconds, per rabbitmqctl call
-table="inet acemq_field"
+table="inet acemq_field$tsfx"
 tc_handle=a5 # our htb qdisc on lo is a5:; anything else there is not ours
 
 node_arg() {
@@ -69,9 +83,9 @@ node_arg() {
   *) die "name a node: f1, f2 or f3 (got '${1:-}')" ;;
   esac
 }
-addr() { echo "127.0.0.2${1#f}"; }          # f1 -> 127.0.0.21
-port() { echo "570${1#f}"; }                # f1 -> 5701
-dport() { echo "2570${1#f}"; }              # f1 -> 25701
+addr() { echo "$net.2${1#f}"; }             # f1 -> 127.0.0.21
+port() { echo $((5700 + 10 * inst + ${1#f})); }   # f1 -> 5701 (instance 1: 5711)
+dport() { echo $((25700 + 10 * inst + ${1#f})); } # f1 -> 25701 (25711)
 name() { echo "$1@$(addr "$1")"; }          # f1 -> f1@127.0.0.21
 erl_ip() { echo "{$(addr "$1" | tr . ,)}"; } # f1 -> {127,0,0,21}
 
@@ -105,7 +119,7 @@ field_env() {
   echo "RABBITMQ_LOG_BASE=$d/log"
   echo "RABBITMQ_PID_FILE=$d/$n.pid"
   echo "ERL_EPMD_PORT=$epmd_port"
-  echo "ERL_EPMD_ADDRESS=127.0.0.1,127.0.0.21,127.0.0.22,127.0.0.23"
+  echo "ERL_EPMD_ADDRESS=$epmd_addrs"
 }
 
 prepare() {
@@ -140,7 +154,7 @@ epmd_pids() {
 }
 epmd_up() {
   answers "$epmd_port" && return 0
-  chroot "$root" epmd -daemon -port "$epmd_port" -address 127.0.0.1,127.0.0.21,127.0.0.22,127.0.0.23
+  chroot "$root" epmd -daemon -port "$epmd_port" -address "$epmd_addrs"
   for _ in $(seq 1 40); do answers "$epmd_port" && return 0; sleep 0.25; done
   die "the field's epmd does not answer on 127.0.0.1:$epmd_port"
 }
@@ -179,7 +193,7 @@ step() {
 # running_nodes NODE: how many field nodes NODE sees running.
 running_nodes() {
   fctl "$1" cluster_status --formatter json 2>/dev/null |
-    grep -o '"running_nodes":\[[^]]*\]' | grep -o 'f[0-9]@127\.0\.0\.2[0-9]' | sort -u | wc -l
+    grep -o '"running_nodes":\[[^]]*\]' | grep -o "f[0-9]@${net//./\\.}\\.2[0-9]" | sort -u | wc -l
 }
 
 pid_of() {
@@ -388,7 +402,7 @@ cut_ok() {
 #             queue, unshaped
 # Anything else (delay, jitter, duplicate...) goes to a netem qdisc under the
 # node's htb class where the kernel has one, and fails loudly where not.
-netem_table="inet acemq_field_netem"
+netem_table="inet acemq_field_netem$tsfx"
 netem() {
   local n
   n="$(node_arg "${1:-}")"
@@ -414,7 +428,7 @@ netem() {
     esac
   done
   locked
-  local a band=$((10 + ${n#f}))
+  local a band=$((10 + 10 * inst + ${n#f}))
   a="$(addr "$n")"
   if [ -n "$loss" ]; then
     need_nft
@@ -459,8 +473,16 @@ netem_clear() {
   if command -v nft >/dev/null && nft list table $netem_table >/dev/null 2>&1; then
     nft delete table $netem_table
   fi
+  # Our classes and filters only; the root goes with the last class (another
+  # instance may have its own under it).
   if tc qdisc show dev lo 2>/dev/null | grep -q "qdisc htb $tc_handle: root"; then
-    tc qdisc del dev lo root
+    local n band
+    for n in "${nodes[@]}"; do
+      band=$((10 + 10 * inst + ${n#f}))
+      tc filter del dev lo parent "$tc_handle:" prio "$band" 2>/dev/null || true
+      tc class del dev lo classid "$tc_handle:$band" 2>/dev/null || true
+    done
+    tc class show dev lo | grep -q "class htb $tc_handle:" || tc qdisc del dev lo root
   fi
   rm -f "$state/netem"
 }
@@ -488,8 +510,8 @@ up() {
   fi
   local n
   for n in "${nodes[@]}"; do
-    if answers "$(port "$n")" || (exec 3<>"/dev/tcp/$(addr "$n")/$(port "$n")") 2>/dev/null; then
-      die "port $(port "$n") is taken"
+    if (exec 3<>"/dev/tcp/$(addr "$n")/$(port "$n")") 2>/dev/null; then
+      die "$(addr "$n"):$(port "$n") is taken"
     fi
   done
   up_ok=0
@@ -524,7 +546,7 @@ up() {
   done
   wait "$pgjob" || die "the field's PostgreSQL did not come up"
   up_ok=1
-  say "up in $((SECONDS - t0))s: f1-f3 on 127.0.0.21-23:5701-5703, net_ticktime ${ticktime}s, PostgreSQL on 127.0.0.1:$pg_port"
+  say "up in $((SECONDS - t0))s: f1-f3 on $(urls), net_ticktime ${ticktime}s, PostgreSQL on 127.0.0.1:$pg_port"
 }
 
 down() {
@@ -555,7 +577,9 @@ down() {
 }
 
 urls() {
-  echo "amqp://guest:guest@127.0.0.21:5701/,amqp://guest:guest@127.0.0.22:5702/,amqp://guest:guest@127.0.0.23:5703/"
+  local n u=()
+  for n in "${nodes[@]}"; do u+=("amqp://guest:guest@$(addr "$n"):$(port "$n")/"); done
+  (IFS=,; echo "${u[*]}")
 }
 
 kill_node() {
