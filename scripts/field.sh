@@ -625,16 +625,35 @@ stop_node() {
   kill -9 "$pid" 2>/dev/null || true
 }
 
+# fqueues NODE ARGS...: rabbitmq-queues against a field node, bounded.
+fqueues() {
+  local n="$1"
+  shift
+  timeout --kill-after=5 "$ctl_timeout" chroot "$root" env HOME=/var/lib/rabbitmq \
+    ERL_EPMD_PORT="$epmd_port" RABBITMQ_USE_LONGNAME=true \
+    rabbitmq-queues -q --longnames -n "$(name "$n")" "$@"
+}
+
+# leader: the member that says it leads, from quorum_status (which asks only
+# that queue's members: list_queues waits for every queue, 60 s and more on
+# a loaded or partitioned cluster). A queue that is unknown or has no
+# leader right now prints nothing.
 leader() {
-  local q="${1:-}" vhost="${2:-/}" n out
+  local q="${1:-}" vhost="${2:-/}" n out err
   [ -n "$q" ] || die "usage: $0 leader QUEUE [VHOST]"
   for n in "${nodes[@]}"; do
-    if out="$(ctl_timeout=15 fctl "$n" list_queues -p "$vhost" name leader --no-table-headers 2>/dev/null)"; then
-      awk -v q="$q" -F'\t' '$1 == q { sub(/@.*/, "", $2); print $2 }' <<<"$out"
+    running "$n" || continue
+    if out="$(ctl_timeout=20 fqueues "$n" quorum_status -p "$vhost" "$q" --formatter json 2>&1)"; then
+      grep '"Raft State":"leader"' <<<"$out" | grep -o '"Node Name":"f[0-9]' | cut -d'"' -f4 | head -n 1
+      return 0
+    fi
+    err="$out"
+    # Not found is an answer; a timeout or a node down is not.
+    if grep -qi 'not.found\|does not exist\|not_found' <<<"$out"; then
       return 0
     fi
   done
-  die "no node answered list_queues"
+  die "no node answered quorum_status $q: ${err:-no node running}"
 }
 
 status() {
