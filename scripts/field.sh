@@ -366,6 +366,10 @@ isolate_clients() {
 }
 
 heal() {
+  if [ ! -d "$state" ]; then # never up (or down): at most a table to remove
+    ! { command -v nft >/dev/null && nft list table $table >/dev/null 2>&1; } || nft delete table $table
+    return 0
+  fi
   locked
   if command -v nft >/dev/null && nft list table $table >/dev/null 2>&1; then
     nft delete table $table
