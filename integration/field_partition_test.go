@@ -146,6 +146,13 @@ func (p *fnetPub) run(t *testing.T, c *amqp.Connection, stop <-chan struct{}, wg
 			}
 			t0 := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			go func() {
+				select {
+				case <-stop: // a confirm still awaited at the end is reported as such
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
 			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", p.q, false, false,
 				amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(fmt.Sprint(i))})
 			var ok bool
