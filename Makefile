@@ -122,7 +122,7 @@ field-down:
 field-facts:
 	@export FIELD_INSTANCE=$${FIELD_INSTANCE:-1}; ./scripts/field.sh up && \
 	trap './scripts/field.sh down' EXIT; trap 'exit 130' INT TERM; \
-	$(GO) test -count=1 -tags field -run 'TestFieldPartition|TestFieldIsolate|TestFieldOneway' -timeout 20m -v ./integration/
+	$(GO) test -count=1 -tags field -run 'TestFieldPartition|TestFieldIsolate|TestFieldOneway|TestFieldFaultRun' -timeout 20m -v ./integration/
 
 ## demo: the demo service against the local broker; exits by itself, leaves nothing behind
 demo: broker
