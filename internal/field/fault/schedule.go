@@ -257,8 +257,9 @@ func (r *rng) draw(k Kind) Fault {
 	return f
 }
 
-// fits reports whether f can join faults: inside [warmUp, d-quietTail] and
-// apart from every fault of its category.
+// fits reports whether f can join faults: inside [warmUp, d-quietTail],
+// apart from every fault of its category, and not stranding a node (see
+// strandsNode).
 func fits(f Fault, faults []Fault, d time.Duration) bool {
 	if f.At < warmUp || f.End() > d-quietTail {
 		return false
@@ -267,8 +268,34 @@ func fits(f Fault, faults []Fault, d time.Duration) bool {
 		if category(g.Kind) == category(f.Kind) && f.At < g.End()+sameGap && g.At < f.End()+sameGap {
 			return false
 		}
+		if strandsNode(f, g) || strandsNode(g, f) {
+			return false
+		}
 	}
 	return true
+}
+
+// strandsNode: node fault n would have to start a node that partition p
+// cuts off alone while p lasts. Such a node cannot boot (its metadata store,
+// Khepri, has no majority on its side) and field.sh start would fail; a
+// node killed on the majority side, which rejoins its peer, is fine. A
+// rolling restart restarts every node, so it never overlaps a partition.
+func strandsNode(n, p Fault) bool {
+	if p.Kind != Partition || category(n.Kind) != "node" {
+		return false
+	}
+	if n.At >= p.End()+sameGap || p.At >= n.End()+sameGap {
+		return false
+	}
+	if n.Kind == Rolling {
+		return true
+	}
+	for _, g := range p.Args {
+		if !strings.Contains(g, ",") && len(n.Args) > 0 && g == n.Args[0] {
+			return true
+		}
+	}
+	return false
 }
 
 // Generate draws the schedule of seed over d: about one fault per 25 s of

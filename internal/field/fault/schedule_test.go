@@ -79,6 +79,9 @@ func TestGenerateShape(t *testing.T) {
 					if category(f.Kind) == category(g.Kind) && overlap(f, g) {
 						t.Fatalf("seed %d, %s: %s and %s overlap:\n%s", seed, d, f, g, s)
 					}
+					if strandsNode(f, g) || strandsNode(g, f) {
+						t.Fatalf("seed %d, %s: %s and %s: a node restarted alone in a partition:\n%s", seed, d, f, g, s)
+					}
 				}
 				checkArgs(t, f, nodes)
 			}
@@ -151,6 +154,29 @@ func TestGenerateShortWindows(t *testing.T) {
 			if f.At < warmUp || f.End() > time.Minute-quietTail {
 				t.Fatalf("seed %d, 1m: %s outside the window", seed, f)
 			}
+		}
+	}
+}
+
+// TestStrandsNode: a node fault may overlap a partition only on its
+// majority side; a rolling restart never.
+func TestStrandsNode(t *testing.T) {
+	s := time.Second
+	p := Fault{At: 20 * s, For: 30 * s, Kind: Partition, Args: []string{"f1", "f2,f3"}}
+	cases := []struct {
+		n    Fault
+		want bool
+	}{
+		{Fault{At: 25 * s, For: 10 * s, Kind: KillNode, Args: []string{"f1"}}, true},
+		{Fault{At: 25 * s, For: 10 * s, Kind: KillNode, Args: []string{"f2"}}, false},
+		{Fault{At: 10 * s, For: 45 * s, Kind: Restart, Args: []string{"f1"}}, true},
+		{Fault{At: 60 * s, For: 10 * s, Kind: KillNode, Args: []string{"f1"}}, false},
+		{Fault{At: 0, For: 150 * s, Kind: Rolling}, true},
+		{Fault{At: 25 * s, For: 10 * s, Kind: Netem, Args: []string{"f1", "loss", "5%"}}, false},
+	}
+	for _, c := range cases {
+		if got := strandsNode(c.n, p); got != c.want {
+			t.Errorf("strandsNode(%s, %s) = %v, want %v", c.n, p, got, c.want)
 		}
 	}
 }
