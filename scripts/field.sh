@@ -602,6 +602,10 @@ start_node() {
   n="$(node_arg "${1:-}")"
   [ -d "$root$fbase/$n" ] || die "$(name "$n") was never set up (run: $0 up)"
   epmd_up
+  if [ -n "$(pid_of "$n")" ] && [ "$(running_nodes "$n")" = 3 ]; then
+    say "$(name "$n") is up"
+    return 0 # already in the whole cluster: one call, not three (Run's final heal starts every node)
+  fi
   if [ -z "$(pid_of "$n")" ]; then
     spawn "$n"
   elif ! fctl "$n" await_startup --timeout 5 >/dev/null 2>&1; then
