@@ -106,6 +106,24 @@ tls-test:
 	trap './scripts/tlsnode.sh down' EXIT; trap 'exit 130' INT TERM; \
 	$(GO) test -race -count=1 -tags tls -timeout 10m -v ./integration/...
 
+## field-up / field-down: the field of issue 30 on its own (scripts/field.sh):
+## f1-f3@127.0.0.21-23 (AMQP 5701-5703) of the sid folder's RabbitMQ 4.3,
+## partitionable with nftables, and a PostgreSQL on 5441; down removes all of it
+.PHONY: field-up field-down
+field-up:
+	./scripts/field.sh up
+field-down:
+	./scripts/field.sh down
+
+## field-facts: what RabbitMQ 4.3 and a plain client do in each partition,
+## measured on a field of its own (FIELD_INSTANCE=1, beside `make field`'s);
+## prints FIELDFACT lines (docs/reliability.md, Field)
+.PHONY: field-facts
+field-facts:
+	@export FIELD_INSTANCE=$${FIELD_INSTANCE:-1}; ./scripts/field.sh up && \
+	trap './scripts/field.sh down' EXIT; trap 'exit 130' INT TERM; \
+	$(GO) test -count=1 -tags field -run 'TestFieldPartition|TestFieldIsolate|TestFieldOneway|TestFieldFaultRun' -timeout 20m -v ./integration/
+
 ## demo: the demo service against the local broker, its names under a per-run prefix; exits by itself and leaves nothing behind, also on Ctrl-C
 demo: broker
 	$(GO) run ./examples/orders
