@@ -76,15 +76,18 @@ type Stats struct {
 	// Conns is how many of the process's TCP sockets are established to
 	// an AMQP port (its broker connections).
 	Conns int `json:"conns"`
-	// Channels is how many AMQP channels the process holds open, as its
-	// role counts them (one per publisher and consumer).
-	Channels int `json:"channels"`
 	// LagMS is the age of the last message handled when it was handled
 	// (consumer lag), 0 for a role that consumes nothing.
 	LagMS int64 `json:"lag_ms"`
 	// Done counts what the role finished so far (published, committed,
 	// handled or effects).
 	Done int64 `json:"done"`
+	// Backlog and Channels are the orchestrator's samples of the broker
+	// (proc "broker"): messages ready in the work, inbox and rung queues
+	// plus outbox rows not yet published; channels open on the workers'
+	// connections (-1: the broker did not answer in time).
+	Backlog  int `json:"backlog,omitempty"`
+	Channels int `json:"channels,omitempty"`
 }
 
 // The ends a scripted message may reach.
