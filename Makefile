@@ -26,7 +26,7 @@ endif
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test test-all suites unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium pika postgres bench-outbox
+.PHONY: all test test-all suites unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium pika postgres bench-outbox field soak gnuplot
 
 all: lint test
 
@@ -105,6 +105,50 @@ tls-test:
 	@eval "$$(./scripts/broker.sh env $(NODES_BROKER))"; \
 	trap './scripts/tlsnode.sh down' EXIT; trap 'exit 130' INT TERM; \
 	$(GO) test -race -count=1 -tags tls -timeout 10m -v ./integration/...
+
+## field: issue 30's field test. A three-node RabbitMQ 4.3 cluster and a
+## PostgreSQL of its own (scripts/field.sh up; down again on exit, failure
+## and Ctrl-C), the workload's processes (internal/cmd/fieldworker: an outbox
+## writer with two relays, a plain publisher, a Standard consumer with a
+## scripted handler, an inbox consumer in order), a fault schedule drawn
+## from SEED (printed; the same SEED replays it) for DURATION (default 4m),
+## then heal, quiescence within 3 min of the last heal, and the checker's one
+## `FIELD seed=…` line; exits non-zero on any violation, with the seed and
+## the failing history (all of it under /tmp/acemq-fieldrun/<seed>).
+## FIELD_MODE=cluster runs on scripts/cluster.sh's nodes instead, with the
+## orchestrator's own drill (process kills, connection cuts, a node killed),
+## no packet filter needed. FIELDFLAGS passes flags on (-bound, -rate, …).
+FIELD_MODE ?= field
+SEED       ?=
+field: DURATION ?= 4m
+soak: DURATION ?= 1h
+export SEED DURATION
+ifeq ($(FIELD_MODE),cluster)
+FIELD_UP   = ./scripts/cluster.sh up
+FIELD_DOWN = ./scripts/cluster.sh down
+else
+FIELD_UP   = ./scripts/field.sh up
+FIELD_DOWN = ./scripts/field.sh down
+endif
+field:
+	@eval "$$(./scripts/broker.sh env 4.3)"; \
+	trap '$(FIELD_DOWN)' EXIT; trap 'exit 130' INT TERM; \
+	$(FIELD_UP) && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) $(FIELDFLAGS)
+
+## soak: the field's workload and faults for DURATION (default 1h), the
+## workers' RSS, goroutines, fds and connections, the broker's channels and
+## backlog, and consumer lag sampled every 10 s into docs/soak.tsv, plotted
+## to docs/soak.png by gnuplot (Debian's gnuplot-nox, installed when missing)
+soak: gnuplot
+	@eval "$$(./scripts/broker.sh env 4.3)"; \
+	trap '$(FIELD_DOWN)' EXIT; trap 'exit 130' INT TERM; \
+	$(FIELD_UP) && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) -soak docs/soak.tsv -sample 10s $(FIELDFLAGS); rc=$$?; \
+	./scripts/soakplot.sh docs/soak.tsv docs/soak.png && exit $$rc
+
+## gnuplot: Debian's gnuplot-nox for the soak's plot (installed when missing)
+gnuplot:
+	@command -v gnuplot >/dev/null || { echo "gnuplot: not installed; installing the Debian package gnuplot-nox (apt-get install, about 5 MB) for the soak's plot"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gnuplot-nox; }
 
 ## demo: the demo service against the local broker; exits by itself, leaves nothing behind
 demo: broker

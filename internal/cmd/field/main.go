@@ -62,7 +62,7 @@ func main() {
 	dur := os.Getenv("DURATION")
 	flag.StringVar(&o.mode, "mode", "field", "field (scripts/field.sh and its faults) or cluster (scripts/cluster.sh and a drill of process kills, cuts and a node kill)")
 	flag.StringVar(&o.script, "script", "scripts/field.sh", "the field's script")
-	flag.StringVar(&o.out, "out", "", "folder for the histories and logs (default /tmp/acemq-field/<seed>)")
+	flag.StringVar(&o.out, "out", "", "folder for the histories and logs (default /tmp/acemq-fieldrun/<seed>)")
 	flag.DurationVar(&o.bound, "bound", 3*time.Minute, "every message reaches its end within this of the last heal, or it is stuck")
 	flag.DurationVar(&o.settle, "settle", 20*time.Second, "how long the producers go on after the last heal")
 	flag.Float64Var(&o.rate, "rate", 6, "orders and plain messages per second, each")
@@ -87,7 +87,7 @@ func main() {
 		o.duration = d
 	}
 	if o.out == "" {
-		o.out = filepath.Join(os.TempDir(), "acemq-field", strconv.FormatInt(o.seed, 10))
+		o.out = filepath.Join(os.TempDir(), "acemq-fieldrun", strconv.FormatInt(o.seed, 10))
 	}
 	fmt.Printf("field: seed=%d duration=%s mode=%s bound=%s (replay: make field SEED=%d DURATION=%s)\n", o.seed, o.duration, o.mode, o.bound, o.seed, o.duration)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -135,9 +135,9 @@ func siteOf(o options) (site, error) {
 		for _, x := range s.urls {
 			s.ports = append(s.ports, x[strings.LastIndexByte(strings.TrimSuffix(x, "/"), ':')+1:len(strings.TrimSuffix(x, "/"))])
 		}
-		if c := os.Getenv("FIELD_CTL"); c != "" {
-			s.ctl = strings.Fields(c)
-		}
+		// rabbitmqctl against f1 as scripts/field.sh calls it (the
+		// field's epmd, long names); FIELD_CTL replaces it.
+		s.ctl = strings.Fields(envOr("FIELD_CTL", "chroot /var/cache/acemq/brokers/sid env HOME=/var/lib/rabbitmq ERL_EPMD_PORT=4371 RABBITMQ_USE_LONGNAME=true rabbitmqctl --longnames -n f1@127.0.0.21"))
 		return s, nil
 	case "cluster":
 		s := site{pg: envOr("PG_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), names: workload.Names{Prefix: "fieldwork.", Tables: "fieldwork_"}}
