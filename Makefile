@@ -150,6 +150,15 @@ gnuplot:
 	@command -v gnuplot >/dev/null || { echo "gnuplot: not installed; installing the Debian package gnuplot-nox (apt-get install, about 5 MB) for the soak's plot"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gnuplot-nox; }
 
+## field-up / field-down: the field of issue 30 on its own (scripts/field.sh):
+## f1-f3@127.0.0.21-23 (AMQP 5701-5703) of the sid folder's RabbitMQ 4.3,
+## partitionable with nftables, and a PostgreSQL on 5441; down removes all of it
+.PHONY: field-up field-down
+field-up:
+	./scripts/field.sh up
+field-down:
+	./scripts/field.sh down
+
 ## demo: the demo service against the local broker; exits by itself, leaves nothing behind
 demo: broker
 	$(GO) run ./examples/orders

@@ -1,0 +1,255 @@
+package fault
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Procs is what the orchestrator does for the faults that hit the
+// workload's own processes rather than the cluster.
+type Procs interface {
+	// Kill ends one process of the role ("relay", "consumer") with SIGKILL.
+	Kill(role string) error
+	// CutConnections cuts the workload's broker connections.
+	CutConnections() error
+}
+
+// Event is a fault starting, ending or failing, as Run reports it.
+type Event struct {
+	T     time.Time
+	Fault Fault
+	Phase string // "start", "end" or "error"
+	Err   string // for "error": what failed
+}
+
+// Phases of an Event.
+const (
+	PhaseStart = "start"
+	PhaseEnd   = "end"
+	PhaseError = "error"
+)
+
+// Bounds of one field.sh call, by what it does. start waits for a node to
+// boot and rejoin (field.sh bounds that at 180 s itself); a rolling restart
+// is three of them.
+const (
+	cutTimeout     = 60 * time.Second
+	nodeTimeout    = 5 * time.Minute
+	rollingTimeout = 15 * time.Minute
+	pgTimeout      = 2 * time.Minute
+	cutOKTimeout   = 20 * time.Second
+	healTimeout    = 10 * time.Minute
+)
+
+// CutCheckEvery is how often Run runs `field.sh cut-ok` while a cut lasts
+// (more often for cuts shorter than five times this).
+var CutCheckEvery = 2 * time.Second
+
+// runner executes one schedule.
+type runner struct {
+	script string
+	procs  Procs
+	log    func(Event)
+	mu     sync.Mutex // serialises log and errs
+	errs   []error
+}
+
+func (r *runner) event(f Fault, phase string, err error) {
+	e := Event{T: time.Now(), Fault: f, Phase: phase}
+	if err != nil {
+		e.Err = err.Error()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.log != nil {
+		r.log(e)
+	}
+}
+
+func (r *runner) fail(f Fault, err error) {
+	r.event(f, PhaseError, err)
+	r.mu.Lock()
+	r.errs = append(r.errs, fmt.Errorf("%s: %w", f, err))
+	r.mu.Unlock()
+}
+
+// sh runs the script with args, bounded by timeout (and ctx); its stderr is
+// in the error.
+func (r *runner) sh(ctx context.Context, timeout time.Duration, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, r.script, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 400 {
+			msg = "…" + msg[len(msg)-400:]
+		}
+		return fmt.Errorf("%s %s: %w: %s", r.script, strings.Join(args, " "), err, msg)
+	}
+	return nil
+}
+
+// begin applies the fault; finish undoes it (for kinds that last).
+func (r *runner) begin(ctx context.Context, f Fault) error {
+	switch f.Kind {
+	case Partition, PartitionOneway, IsolateClients, Netem:
+		return r.sh(ctx, cutTimeout, append([]string{string(f.Kind)}, f.Args...)...)
+	case KillNode:
+		return r.sh(ctx, cutTimeout, append([]string{"kill"}, f.Args...)...)
+	case Restart:
+		return r.sh(ctx, nodeTimeout, append([]string{"restart"}, f.Args...)...)
+	case Rolling:
+		for _, n := range []string{"f1", "f2", "f3"} {
+			if err := r.sh(ctx, nodeTimeout, "restart", n); err != nil {
+				return err
+			}
+		}
+		return nil
+	case PGKill, PGRestart:
+		return r.sh(ctx, pgTimeout, string(f.Kind))
+	case KillRelay, KillConsumer:
+		if r.procs == nil {
+			return errors.New("no Procs to kill a process with")
+		}
+		role := strings.TrimPrefix(string(f.Kind), "kill-")
+		if len(f.Args) > 0 {
+			role = f.Args[0]
+		}
+		return r.procs.Kill(role)
+	case ConnCut:
+		if r.procs == nil {
+			return errors.New("no Procs to cut connections with")
+		}
+		return r.procs.CutConnections()
+	}
+	return fmt.Errorf("unknown fault kind %q", f.Kind)
+}
+
+func (r *runner) finish(ctx context.Context, f Fault) error {
+	switch f.Kind {
+	case Partition, PartitionOneway, IsolateClients:
+		return r.sh(ctx, cutTimeout, "heal")
+	case Netem:
+		return r.sh(ctx, cutTimeout, "netem-clear")
+	case KillNode:
+		return r.sh(ctx, nodeTimeout, append([]string{"start"}, f.Args...)...)
+	case PGKill:
+		return r.sh(ctx, pgTimeout, "pg-start")
+	}
+	return nil
+}
+
+// hold waits until end, checking cut-ok every CutCheckEvery when f is a
+// cut: a cut found missing is logged as an error, healed and applied again.
+func (r *runner) hold(ctx context.Context, f Fault, end time.Time) {
+	every := CutCheckEvery
+	if f.For/5 < every {
+		every = max(f.For/5, 10*time.Millisecond)
+	}
+	for {
+		wait := time.Until(end)
+		if wait <= 0 {
+			return
+		}
+		if f.IsCut() && every < wait {
+			wait = every
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		if !f.IsCut() || !time.Now().Before(end) {
+			continue
+		}
+		if err := r.sh(ctx, cutOKTimeout, "cut-ok"); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.event(f, PhaseError, fmt.Errorf("cut no longer in place, applying it again: %w", err))
+			err = r.sh(ctx, cutTimeout, "heal")
+			if err == nil {
+				err = r.begin(ctx, f)
+			}
+			if err != nil {
+				r.fail(f, fmt.Errorf("applying the cut again: %w", err))
+				return
+			}
+		}
+	}
+}
+
+// Run executes s through script (scripts/field.sh): each fault starts at
+// its offset from now, lasts For (restart and rolling last as long as the
+// restarts take) and is undone; process faults go to procs. Every start and
+// end goes to log (which may be nil), and every failure as an "error"
+// event. While a cut lasts, `script cut-ok` runs every CutCheckEvery; a cut
+// that vanished is logged as an error and applied again. After the last
+// fault, and when ctx ends, Run heals everything: heal, netem-clear, every
+// node started, PostgreSQL started. It returns the failures of the
+// schedule's steps and of the final heal, joined, or ctx's error when ctx
+// ended first.
+func Run(ctx context.Context, s Schedule, script string, procs Procs, log func(Event)) error {
+	r := &runner{script: script, procs: procs, log: log}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, f := range s.Faults {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(start.Add(f.At))):
+			}
+			r.event(f, PhaseStart, nil)
+			if err := r.begin(ctx, f); err != nil {
+				r.fail(f, err)
+				// A half-applied fault is still undone below.
+			}
+			r.hold(ctx, f, start.Add(f.End()))
+			if err := r.finish(context.WithoutCancel(ctx), f); err != nil {
+				r.fail(f, err)
+				return
+			}
+			r.event(f, PhaseEnd, nil)
+		}()
+	}
+	wg.Wait()
+	if err := r.healAll(context.WithoutCancel(ctx)); err != nil {
+		r.mu.Lock()
+		r.errs = append(r.errs, err)
+		r.mu.Unlock()
+	}
+	if ctx.Err() != nil {
+		return errors.Join(append([]error{ctx.Err()}, r.errs...)...)
+	}
+	return errors.Join(r.errs...)
+}
+
+// healAll leaves the field whole: no cut, no slow link, every node and
+// PostgreSQL running.
+func (r *runner) healAll(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, healTimeout)
+	defer cancel()
+	var errs []error
+	for _, args := range [][]string{{"heal"}, {"netem-clear"}, {"pg-start"}, {"start", "f1"}, {"start", "f2"}, {"start", "f3"}} {
+		timeout := cutTimeout
+		if args[0] != "heal" && args[0] != "netem-clear" {
+			timeout = nodeTimeout
+		}
+		if err := r.sh(ctx, timeout, args...); err != nil {
+			errs = append(errs, fmt.Errorf("final heal: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
