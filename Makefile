@@ -118,6 +118,7 @@ tls-test:
 ## FIELD_MODE=cluster runs on scripts/cluster.sh's nodes instead, with the
 ## orchestrator's own drill (process kills, connection cuts, a node killed),
 ## no packet filter needed. FIELDFLAGS passes flags on (-bound, -rate, …).
+## One run at a time on one machine (a lock in /tmp): the cluster is one.
 FIELD_MODE ?= field
 SEED       ?=
 field: DURATION ?= 4m
@@ -131,7 +132,8 @@ FIELD_UP   = ./scripts/field.sh up
 FIELD_DOWN = ./scripts/field.sh down
 endif
 field:
-	@eval "$$(./scripts/broker.sh env 4.3)"; \
+	@exec 9>/tmp/acemq-field-$(FIELD_MODE).lock; flock -w 1800 9 || { echo "field: another run holds /tmp/acemq-field-$(FIELD_MODE).lock"; exit 1; }; \
+	eval "$$(./scripts/broker.sh env 4.3)"; \
 	trap '$(FIELD_DOWN)' EXIT; trap 'exit 130' INT TERM; \
 	$(FIELD_UP) && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) $(FIELDFLAGS)
 
@@ -140,7 +142,8 @@ field:
 ## backlog, and consumer lag sampled every 10 s into docs/soak.tsv, plotted
 ## to docs/soak.png by gnuplot (Debian's gnuplot-nox, installed when missing)
 soak: gnuplot
-	@eval "$$(./scripts/broker.sh env 4.3)"; \
+	@exec 9>/tmp/acemq-field-$(FIELD_MODE).lock; flock -w 1800 9 || { echo "field: another run holds /tmp/acemq-field-$(FIELD_MODE).lock"; exit 1; }; \
+	eval "$$(./scripts/broker.sh env 4.3)"; \
 	trap '$(FIELD_DOWN)' EXIT; trap 'exit 130' INT TERM; \
 	$(FIELD_UP) && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) -soak docs/soak.tsv -sample 10s $(FIELDFLAGS); rc=$$?; \
 	./scripts/soakplot.sh docs/soak.tsv docs/soak.png && exit $$rc

@@ -65,7 +65,7 @@ func channels(ctx context.Context, s site) int {
 	if len(s.ctl) == 0 {
 		return -1
 	}
-	args := append(append([]string(nil), s.ctl[1:]...), "-q", "list_connections", "user_provided_name", "channels", "--no-table-headers")
+	args := append(append([]string(nil), s.ctl[1:]...), "-q", "list_connections", "client_properties", "channels", "--no-table-headers")
 	out, err := exec.CommandContext(ctx, s.ctl[0], args...).Output()
 	if err != nil {
 		return -1
@@ -73,11 +73,13 @@ func channels(ctx context.Context, s site) int {
 	n := 0
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 2 || f[0] == "field-orchestrator" {
+		// client_properties, a tab, channels; the properties carry
+		// {"connection_name","relay1"}.
+		props, count, ok := strings.Cut(sc.Text(), "\t")
+		if !ok || strings.Contains(props, `{"connection_name","field-orchestrator"}`) {
 			continue
 		}
-		if c, err := strconv.Atoi(f[1]); err == nil {
+		if c, err := strconv.Atoi(strings.TrimSpace(count)); err == nil {
 			n += c
 		}
 	}
