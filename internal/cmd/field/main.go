@@ -68,7 +68,29 @@ func main() {
 	flag.Float64Var(&o.rate, "rate", 6, "orders and plain messages per second, each")
 	flag.StringVar(&o.soak, "soak", "", "write the soak table (TSV) here")
 	flag.DurationVar(&o.sample, "sample", 5*time.Second, "how often the workers write a stats line (and the soak samples the broker)")
+	table := flag.String("table", "", "only write the soak table (-soak) from the histories in this folder of a finished run, and exit")
+	chans := flag.Bool("sample-channels", false, "only sample the broker's channel count into -out's channels.jsonl until SIGTERM (for a soak whose binary cannot)")
 	flag.Parse()
+	if *table != "" {
+		recs, err := history.Read(*table)
+		if err == nil {
+			err = writeSoak(o.soak, *table, recs, o.sample)
+		}
+		if err != nil {
+			fail("%v", err)
+		}
+		return
+	}
+	if *chans {
+		s, err := siteOf(o)
+		if err != nil {
+			fail("%v", err)
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		sampleChannels(ctx, o.out, s)
+		return
+	}
 	if seed == "" {
 		o.seed = rand.Int64N(1 << 31)
 	} else {

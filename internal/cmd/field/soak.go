@@ -24,9 +24,8 @@ func quietLogger() *slog.Logger {
 }
 
 // sampleBroker writes, every o.sample, the backlog (ready messages in the
-// work, inbox and rung queues, and unpublished outbox rows) and the
-// channels open on the workers' connections (rabbitmqctl list_connections,
-// bounded; -1 when it does not answer) as stats records of proc "broker".
+// work, inbox and rung queues, and unpublished outbox rows) as stats
+// records of proc "broker", and runs sampleChannels beside it.
 func sampleBroker(ctx context.Context, o options, s site, b *mq.Broker, db *sql.DB) {
 	h, err := history.Create(filepath.Join(o.out, "broker.jsonl"), "broker")
 	if err != nil {
@@ -34,6 +33,9 @@ func sampleBroker(ctx context.Context, o options, s site, b *mq.Broker, db *sql.
 		return
 	}
 	defer h.Close()
+	done := make(chan struct{})
+	go func() { defer close(done); sampleChannels(ctx, o.out, s) }()
+	defer func() { <-done }()
 	t := time.NewTicker(o.sample)
 	defer t.Stop()
 	q := s.names.Queues()
@@ -44,7 +46,7 @@ func sampleBroker(ctx context.Context, o options, s site, b *mq.Broker, db *sql.
 		case <-t.C:
 		}
 		c, cancel := context.WithTimeout(ctx, o.sample)
-		st := history.Stats{Channels: channels(c, s)}
+		st := history.Stats{Channels: -1}
 		var rows int
 		if db.QueryRowContext(c, "SELECT count(*) FROM "+s.names.Schema().Outbox).Scan(&rows) == nil {
 			st.Backlog += rows
@@ -56,6 +58,29 @@ func sampleBroker(ctx context.Context, o options, s site, b *mq.Broker, db *sql.
 		}
 		cancel()
 		_ = h.Add(history.Record{Kind: history.KindStats, Stats: &st})
+	}
+}
+
+// sampleChannels writes, every 30 s, the channels the broker lists on the
+// workers' connections as stats records of proc "channels" (-1 when
+// rabbitmqctl did not answer within a minute: on a loaded machine it takes
+// 20 s, and a node may be down).
+func sampleChannels(ctx context.Context, out string, s site) {
+	h, err := history.Create(filepath.Join(out, "channels.jsonl"), "channels")
+	if err != nil {
+		logf("field: channel sampler: %v", err)
+		return
+	}
+	defer h.Close()
+	for {
+		c, cancel := context.WithTimeout(ctx, time.Minute)
+		n := channels(c, s)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		_ = h.Add(history.Record{Kind: history.KindStats, Stats: &history.Stats{Channels: n}})
+		sleep(ctx, 30*time.Second)
 	}
 }
 
@@ -97,8 +122,9 @@ func writeSoak(path, out string, recs []history.Record, sample time.Duration) er
 	}
 	var t0 time.Time
 	type row struct {
-		procs  map[string]history.Stats
-		broker *history.Stats
+		procs    map[string]history.Stats
+		broker   *history.Stats
+		channels int // -1: no sample in the bin
 	}
 	rows := map[int]*row{}
 	for _, r := range recs {
@@ -110,11 +136,17 @@ func writeSoak(path, out string, recs []history.Record, sample time.Duration) er
 		}
 		i := int(r.T.Sub(t0) / bin)
 		if rows[i] == nil {
-			rows[i] = &row{procs: map[string]history.Stats{}}
+			rows[i] = &row{procs: map[string]history.Stats{}, channels: -1}
 		}
 		if r.Proc == "broker" {
 			s := *r.Stats
 			rows[i].broker = &s
+			continue
+		}
+		if r.Proc == "channels" {
+			if r.Stats.Channels >= 0 {
+				rows[i].channels = r.Stats.Channels
+			}
 			continue
 		}
 		rows[i].procs[r.Proc] = *r.Stats
@@ -151,9 +183,9 @@ func writeSoak(path, out string, recs []history.Record, sample time.Duration) er
 		ch, backlog := "NaN", "NaN"
 		if r.broker != nil {
 			backlog = strconv.Itoa(r.broker.Backlog)
-			if r.broker.Channels >= 0 {
-				ch = strconv.Itoa(r.broker.Channels)
-			}
+		}
+		if r.channels >= 0 {
+			ch = strconv.Itoa(r.channels)
 		}
 		fmt.Fprintf(w, "%.2f\t%d\t%.1f\t%d\t%d\t%d\t%s\t%s\t%.1f\t%d\n", (time.Duration(i) * bin).Minutes(), len(r.procs), float64(rss)/1024, gor, fds, conns, ch, backlog, float64(lag)/1000, done)
 	}
