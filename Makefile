@@ -119,6 +119,8 @@ tls-test:
 ## orchestrator's own drill (process kills, connection cuts, a node killed),
 ## no packet filter needed. FIELDFLAGS passes flags on (-bound, -rate, …).
 ## One run at a time on one machine (a lock in /tmp): the cluster is one.
+## The nodes it starts must not inherit the lock's descriptor (9>&-), or
+## they hold it after the run.
 FIELD_MODE ?= field
 SEED       ?=
 field: DURATION ?= 4m
@@ -135,7 +137,7 @@ field:
 	@exec 9>/tmp/acemq-field-$(FIELD_MODE).lock; flock -w 1800 9 || { echo "field: another run holds /tmp/acemq-field-$(FIELD_MODE).lock"; exit 1; }; \
 	eval "$$(./scripts/broker.sh env 4.3)"; \
 	trap '$(FIELD_DOWN)' EXIT; trap 'exit 130' INT TERM; \
-	$(FIELD_UP) && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) $(FIELDFLAGS)
+	$(FIELD_UP) 9>&- && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) $(FIELDFLAGS) 9>&-
 
 ## soak: the field's workload and faults for DURATION (default 1h), the
 ## workers' RSS, goroutines, fds and connections, the broker's channels and
@@ -145,7 +147,7 @@ soak: gnuplot
 	@exec 9>/tmp/acemq-field-$(FIELD_MODE).lock; flock -w 1800 9 || { echo "field: another run holds /tmp/acemq-field-$(FIELD_MODE).lock"; exit 1; }; \
 	eval "$$(./scripts/broker.sh env 4.3)"; \
 	trap '$(FIELD_DOWN)' EXIT; trap 'exit 130' INT TERM; \
-	$(FIELD_UP) && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) -soak docs/soak.tsv -sample 10s $(FIELDFLAGS); rc=$$?; \
+	$(FIELD_UP) 9>&- && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) -soak docs/soak.tsv -sample 10s $(FIELDFLAGS) 9>&-; rc=$$?; \
 	./scripts/soakplot.sh docs/soak.tsv docs/soak.png && exit $$rc
 
 ## gnuplot: Debian's gnuplot-nox for the soak's plot (installed when missing)
