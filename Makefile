@@ -26,7 +26,7 @@ endif
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test test-all suites unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium pika postgres bench-outbox
+.PHONY: all test test-all suites unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium pika postgres bench-outbox field soak gnuplot
 
 all: lint test
 
@@ -106,6 +106,55 @@ tls-test:
 	trap './scripts/tlsnode.sh down' EXIT; trap 'exit 130' INT TERM; \
 	$(GO) test -race -count=1 -tags tls -timeout 10m -v ./integration/...
 
+## field: issue 30's field test. A three-node RabbitMQ 4.3 cluster and a
+## PostgreSQL of its own (scripts/field.sh up; down again on exit, failure
+## and Ctrl-C), the workload's processes (internal/cmd/fieldworker: an outbox
+## writer with two relays, a plain publisher, a Standard consumer with a
+## scripted handler, an inbox consumer in order), a fault schedule drawn
+## from SEED (printed; the same SEED replays it) for DURATION (default 4m),
+## then heal, quiescence within 3 min of the last heal, and the checker's one
+## `FIELD seed=…` line; exits non-zero on any violation, with the seed and
+## the failing history (all of it under /tmp/acemq-fieldrun/<seed>).
+## FIELD_MODE=cluster runs on scripts/cluster.sh's nodes instead, with the
+## orchestrator's own drill (process kills, connection cuts, a node killed),
+## no packet filter needed. FIELDFLAGS passes flags on (-bound, -rate, …).
+## One run at a time on one machine (a lock in /tmp): the cluster is one.
+## The nodes it starts must not inherit the lock's descriptor (9>&-), or
+## they hold it after the run.
+FIELD_MODE ?= field
+SEED       ?=
+field: DURATION ?= 4m
+soak: DURATION ?= 1h
+export SEED DURATION
+ifeq ($(FIELD_MODE),cluster)
+FIELD_UP   = ./scripts/cluster.sh up
+FIELD_DOWN = ./scripts/cluster.sh down
+else
+FIELD_UP   = ./scripts/field.sh up
+FIELD_DOWN = ./scripts/field.sh down
+endif
+field:
+	@exec 9>/tmp/acemq-field-$(FIELD_MODE).lock; flock -w 1800 9 || { echo "field: another run holds /tmp/acemq-field-$(FIELD_MODE).lock"; exit 1; }; \
+	eval "$$(./scripts/broker.sh env 4.3)"; \
+	trap '$(FIELD_DOWN)' EXIT; trap 'exit 130' INT TERM; \
+	$(FIELD_UP) 9>&- && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) $(FIELDFLAGS) 9>&-
+
+## soak: the field's workload and faults for DURATION (default 1h), the
+## workers' RSS, goroutines, fds and connections, the broker's channels and
+## backlog, and consumer lag sampled every 10 s into docs/soak.tsv, plotted
+## to docs/soak.png by gnuplot (Debian's gnuplot-nox, installed when missing)
+soak: gnuplot
+	@exec 9>/tmp/acemq-field-$(FIELD_MODE).lock; flock -w 1800 9 || { echo "field: another run holds /tmp/acemq-field-$(FIELD_MODE).lock"; exit 1; }; \
+	eval "$$(./scripts/broker.sh env 4.3)"; \
+	trap '$(FIELD_DOWN)' EXIT; trap 'exit 130' INT TERM; \
+	$(FIELD_UP) 9>&- && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) -soak docs/soak.tsv -sample 10s $(FIELDFLAGS) 9>&-; rc=$$?; \
+	./scripts/soakplot.sh docs/soak.tsv docs/soak.png && exit $$rc
+
+## gnuplot: Debian's gnuplot-nox for the soak's plot (installed when missing)
+gnuplot:
+	@command -v gnuplot >/dev/null || { echo "gnuplot: not installed; installing the Debian package gnuplot-nox (apt-get install, about 5 MB) for the soak's plot"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gnuplot-nox; }
+
 ## field-up / field-down: the field of issue 30 on its own (scripts/field.sh):
 ## f1-f3@127.0.0.21-23 (AMQP 5701-5703) of the sid folder's RabbitMQ 4.3,
 ## partitionable with nftables, and a PostgreSQL on 5441; down removes all of it
@@ -164,6 +213,7 @@ vet:
 	$(GO) vet -tags 'integration chaos' ./integration/...
 	$(GO) vet -tags cluster ./integration/...
 	$(GO) vet -tags tls ./integration/...
+	$(GO) vet -tags field ./internal/cmd/field
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

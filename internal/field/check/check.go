@@ -1,0 +1,376 @@
+// Package check is the field's checker: it reads what the worker processes
+// wrote (package history), what the database holds at the end (committed
+// orders, the inbox's effects, outbox rows still waiting) and what the
+// broker holds at the end (.dlq, .parked, anything still queued), and says
+// whether the invariants of issue 30 held:
+//
+//   - lost: a plain publish the broker confirmed that did not reach the end
+//     its script names (handled, .dlq or .parked), or a committed order
+//     with no effect, and that is not still waiting anywhere;
+//   - duplicate_effects: an order whose effect (written in the inbox's
+//     transaction) exists more than once, or an order that was never
+//     committed (rolled back) and has an effect at all;
+//   - reordered: an effect, per ordering key, whose sequence number is below
+//     one already in effect for that key (the outbox promises per-key order
+//     and the inbox consumer runs in order);
+//   - stuck: a message still queued, or an outbox row still unpublished,
+//     when the quiescence bound after the last heal ran out.
+//
+// Check returns the counts (Result.Line is the one FIELD line) and each
+// violation with the part of the history that shows it.
+package check
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/acemq/acemq-go/internal/field/history"
+)
+
+// Order is an order the database holds (its transaction committed).
+type Order struct {
+	ID  string
+	Key string
+	Seq int
+}
+
+// Effect is one row of the inbox handler's effects table: N is its
+// insertion number (a bigserial), so effects sort in the order they were
+// written.
+type Effect struct {
+	N       int64
+	OrderID string
+	Key     string
+	Seq     int
+	T       time.Time
+}
+
+// Place is a message (or outbox row) still waiting when the bound ran out,
+// and where.
+type Place struct {
+	ID    string
+	Where string
+}
+
+// Input is everything the checker judges.
+type Input struct {
+	Seed     int64
+	Duration time.Duration
+	// Records: every worker's history, in time order.
+	Records []history.Record
+	// Orders: the orders table at the end (committed orders only).
+	Orders []Order
+	// Effects: the effects table at the end.
+	Effects []Effect
+	// DLQ and Parked: the message ids found in the scripted queue's .dlq
+	// and .parked at the end.
+	DLQ, Parked []string
+	// Remaining: what was still queued or unpublished at the end.
+	Remaining []Place
+	// Heals: when each fault ended (its cut healed, its node back, its
+	// process restarted); heal times are measured from each.
+	Heals []time.Time
+	// Counts of the schedule, printed as they are.
+	Faults, Partitions, Kills, Restarts int
+}
+
+// Violation is one broken invariant: which, the message or order it is
+// about, what was seen, and every history record that names it.
+type Violation struct {
+	Invariant string
+	ID        string
+	What      string
+	History   []history.Record
+}
+
+// Result is the checker's verdict.
+type Result struct {
+	In                                *Input
+	Published, Committed, Effects     int
+	Lost, DuplicateEffects, Reordered int
+	Stuck                             int
+	HealP50, HealP99                  time.Duration
+	Heals                             []time.Duration
+	Violations                        []Violation
+}
+
+// OK is true when no invariant was broken.
+func (r Result) OK() bool { return len(r.Violations) == 0 }
+
+// Line is the one FIELD line of issue 30.
+func (r Result) Line() string {
+	in := r.In
+	return fmt.Sprintf("FIELD seed=%d duration=%s faults=%d partitions=%d kills=%d restarts=%d published=%d committed=%d effects=%d lost=%d duplicate_effects=%d reordered=%d stuck=%d heal_p50_s=%.1f heal_p99_s=%.1f",
+		in.Seed, in.Duration, in.Faults, in.Partitions, in.Kills, in.Restarts,
+		r.Published, r.Committed, r.Effects, r.Lost, r.DuplicateEffects, r.Reordered, r.Stuck,
+		r.HealP50.Seconds(), r.HealP99.Seconds())
+}
+
+// Report writes each violation with its history (at most max of them,
+// and the number left out), naming the seed that replays it.
+func (r Result) Report(w io.Writer, max int) {
+	if r.OK() {
+		return
+	}
+	fmt.Fprintf(w, "field: %d violation(s); replay with SEED=%d DURATION=%s\n", len(r.Violations), r.In.Seed, r.In.Duration)
+	for i, v := range r.Violations {
+		if i == max {
+			fmt.Fprintf(w, "… and %d more\n", len(r.Violations)-max)
+			break
+		}
+		fmt.Fprintf(w, "%s %s: %s\n", v.Invariant, v.ID, v.What)
+		for _, h := range v.History {
+			fmt.Fprintf(w, "    %s %-12s %-16s id=%s key=%s seq=%d expect=%s attempt=%d %s\n",
+				h.T.UTC().Format("15:04:05.000"), h.Proc, h.Kind, h.ID, h.Key, h.Seq, h.Expect, h.Attempt, h.Err)
+		}
+	}
+}
+
+// Check judges in.
+func Check(in Input) Result {
+	r := Result{In: &in}
+	byID := map[string][]history.Record{}
+	for _, h := range in.Records {
+		if h.ID != "" {
+			byID[h.ID] = append(byID[h.ID], h)
+		}
+	}
+	violate := func(inv, id, what string) {
+		r.Violations = append(r.Violations, Violation{Invariant: inv, ID: id, What: what, History: byID[id]})
+	}
+	remaining := map[string]string{}
+	for _, p := range in.Remaining {
+		remaining[p.ID] = p.Where
+	}
+	stuck := map[string]bool{}
+	markStuck := func(id string) {
+		if !stuck[id] {
+			stuck[id] = true
+			r.Stuck++
+			violate("stuck", id, "still in "+remaining[id]+" when the bound after the last heal ran out")
+		}
+	}
+
+	// Plain publishes: each confirmed one at the end its script names.
+	handled := map[string]bool{}
+	for _, h := range in.Records {
+		if h.Kind == history.KindHandled {
+			handled[h.ID] = true
+		}
+	}
+	ends := map[string]map[string]bool{history.EndHandled: handled, history.EndDLQ: set(in.DLQ), history.EndParked: set(in.Parked)}
+	confirmed := map[string]string{}
+	var order []string
+	for _, h := range in.Records {
+		if h.Kind == history.KindPublished {
+			if _, seen := confirmed[h.ID]; !seen {
+				order = append(order, h.ID)
+			}
+			confirmed[h.ID] = h.Expect
+		}
+	}
+	r.Published = len(confirmed)
+	for _, id := range order {
+		want := confirmed[id]
+		end, known := ends[want]
+		if !known {
+			violate("lost", id, fmt.Sprintf("confirmed with an unknown end %q", want))
+			r.Lost++
+			continue
+		}
+		if end[id] {
+			continue
+		}
+		if _, ok := remaining[id]; ok {
+			markStuck(id)
+			continue
+		}
+		var seen []string
+		for _, e := range []string{history.EndHandled, history.EndDLQ, history.EndParked} {
+			if ends[e][id] {
+				seen = append(seen, e)
+			}
+		}
+		r.Lost++
+		violate("lost", id, fmt.Sprintf("confirmed, its script ends in %s, found at %v", want, seen))
+	}
+
+	// Orders: each committed one has exactly one effect; nothing else has one.
+	committed := map[string]Order{}
+	for _, o := range in.Orders {
+		committed[o.ID] = o
+	}
+	r.Committed = len(committed)
+	effects := map[string]int{}
+	for _, e := range in.Effects {
+		effects[e.OrderID]++
+	}
+	r.Effects = len(in.Effects)
+	ids := make([]string, 0, len(committed))
+	for id := range committed {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		switch n := effects[id]; {
+		case n == 0:
+			if _, ok := remaining[id]; ok {
+				markStuck(id)
+				continue
+			}
+			r.Lost++
+			violate("lost", id, "committed, no effect, and waiting nowhere")
+		case n > 1:
+			r.DuplicateEffects += n - 1
+			violate("duplicate_effect", id, fmt.Sprintf("committed once, effect written %d times through the inbox", n))
+		}
+	}
+	var uncommitted []string
+	for id := range effects {
+		if _, ok := committed[id]; !ok {
+			uncommitted = append(uncommitted, id)
+		}
+	}
+	sort.Strings(uncommitted)
+	for _, id := range uncommitted {
+		r.DuplicateEffects += effects[id]
+		violate("rolledback_delivered", id, fmt.Sprintf("never committed (rolled back), yet its effect exists %d time(s)", effects[id]))
+	}
+	// The history against the database: a commit it reported must be
+	// there, a rollback must not.
+	for _, h := range in.Records {
+		switch h.Kind {
+		case history.KindCommitted:
+			if _, ok := committed[h.ID]; !ok {
+				r.Lost++
+				violate("lost", h.ID, "the writer saw its commit succeed, the orders table does not hold it")
+			}
+		case history.KindRolledBack:
+			if _, ok := committed[h.ID]; ok {
+				violate("rolledback_committed", h.ID, "the writer rolled it back, the orders table holds it")
+			}
+		}
+	}
+	// Anything else still waiting is stuck too (a message whose publish
+	// was not confirmed, say: no promise it arrives, but it must not hang).
+	rest := make([]string, 0, len(remaining))
+	for id := range remaining {
+		rest = append(rest, id)
+	}
+	sort.Strings(rest)
+	for _, id := range rest {
+		markStuck(id)
+	}
+
+	// Order per key, in the order effects were written.
+	eff := append([]Effect(nil), in.Effects...)
+	sort.SliceStable(eff, func(i, j int) bool { return eff[i].N < eff[j].N })
+	top := map[string]Effect{}
+	seenOnce := map[string]bool{}
+	for _, e := range eff {
+		if seenOnce[e.OrderID] {
+			continue // a duplicate is counted as one already
+		}
+		seenOnce[e.OrderID] = true
+		if e.Key == "" {
+			continue
+		}
+		if t, ok := top[e.Key]; ok && e.Seq < t.Seq {
+			r.Reordered++
+			r.Violations = append(r.Violations, Violation{Invariant: "reordered", ID: e.OrderID,
+				What:    fmt.Sprintf("key %s: seq %d took effect (#%d) after seq %d (#%d, order %s)", e.Key, e.Seq, e.N, t.Seq, t.N, t.OrderID),
+				History: append(append([]history.Record(nil), byID[t.OrderID]...), byID[e.OrderID]...)})
+			continue
+		}
+		top[e.Key] = e
+	}
+
+	r.Heals = healTimes(in)
+	r.HealP50, r.HealP99 = quantile(r.Heals, 0.50), quantile(r.Heals, 0.99)
+	return r
+}
+
+// healTimes: for each heal, how long until every kind of progress the run
+// makes (a confirmed publish, a handled message, an effect) happened
+// again after it; a kind with no progress after a heal at all is left out
+// of that heal (the producers stop at the end).
+func healTimes(in Input) []time.Duration {
+	kinds := map[string][]time.Time{}
+	for _, h := range in.Records {
+		switch h.Kind {
+		case history.KindPublished, history.KindHandled, history.KindCommitted:
+			kinds[h.Kind] = append(kinds[h.Kind], h.T)
+		}
+	}
+	for _, e := range in.Effects {
+		if !e.T.IsZero() {
+			kinds["effect"] = append(kinds["effect"], e.T)
+		}
+	}
+	for _, ts := range kinds {
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	}
+	var out []time.Duration
+	for _, h := range in.Heals {
+		var worst time.Duration
+		any := false
+		for _, ts := range kinds {
+			i := sort.Search(len(ts), func(i int) bool { return !ts[i].Before(h) })
+			if i == len(ts) {
+				continue
+			}
+			any = true
+			if d := ts[i].Sub(h); d > worst {
+				worst = d
+			}
+		}
+		if any {
+			out = append(out, worst)
+		}
+	}
+	return out
+}
+
+// quantile is the nearest-rank q-quantile of ds (0 when empty).
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	k := int(math.Ceil(q*float64(len(s)))) - 1
+	if k < 0 {
+		k = 0
+	}
+	return s[k]
+}
+
+func set(ids []string) map[string]bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
+
+// Summary is a short human line of the violations by invariant.
+func (r Result) Summary() string {
+	n := map[string]int{}
+	for _, v := range r.Violations {
+		n[v.Invariant]++
+	}
+	keys := make([]string, 0, len(n))
+	for k := range n {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, n[k]))
+	}
+	return strings.Join(parts, " ")
+}
