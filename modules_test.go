@@ -109,3 +109,33 @@ func TestCoreBuildListIsLean(t *testing.T) {
 		t.Errorf("build list of a core-only module holds %s; all %d:\n%s", strings.Join(heavy, ", "), len(mods), strings.Join(mods, "\n"))
 	}
 }
+
+// The outbox is a module of its own under its old import path: a service
+// that requires it (and the core) builds, gets pgx through it, and still
+// none of the CLI's or the browser tests' modules.
+func TestOutboxModuleBuildsOnItsOwn(t *testing.T) {
+	root := checkoutRoot(t)
+	dir := consumerModule(t,
+		map[string]string{
+			"github.com/acemq/acemq-go":        root,
+			"github.com/acemq/acemq-go/outbox": filepath.Join(root, "outbox"),
+		},
+		[]string{
+			"github.com/acemq/acemq-go/mq",
+			"github.com/acemq/acemq-go/outbox",
+		})
+	mods := buildList(t, dir)
+	t.Logf("a module importing mq and outbox: %d modules in `go list -m all`", len(mods))
+	var pgx bool
+	for _, m := range mods {
+		pgx = pgx || m == "github.com/jackc/pgx/v5"
+	}
+	if !pgx {
+		t.Errorf("build list of an outbox user lacks github.com/jackc/pgx/v5:\n%s", strings.Join(mods, "\n"))
+	}
+	for _, m := range heavyIn(mods) {
+		if !strings.HasPrefix(m, "github.com/jackc/pgx") {
+			t.Errorf("build list of an outbox user holds %s:\n%s", m, strings.Join(mods, "\n"))
+		}
+	}
+}
