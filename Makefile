@@ -144,6 +144,15 @@ bench: broker
 	$(GO) test -run '^$$' -bench . -benchmem ./middleware
 	$(GO) test -run '^$$' -bench 'BenchmarkAttempts/(tracing|sdk-required|sdk-floor|none)' -benchmem ./otelmq
 
+## modules: prove the module layout as a user meets it (scripts/modules.sh
+## check): from a copy of this work tree released as v0.999.0 and served by
+## git, `go install …/cmd/acemq@latest`, `go get …/outbox@latest`, and a
+## core-only module whose build list holds none of chromedp, kong,
+## progressbar, pgx (third-party modules from the module cache, else GOPROXY)
+.PHONY: modules
+modules:
+	./scripts/modules.sh check
+
 ## lint: go vet, gofmt and staticcheck (fetched through the Go module proxy)
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -1,6 +1,7 @@
 package acemq_test
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,6 +137,32 @@ func TestOutboxModuleBuildsOnItsOwn(t *testing.T) {
 	for _, m := range heavyIn(mods) {
 		if !strings.HasPrefix(m, "github.com/jackc/pgx") {
 			t.Errorf("build list of an outbox user holds %s:\n%s", m, strings.Join(mods, "\n"))
+		}
+	}
+}
+
+// `go install github.com/acemq/acemq-go/cmd/acemq@latest` refuses a module
+// whose go.mod has a replace (or exclude) directive, and a user's `go get`
+// of the outbox ignores one: the published modules have none, go.work
+// stands in for them in development (scripts/modules.sh check proves the
+// install from a local release).
+func TestPublishedModulesHaveNoReplace(t *testing.T) {
+	root := checkoutRoot(t)
+	for _, dir := range []string{"outbox", "cmd/acemq"} {
+		cmd := exec.Command("go", "mod", "edit", "-json")
+		cmd.Dir = filepath.Join(root, dir)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go mod edit -json in %s: %v", dir, err)
+		}
+		var mod struct {
+			Replace, Exclude []json.RawMessage
+		}
+		if err := json.Unmarshal(out, &mod); err != nil {
+			t.Fatalf("go mod edit -json in %s: %v", dir, err)
+		}
+		if len(mod.Replace)+len(mod.Exclude) > 0 {
+			t.Errorf("%s/go.mod has replace or exclude directives; go install …@latest would refuse it:\n%s", dir, out)
 		}
 	}
 }
