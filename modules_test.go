@@ -166,3 +166,16 @@ func TestPublishedModulesHaveNoReplace(t *testing.T) {
 		}
 	}
 }
+
+// In the workspace (go.work) a package of the core builds even when it
+// imports a module that only a nested module requires (pgx through the
+// outbox): the core's go.mod must stand on its own, as a user's build
+// sees it, so it is tidy without the workspace.
+func TestCoreGoModIsTidyWithoutWorkspace(t *testing.T) {
+	cmd := exec.Command("go", "mod", "tidy", "-diff")
+	cmd.Dir = checkoutRoot(t)
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("go mod tidy -diff (GOWORK=off) in the root: %v; the core's go.mod or go.sum is not what its packages need (scripts/modules.sh tidy):\n%s", err, out)
+	}
+}

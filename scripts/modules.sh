@@ -12,8 +12,9 @@
 #                                       commit in which outbox and cmd/acemq
 #                                       require it, tagged outbox/vX.Y.Z and
 #                                       cmd/acemq/vX.Y.Z (push the three tags)
-#   scripts/modules.sh check            prove what a user does, from a copy of
-#                                       this checkout released as v0.999.0 in
+#   scripts/modules.sh check            every module tidy; then prove what a
+#                                       user does, from a copy of this work
+#                                       tree released as v0.999.0 in
 #                                       a temporary directory and served by
 #                                       git (no proxy for our modules):
 #                                       `go install …/cmd/acemq@latest`,
@@ -22,9 +23,10 @@
 #                                       none of chromedp, kong, progressbar, pgx
 #
 # The published modules (outbox, cmd/acemq) carry no replace directive:
-# `go install pkg@version` refuses a go.mod that has one. Between releases
-# they require the core at the placeholder v0.0.0-00010101000000-000000000000
-# (go.work stands in for it); `release` sets the real version. The others
+# `go install pkg@version` refuses a go.mod that has one. Until the first
+# release they require the core at the placeholder
+# v0.0.0-00010101000000-000000000000, then at the last release; go.work
+# stands in for it in development, and `release` sets the new one. The others
 # (examples, integration, internal/cmd) are never required by anyone and keep
 # replace directives to the checkout, so they also build with GOWORK=off.
 set -euo pipefail
@@ -109,7 +111,12 @@ check() {
     cd "$tmp/repo"
     export GIT_AUTHOR_NAME=check GIT_AUTHOR_EMAIL=check@localhost GIT_COMMITTER_NAME=check GIT_COMMITTER_EMAIL=check@localhost
     export MODULES_SH_CACHE="$tmp/modcache"
-    git init -q && git add -A && git commit -q -m "work tree" && ./scripts/modules.sh release "$v" >/dev/null
+    git init -q && git add -A && git commit -q -m "work tree"
+    echo "== every module tidy (a package may build in the workspace with a requirement its own go.mod lacks)"
+    ./scripts/modules.sh tidy >/dev/null
+    git diff --exit-code --stat -- '*go.mod' '*go.sum' || { echo "FAIL: go.mod/go.sum above not tidy; run scripts/modules.sh tidy" >&2; exit 1; }
+    echo "   tidy"
+    ./scripts/modules.sh release "$v" >/dev/null
   )
   git_env "$tmp/repo" "$tmp"
   export GOBIN="$tmp/bin"
