@@ -101,7 +101,7 @@ check() {
   trap 'chmod -R u+w "$check_tmp" 2>/dev/null; rm -rf "$check_tmp"' EXIT
   local tmp=$check_tmp
   # The go command's progress lines say nothing here.
-  exec 2> >(grep --line-buffered -v '^go: downloading ' >&2)
+  exec 2> >(grep --line-buffered -v -E '^go: (downloading|added|upgraded|finding|found) ' >&2)
   # A copy of the work tree as it is (tracked and new files), committed
   # and released as $v by this script's release.
   mkdir "$tmp/repo"
