@@ -30,10 +30,10 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # the core at the root and, so that a service importing the core does not
 # get their dependencies, cmd/acemq (kong, progressbar), outbox (pgx),
 # examples, integration (chromedp) and internal/cmd in modules of their own
-# (scripts/modules.sh; README "Install"). `./...` stops at a module's edge,
-# so the targets below name every module's tree; integration/ is all behind
-# build tags and is visited by the tagged targets. GOWORK is set so that a
-# GOWORK=off in the environment cannot hide the nested modules.
+# (scripts/modules.sh; the README's install lines). `./...` stops at a
+# module's edge, so the targets below name every module's tree; integration/
+# is all behind build tags and is visited by the tagged targets. GOWORK is
+# set so that a GOWORK=off in the environment cannot hide the nested modules.
 export GOWORK := $(CURDIR)/go.work
 MODULES := $(patsubst $(CURDIR)%,.%,$(shell GOWORK=$(CURDIR)/go.work $(GO) list -m -f '{{.Dir}}'))
 PKGS    := $(addsuffix /...,$(filter-out ./integration,$(MODULES)))
