@@ -44,17 +44,27 @@ modules() { go list -m -f '{{.Dir}}' | sed "s#^$root#.#"; }
 up() { local d=$1 r=.; [ "$d" = . ] || r=$(echo "${d#./}" | sed 's#[^/][^/]*#..#g'); echo "$r"; }
 
 tidy() {
-  local d rel
+  local d o rel args keep
   for d in $(modules); do
     rel=$(up "$d")
     echo "== go mod tidy in $d"
     if [ "$d" = . ]; then (GOWORK=off go mod tidy); continue; fi
-    # A published module has no replace: give it one for the tidy only.
-    (cd "$d" && go mod edit -replace="$core=$rel" -replace="$core/outbox=$rel/outbox" &&
-      GOWORK=off GOFLAGS=-mod=mod go mod tidy)
-    case " ${published[*]} " in
-      *" ${d#./} "*) (cd "$d" && go mod edit -dropreplace="$core" -dropreplace="$core/outbox") ;;
-    esac
+    # Every other module of the workspace replaced by its directory for the
+    # tidy; afterwards a published module keeps no replace, the others keep
+    # those of the modules they require.
+    args=()
+    for o in $(modules); do
+      [ "$o" = "$d" ] && continue
+      args+=("-replace=$core${o#.}=$rel${o#.}")
+    done
+    (cd "$d" && go mod edit "${args[@]}" && GOWORK=off GOFLAGS=-mod=mod go mod tidy)
+    for o in $(modules); do
+      [ "$o" = "$d" ] && continue
+      # a Require entry: "Path": "…", (a Replace's Old has no comma)
+      keep=$(cd "$d" && go mod edit -json | grep -c "\"Path\": \"$core${o#.}\"," || true)
+      case " ${published[*]} " in *" ${d#./} "*) keep=0 ;; esac
+      [ "$keep" = 0 ] && (cd "$d" && go mod edit -dropreplace="$core${o#.}")
+    done
   done
 }
 
