@@ -24,8 +24,6 @@ else
 ON_BROKER = eval "$$(./scripts/broker.sh env $(BROKER))" &&
 endif
 
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
-
 # The repository is several Go modules, joined for development by go.work:
 # the core at the root and, so that a service importing the core does not
 # get their dependencies, cmd/acemq (kong, progressbar), outbox (pgx),
@@ -37,6 +35,8 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export GOWORK := $(CURDIR)/go.work
 MODULES := $(patsubst $(CURDIR)%,.%,$(shell GOWORK=$(CURDIR)/go.work $(GO) list -m -f '{{.Dir}}'))
 PKGS    := $(addsuffix /...,$(filter-out ./integration,$(MODULES)))
+
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: all test test-all suites unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium pika postgres bench-outbox
 
