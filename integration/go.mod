@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/acemq/acemq-go v0.0.0-00010101000000-000000000000
+	github.com/acemq/acemq-go/internal/field v0.0.0-00010101000000-000000000000
 	github.com/acemq/acemq-go/outbox v0.0.0-00010101000000-000000000000
 	github.com/chromedp/chromedp v0.23.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -40,3 +41,5 @@ require (
 replace github.com/acemq/acemq-go => ..
 
 replace github.com/acemq/acemq-go/outbox => ../outbox
+
+replace github.com/acemq/acemq-go/internal/field => ../internal/field
