@@ -23,7 +23,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -524,5 +523,3 @@ func (l *eventLog) close() []faultEvent {
 	l.f.Close()
 	return l.events
 }
-
-var errUnknownKind = errors.New("unknown fault kind")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -22,12 +21,11 @@ type worker struct {
 	env        []string
 	out        string
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	want    bool
-	exited  chan struct{} // closed when the current process has exited
-	starts  int
-	crashes int // exits nobody asked for (besides kills)
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	want   bool
+	exited chan struct{} // closed when the current process has exited
+	starts int
 }
 
 // fleet is the run's worker processes, the proxies they reach the nodes
@@ -203,24 +201,6 @@ func (f *fleet) close() {
 	for _, p := range f.proxies {
 		p.Close()
 	}
-}
-
-// running reports whether every wanted worker has a live process.
-func (f *fleet) running(ctx context.Context) bool {
-	for _, w := range f.workers {
-		w.mu.Lock()
-		want, exited := w.want, w.exited
-		w.mu.Unlock()
-		if !want {
-			continue
-		}
-		select {
-		case <-exited:
-			return false
-		default:
-		}
-	}
-	return ctx.Err() == nil
 }
 
 func contains(xs []string, s string) bool {
