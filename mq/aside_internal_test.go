@@ -31,8 +31,8 @@ func (r *hopRuntime) Hop(_ context.Context, queue string, _ Outcome, m Message) 
 	return nil
 }
 func (r *hopRuntime) Wait(context.Context, *Delivery, time.Duration) error { return nil }
-func (r *hopRuntime) Event(context.Context, Event)                          {}
-func (r *hopRuntime) Logger() *slog.Logger                                  { return slog.New(slog.DiscardHandler) }
+func (r *hopRuntime) Event(context.Context, Event)                         {}
+func (r *hopRuntime) Logger() *slog.Logger                                 { return slog.New(slog.DiscardHandler) }
 
 // A copy whose set-aside was refused comes back (the field soak, seed
 // 4242): its redelivery makes the set-aside again, with the headers the
