@@ -139,18 +139,6 @@ func TestInboxAuditUnstorableKeys(t *testing.T) {
 	}
 }
 
-// auditEffects is a table of effects with a primary key, dropped when the
-// test ends.
-func auditEffects(t *testing.T, db *sql.DB, s outbox.Schema) string {
-	t.Helper()
-	table := strings.Replace(s.Inbox, "goit_inbox_", "goit_effects_", 1)
-	if _, err := db.Exec("CREATE TABLE " + table + " (order_id text PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS " + table) })
-	return table
-}
-
 // A handler that tolerates a unique violation of its own INSERT (a second
 // message for an order already booked) and returns nil: the failed
 // statement aborted the inbox's transaction, so nothing can commit. The
@@ -160,7 +148,7 @@ func auditEffects(t *testing.T, db *sql.DB, s outbox.Schema) string {
 func TestInboxAuditAbortedTransaction(t *testing.T) {
 	lg := testenv.NewLogRecorder(t, "acemq.message.settled")
 	db, s, b, _, ctx := outboxRig(t, lg.Logger())
-	effects := auditEffects(t, db, s)
+	effects := outboxEffects(t, db, s, "text PRIMARY KEY") // a second booking is refused
 	p := retry.Waits(50*time.Millisecond, 50*time.Millisecond)
 	q := testenv.Queue(t, b, p, topology.Classic())
 	var runs atomic.Int32

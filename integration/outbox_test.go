@@ -396,12 +396,14 @@ func TestOutboxNotifyWakesRelay(t *testing.T) {
 	}
 }
 
-// outboxEffects creates a goit_* effects table (one row per effect, no
-// key: a second effect is a second row) and drops it when the test ends.
-func outboxEffects(t *testing.T, db *sql.DB, s outbox.Schema) string {
+// outboxEffects creates a goit_* effects table with the one column
+// order_id of type column (e.g. "text NOT NULL": a second effect is a
+// second row; "text PRIMARY KEY": a second effect is refused) and drops it
+// when the test ends.
+func outboxEffects(t *testing.T, db *sql.DB, s outbox.Schema, column string) string {
 	t.Helper()
 	table := strings.Replace(s.Inbox, "goit_inbox_", "goit_effects_", 1)
-	if _, err := db.Exec("CREATE TABLE " + table + " (order_id text NOT NULL)"); err != nil {
+	if _, err := db.Exec("CREATE TABLE " + table + " (order_id " + column + ")"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS " + table) })
@@ -417,7 +419,7 @@ func outboxEffects(t *testing.T, db *sql.DB, s outbox.Schema) string {
 func TestInboxEffectsOnce(t *testing.T) {
 	db := outboxOpen(t, outboxURL())
 	s := outboxTables(t, db)
-	effects := outboxEffects(t, db, s)
+	effects := outboxEffects(t, db, s, "text NOT NULL")
 	lg := testenv.NewLogRecorder(t, "acemq.message.settled")
 	b := testenv.Broker(t, mq.Config{Logger: lg.Logger()})
 	p := retry.Waits(50 * time.Millisecond)
