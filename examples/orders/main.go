@@ -254,7 +254,7 @@ func (t *tracker) pending() int {
 func nothingThere(url string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	b, err := mq.Dial(ctx, url, mq.WithLogger(slog.New(slog.DiscardHandler)))
+	b, err := quietBroker(ctx, url)
 	if err != nil {
 		return err
 	}
@@ -288,6 +288,12 @@ func nothingThere(url string) error {
 	return nil
 }
 
+// quietBroker is a connection of the demo's own for its checks before and
+// after the run, logging nothing.
+func quietBroker(ctx context.Context, url string) (*mq.Broker, error) {
+	return mq.Dial(ctx, url, mq.WithLogger(slog.New(slog.DiscardHandler)))
+}
+
 func isNotFound(err error) bool {
 	var ae *amqp.Error
 	return errors.As(err, &ae) && ae.Code == amqp.NotFound
@@ -300,7 +306,7 @@ func isNotFound(err error) bool {
 func cleanup(url string, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	b, err := mq.Dial(ctx, url, mq.WithLogger(slog.New(slog.DiscardHandler)))
+	b, err := quietBroker(ctx, url)
 	if err != nil {
 		return err
 	}
