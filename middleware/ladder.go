@@ -82,10 +82,9 @@ func (l *ladder) Handle(ctx context.Context, d *mq.Delivery) error {
 	step := l.p.After(d.Attempt())
 	switch {
 	case step.Next > 0 && step.InProcess:
-		// Called again after the wait, here: the middleware outside the
-		// ladder sees one call per delivery.
-		again := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error { return l.Handle(ctx, d) })
-		return &mq.Decision{Outcome: mq.OutcomeRetry, Wait: step.Wait, Cause: err, Again: again}
+		// The consumer calls the ladder again after the wait: the
+		// middleware outside it sees one call per delivery.
+		return &mq.Decision{Outcome: mq.OutcomeRetry, Wait: step.Wait, Cause: err}
 	case step.Next > 0:
 		return &mq.Decision{Outcome: mq.OutcomeRetry, Queue: topology.RungQueue(d.Queue(), step.Wait), Wait: step.Wait, Cause: err}
 	default:

@@ -31,14 +31,19 @@ type Middleware func(Handler) Handler
 
 // Chain wraps h in mws, the first outermost: Chain(h, a, b) is a(b(h)).
 func Chain(h Handler, mws ...Middleware) Handler {
-	h, _ = chain(h, mws)
+	h, _ = chain(h, mws, false)
 	return h
 }
 
 // chain also returns every handler a middleware built, outermost first. A
 // nil middleware is skipped (listing the handler inside it in its place
 // would run that handler's Subscribe and Stop hooks twice).
-func chain(h Handler, mws []Middleware) (Handler, []Handler) {
+//
+// A consumer's chain (carry true) also carries out each middleware's
+// decision at that middleware's boundary (see carrier), so the middleware
+// outside it sees what it saw before decisions existed: nil and
+// d.Outcome() after a hop, the final result after in-process retries.
+func chain(h Handler, mws []Middleware, carry bool) (Handler, []Handler) {
 	built := make([]Handler, 0, len(mws))
 	for i := len(mws) - 1; i >= 0; i-- {
 		if mws[i] == nil {
@@ -46,6 +51,9 @@ func chain(h Handler, mws []Middleware) (Handler, []Handler) {
 		}
 		h = mws[i](h)
 		built = append(built, h)
+		if carry {
+			h = &carrier{next: h}
+		}
 	}
 	slices.Reverse(built)
 	return h, built
