@@ -117,7 +117,8 @@ type Runner struct {
 // the middleware matters here): the middleware around h, and innermost the
 // attempt counter, which numbers every call of h after the first as the
 // next attempt and runs hooks around each. An invalid option is an error,
-// as it is for Consume.
+// as it is for Consume, and so is a PolicyTaker (a runner has no Broker to
+// take the declared policy from).
 func NewRunner(h Handler, hooks []AttemptHook, opts ...ConsumerOption) (*Runner, error) {
 	var cfg consumerConfig
 	for _, o := range opts {
@@ -128,7 +129,11 @@ func NewRunner(h Handler, hooks []AttemptHook, opts ...ConsumerOption) (*Runner,
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, err
 	}
-	return newRunner(h, hooks, cfg.mws), nil
+	r := newRunner(h, hooks, cfg.mws)
+	if err := takePolicies(r.built, "", retry.Policy{}, false); err != nil {
+		return nil, fmt.Errorf("%w: outside a Broker nothing declares a policy; give it (middleware.Standard(policy))", ErrInvalid)
+	}
+	return r, nil
 }
 
 func newRunner(h Handler, hooks []AttemptHook, mws []Middleware) *Runner {
