@@ -169,6 +169,11 @@ func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
 // no middleware around it, or a reject).
 func (r *Runner) decide(ctx context.Context, d *Delivery) error {
 	rt := d.runtime()
+	if a := d.aside; a != nil {
+		// Its attempts were used on an earlier delivery, whose set-aside
+		// failed: make that set-aside again, never another attempt.
+		return d.settled(setAside(ctx, d, rt, a.target, a.outcome, a.reason, a.cause))
+	}
 	err := invoke(ctx, r.handler, d, rt)
 	if err == nil {
 		return d.settled(nil)
@@ -363,10 +368,21 @@ func setAside(ctx context.Context, d *Delivery, rt Runtime, target string, o Out
 			"reason", string(reason), "cause", causeText, "error", err)
 		rt.Event(ctx, Event{Name: EventSetAsideFailed, Queue: d.queue, Target: target, Attempt: d.Attempt(), Err: err})
 		d.asideFailed = true
+		d.aside = &asideRetry{target: target, outcome: o, reason: reason, cause: cause}
 		return Requeue(fmt.Errorf("set aside in %s: %w", target, err))
 	}
 	d.outcome, d.cause = o, cause
 	return nil
+}
+
+// asideRetry is a set-aside that failed, to make again when the message
+// comes back (see attemptMemo): where to, which outcome and reason, and the
+// error that led to it.
+type asideRetry struct {
+	target  string
+	outcome Outcome
+	reason  Reason
+	cause   error
 }
 
 // standIn is the runtime of a delivery built with no Runtime: hops fail
