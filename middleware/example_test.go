@@ -9,6 +9,7 @@ import (
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/retry"
+	"github.com/acemq/acemq-go/topology"
 )
 
 var errInvalid = errors.New("invalid order")
@@ -36,6 +37,27 @@ func ExampleStandard() {
 		middleware.Standard(policy, middleware.WithTimeout(30*time.Second)))
 	if err != nil {
 		log.Fatal(err)
+	}
+	defer c.Stop(ctx)
+}
+
+// StandardDeclared takes the policy the Broker declared with the queue:
+// the policy is written once.
+func ExampleStandardDeclared() {
+	ctx := context.Background()
+	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close(ctx)
+	t := topology.New().Queue("shipping.orders", topology.DeadLetter(), topology.Retry(retry.Exponential(6, 10*time.Second)))
+	if err := b.Declare(ctx, t); err != nil {
+		log.Fatal(err)
+	}
+	handle := mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error { return nil })
+	c, err := b.Consume(ctx, "shipping.orders", handle, middleware.StandardDeclared())
+	if err != nil {
+		log.Fatal(err) // mq.ErrInvalid when the Broker declared no policy for the queue
 	}
 	defer c.Stop(ctx)
 }

@@ -49,6 +49,14 @@ type ladder struct {
 	p    retry.Policy
 }
 
+// declaredLadder is StandardDeclared's ladder: it runs the policy the
+// Broker declared for its queue, which Broker.Consume gives it before the
+// consumer subscribes (an mq.PolicyTaker).
+type declaredLadder struct{ ladder }
+
+// TakePolicy sets the policy the ladder runs.
+func (l *declaredLadder) TakePolicy(p retry.Policy) { l.p = p }
+
 // RetryPolicy makes the ladder an mq.PolicyHolder: DeclareOnStart declares
 // the rungs of this policy.
 func (l *ladder) RetryPolicy() retry.Policy { return l.p }
@@ -82,10 +90,9 @@ func (l *ladder) Handle(ctx context.Context, d *mq.Delivery) error {
 	step := l.p.After(d.Attempt())
 	switch {
 	case step.Next > 0 && step.InProcess:
-		// Called again after the wait, here: the middleware outside the
-		// ladder sees one call per delivery.
-		again := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error { return l.Handle(ctx, d) })
-		return &mq.Decision{Outcome: mq.OutcomeRetry, Wait: step.Wait, Cause: err, Again: again}
+		// The consumer calls the ladder again after the wait: the
+		// middleware outside it sees one call per delivery.
+		return &mq.Decision{Outcome: mq.OutcomeRetry, Wait: step.Wait, Cause: err}
 	case step.Next > 0:
 		return &mq.Decision{Outcome: mq.OutcomeRetry, Queue: topology.RungQueue(d.Queue(), step.Wait), Wait: step.Wait, Cause: err}
 	default:

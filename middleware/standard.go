@@ -62,6 +62,23 @@ func Standard(p retry.Policy, opts ...StandardOption) mq.ConsumerOption {
 	return mq.WithMiddleware(standardStack(p, opts)...)
 }
 
+// StandardDeclared is Standard with the retry policy the Broker declared
+// for the consumed queue (topology.Retry), so the policy is written once,
+// with the queue:
+//
+//	b.Declare(ctx, topology.New().Queue("orders.new", topology.DeadLetter(), topology.Retry(policy)))
+//	b.Consume(ctx, "orders.new", h, middleware.StandardDeclared())
+//
+// Broker.Consume gives the ladder that policy (mq.PolicyTaker), and
+// refuses the consumer, mq.ErrInvalid, when the Broker declared the queue
+// with no policy (or not at all). A queue another service declares needs
+// Standard(policy); so does a consumer outside a Broker (mqtest).
+func StandardDeclared(opts ...StandardOption) mq.ConsumerOption {
+	return mq.WithMiddleware(stack(func() mq.Middleware {
+		return func(next mq.Handler) mq.Handler { return &declaredLadder{ladder{next: &recoverer{next}}} }
+	}, opts)...)
+}
+
 // Stack is Standard's middleware as a list, outermost first, for wrapping
 // a handler outside a consumer: mq.Chain(h, middleware.Stack(p)...) is
 // the chain Standard(p) gives a consumer (without the consumer's attempt
@@ -74,6 +91,11 @@ func Stack(p retry.Policy, opts ...StandardOption) []mq.Middleware {
 
 // standardStack is Standard's middleware, outermost first.
 func standardStack(p retry.Policy, opts []StandardOption) []mq.Middleware {
+	return stack(func() mq.Middleware { return RetryLadder(p) }, opts)
+}
+
+// stack is the Standard stack around the ladder newLadder builds.
+func stack(newLadder func() mq.Middleware, opts []StandardOption) []mq.Middleware {
 	s := standard{declare: true}
 	for _, o := range opts {
 		if o != nil {
@@ -84,7 +106,7 @@ func standardStack(p retry.Policy, opts []StandardOption) []mq.Middleware {
 	if s.declare {
 		mws = append(mws, DeclareOnStart())
 	}
-	mws = append(mws, Logging(s.logger), RetryLadder(p), Parking(s.classify...), Recover())
+	mws = append(mws, Logging(s.logger), newLadder(), Parking(s.classify...), Recover())
 	if s.timeout > 0 {
 		mws = append(mws, Timeout(s.timeout))
 	}

@@ -63,6 +63,9 @@ type memoEntry struct {
 	next int      // the attempt the redelivery resumes at
 	mark copyMark // the copy returned
 	at   time.Time
+	// aside: the copy's attempts were used and its set-aside failed; its
+	// redelivery makes the set-aside again instead of another attempt.
+	aside *asideRetry
 }
 
 // copyMark is what tells one copy of a message from another with the
@@ -105,38 +108,54 @@ const returnGrace = 2
 // x-delivery-count) past returnGrace, and, for a redelivery of the copy
 // this consumer returned, never less than what it remembers of it.
 func (m *attemptMemo) attempt(raw amqp.Delivery) int {
+	a, _ := m.recall(raw)
+	return a
+}
+
+// recall is attempt, and the set-aside the copy's redelivery must make
+// again (nil: none): a copy whose set-aside failed is not handled again,
+// and its attempt stays the one that used the last (the set-aside writes
+// the next, as the first try did).
+func (m *attemptMemo) recall(raw amqp.Delivery) (int, *asideRetry) {
 	a := AttemptOf(raw.Headers)
 	if n, ok := deliveryCount(raw.Headers); ok && n > returnGrace {
 		a = int(min(int64(a)+int64(n-returnGrace), math.MaxInt32))
 	}
 	if !raw.Redelivered || m.size.Load() == 0 || raw.MessageId == "" {
-		return a
+		return a, nil
 	}
 	m.mu.Lock()
 	el := m.byID[raw.MessageId]
 	if el == nil {
 		m.mu.Unlock()
-		return a
+		return a, nil
 	}
 	e := m.dropLocked(el)
 	m.mu.Unlock()
 	if e.mark != markOf(&raw) || time.Since(e.at) > memoAge {
-		return a
+		return a, nil
 	}
-	return max(a, e.next)
+	if e.aside != nil {
+		return e.next, e.aside
+	}
+	return max(a, e.next), nil
 }
 
 // remember records, as d goes back to its queue, the attempt its
 // redelivery resumes at: the one after the last it used to the end, or
-// the same one if the consumer cut it short. It replaces what was
-// remembered of the id before.
+// the same one if the consumer cut it short; for a copy whose set-aside
+// failed, the attempt that decided it and the set-aside to make again. It
+// replaces what was remembered of the id before.
 func (m *attemptMemo) remember(d *Delivery) {
 	raw := (*amqp.Delivery)(&d.envelope)
 	next := max(d.used+1, d.attempt)
-	if d.MessageId == "" || next <= AttemptOf(raw.Headers) {
+	if d.aside != nil {
+		next = d.attempt
+	}
+	if d.MessageId == "" || (d.aside == nil && next <= AttemptOf(raw.Headers)) {
 		return
 	}
-	e := &memoEntry{id: d.MessageId, next: next, mark: markOf(raw), at: time.Now()}
+	e := &memoEntry{id: d.MessageId, next: next, mark: markOf(raw), at: time.Now(), aside: d.aside}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.byID == nil {

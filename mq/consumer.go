@@ -63,7 +63,10 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 		cfg.errs = append(cfg.errs, errStreamConsume)
 	}
 	runner := newRunner(h, b.hooks.attempt, cfg.mws)
-	if err := b.errPolicyTwice(queue, runner); err != nil {
+	declared, ok := b.reg.declaredRetry(queue)
+	if err := takePolicies(runner.built, queue, declared, ok); err != nil {
+		cfg.errs = append(cfg.errs, err)
+	} else if err := b.errPolicyTwice(queue, runner); err != nil {
 		cfg.errs = append(cfg.errs, err)
 	}
 	if err := errors.Join(cfg.errs...); err != nil {

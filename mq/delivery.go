@@ -27,7 +27,8 @@ type Delivery struct {
 	slot    bool    // holds one of its session's slots
 	used    int     // the last attempt that ran to its end (see endAttempt)
 
-	asideFailed bool // its set-aside failed: the return is the library's failure (see asidePause)
+	asideFailed bool        // its set-aside failed: the return is the library's failure (see asidePause)
+	aside       *asideRetry // a set-aside that failed, made again instead of another attempt (see attemptMemo)
 }
 
 // consumerRuntime is what a consumer's session answers beyond Runtime; a

@@ -13,10 +13,13 @@ import (
 	"github.com/acemq/acemq-go/topology"
 )
 
-// Decision is what a middleware decided for a delivery. It travels back up
-// the chain as the handler's error, the way an error does, and the
-// consumer carries it out: the middleware never publishes, waits, settles
-// or reports anything itself. By Outcome:
+// Decision is what a middleware decided for a delivery. The middleware
+// returns it as its error, and the consumer carries it out at once, at
+// that middleware's boundary: the middleware never publishes, waits,
+// settles or reports anything itself, and the middleware outside it sees
+// what became of the delivery (nil and d.Outcome() once a hop is
+// confirmed, Requeue's error for a requeue), never the decision. By
+// Outcome:
 //
 //   - OutcomeRetry with a Queue: hop the message to that queue (a broker
 //     rung, or the queue itself) with x-acemq-attempt the next attempt and
@@ -24,16 +27,17 @@ import (
 //     confirmed. Wait is the rung's wait, for the event.
 //   - OutcomeRetry without a Queue: wait Wait in-process (the delivery
 //     stays unacknowledged and its worker goes on with the queue), then
-//     call Again as the next attempt (the deciding middleware, so that
-//     the middleware outside it sees one call per delivery; nil: the
-//     whole chain), and carry out what that decides. A wait cut short by
+//     call the middleware that decided again, as the next attempt, and
+//     carry out what that decides; the middleware outside it sees one
+//     call per delivery. A wait cut short by
 //     Stop hops the message to its own queue with the next attempt
 //     instead.
 //   - OutcomeDeadLetter, OutcomePark: hop the message to Queue (its .dlq,
 //     its .parked) with the contract's failure headers and Reason, and
 //     acknowledge the original once the hop is confirmed.
 //   - OutcomeRequeue: return the message to its queue (see Requeue).
-//   - OutcomeReject: reject it without requeue.
+//   - OutcomeReject: reject it without requeue. The reject is made when
+//     the decision reaches the consumer: the middleware outside sees it.
 //   - OutcomeAck: acknowledge it (as a nil error does).
 //
 // Cause is the handler's error that led to the decision; hooks and
@@ -44,7 +48,6 @@ type Decision struct {
 	Wait    time.Duration
 	Reason  Reason
 	Cause   error
-	Again   Handler
 }
 
 // Error describes the decision (a requeue reads as Requeue's error).
@@ -108,24 +111,14 @@ func NewDelivery(queue string, raw amqp.Delivery, rt Runtime) *Delivery {
 type Runner struct {
 	handler Handler   // the chain, attempt counting innermost
 	built   []Handler // what each middleware built, outermost first
-	watch   []Observer
-}
-
-// Observer is implemented by a handler a middleware built (Logging's) that
-// wants to know a delivery's fate once the consumer has carried it out:
-// the error it is settled with (nil: acknowledged, a hop's included; an
-// ErrRequeue; any other: rejected), d.Outcome and d.Cause, and how long
-// since the chain was first called. Observe runs before the delivery is
-// settled on its channel, innermost middleware first; it must be quick.
-type Observer interface {
-	Observe(ctx context.Context, d *Delivery, err error, took time.Duration)
 }
 
 // NewRunner builds the runner Broker.Consume builds for h from opts (only
 // the middleware matters here): the middleware around h, and innermost the
 // attempt counter, which numbers every call of h after the first as the
 // next attempt and runs hooks around each. An invalid option is an error,
-// as it is for Consume.
+// as it is for Consume, and so is a PolicyTaker (a runner has no Broker to
+// take the declared policy from).
 func NewRunner(h Handler, hooks []AttemptHook, opts ...ConsumerOption) (*Runner, error) {
 	var cfg consumerConfig
 	for _, o := range opts {
@@ -136,17 +129,16 @@ func NewRunner(h Handler, hooks []AttemptHook, opts ...ConsumerOption) (*Runner,
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, err
 	}
-	return newRunner(h, hooks, cfg.mws), nil
+	r := newRunner(h, hooks, cfg.mws)
+	if err := takePolicies(r.built, "", retry.Policy{}, false); err != nil {
+		return nil, fmt.Errorf("%w: outside a Broker nothing declares a policy; give it (middleware.Standard(policy))", ErrInvalid)
+	}
+	return r, nil
 }
 
 func newRunner(h Handler, hooks []AttemptHook, mws []Middleware) *Runner {
 	r := &Runner{}
-	r.handler, r.built = chain(&attemptHandler{next: h, hooks: hooks}, mws)
-	for _, b := range r.built {
-		if w, ok := b.(Observer); ok {
-			r.watch = append(r.watch, w)
-		}
-	}
+	r.handler, r.built = chain(&carrier{next: &attemptHandler{next: h, hooks: hooks}}, mws, true)
 	return r
 }
 
@@ -160,45 +152,81 @@ func (r *Runner) RetryPolicy() (retry.Policy, bool) {
 }
 
 // Deliver runs the chain for d and carries out what it decides, through
-// d's Runtime, until d's fate is settled: it waits and calls the chain
-// again, hops and reports. It returns the error the delivery is settled
-// with (nil: acknowledged, a hop's included; an ErrRequeue: returned to
-// its queue; any other: rejected), and d.Outcome says which. Every
-// Observer in the chain is told, innermost first. A panic that escapes
-// every middleware is recovered as a requeue, never a reject.
+// d's Runtime, until d's fate is settled: each middleware's decision is
+// carried out just outside that middleware (it waits and calls the
+// middleware again, hops and reports), so the middleware outside it sees
+// nil and d.Outcome() after a hop, and one call per delivery. It returns
+// the error the delivery is settled with (nil: acknowledged, a hop's
+// included; an ErrRequeue: returned to its queue; any other: rejected),
+// and d.Outcome says which. A panic that escapes every middleware is
+// recovered as a requeue, never a reject.
 func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
-	if len(r.watch) == 0 {
-		return r.decide(ctx, d)
-	}
-	start := time.Now()
-	err := r.decide(ctx, d)
-	took := time.Since(start)
-	for i := len(r.watch) - 1; i >= 0; i-- {
-		r.watch[i].Observe(ctx, d, err, took)
-	}
-	return err
+	return r.decide(ctx, d)
 }
 
-// decide calls the chain until it returns something other than an
-// in-process retry, and carries that out.
+// decide calls the chain and carries out what reaches the consumer: a
+// decision no middleware's boundary carried out (the handler's own, with
+// no middleware around it, or a reject).
 func (r *Runner) decide(ctx context.Context, d *Delivery) error {
 	rt := d.runtime()
-	h := r.handler
+	if a := d.aside; a != nil {
+		// Its attempts were used on an earlier delivery, whose set-aside
+		// failed: make that set-aside again, never another attempt.
+		return d.settled(setAside(ctx, d, rt, a.target, a.outcome, a.reason, a.cause))
+	}
+	err := invoke(ctx, r.handler, d, rt)
+	if err == nil {
+		return d.settled(nil)
+	}
+	if dec := decisionOf(err); dec != nil {
+		call := func(h Handler) error { return invoke(ctx, h, d, rt) }
+		err = carryOut(ctx, d, rt, r.handler, dec, call)
+		if dec = decisionOf(err); dec != nil { // a reject
+			err = dec.Cause
+			if err == nil {
+				err = dec
+			}
+		}
+	}
+	return d.settled(err)
+}
+
+// carrier is what a consumer's chain puts just outside each middleware:
+// it carries out the decision the middleware returns, through the
+// delivery's Runtime, and returns what a middleware returned before
+// decisions existed (nil once a hop is confirmed, with d.Outcome() saying
+// which; an ErrRequeue for a requeue), so the middleware outside sees a
+// delivery's fate, once per delivery. A reject is the consumer's to carry
+// out: it passes up as the decision.
+type carrier struct{ next Handler }
+
+func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
+	err := c.next.Handle(ctx, d)
+	if err == nil {
+		return nil
+	}
+	dec := decisionOf(err)
+	if dec == nil {
+		return err
+	}
+	return carryOut(ctx, d, d.runtime(), c.next, dec, func(h Handler) error { return h.Handle(ctx, d) })
+}
+
+// carryOut carries out dec, which h (a middleware, the handler, or the
+// whole chain) decided: it waits and calls h through call as the next
+// attempt until the decision is something other than an in-process retry,
+// and carries that out. It returns nil for an ack or a confirmed hop
+// (d.Outcome() says which), Requeue's error for a requeue or a hop that
+// failed, the decision itself for a reject, and any other error the
+// middleware returned on a later attempt.
+func carryOut(ctx context.Context, d *Delivery, rt Runtime, h Handler, dec *Decision, call func(Handler) error) error {
 	for {
-		err := invoke(ctx, h, d, rt)
-		if err == nil {
-			return d.settled(nil)
-		}
-		dec := decisionOf(err)
-		if dec == nil {
-			return d.settled(err)
-		}
 		switch dec.Outcome {
 		case OutcomeAck:
 			d.outcome, d.cause = OutcomeAck, dec.Cause
 			return nil
 		case OutcomeRequeue:
-			return d.settled(Requeue(dec.Cause))
+			return Requeue(dec.Cause)
 		case OutcomeDeadLetter, OutcomePark:
 			return setAside(ctx, d, rt, dec.Queue, dec.Outcome, dec.Reason, dec.Cause)
 		case OutcomeRetry:
@@ -211,16 +239,15 @@ func (r *Runner) decide(ctx context.Context, d *Delivery) error {
 			if werr := rt.Wait(ctx, d, dec.Wait); werr != nil {
 				return carry(ctx, d, rt, dec.Cause)
 			}
-			h = r.handler
-			if dec.Again != nil {
-				h = dec.Again
+			err := call(h)
+			if err == nil {
+				return nil
+			}
+			if dec = decisionOf(err); dec == nil {
+				return err
 			}
 		default: // OutcomeReject, or none given
-			cause := dec.Cause
-			if cause == nil {
-				cause = dec
-			}
-			return d.settled(cause)
+			return dec
 		}
 	}
 }
@@ -253,7 +280,9 @@ func invoke(ctx context.Context, h Handler, d *Delivery, rt Runtime) (err error)
 func (d *Delivery) settled(err error) error {
 	switch {
 	case err == nil:
-		d.outcome, d.cause = OutcomeAck, nil
+		if d.outcome == "" { // a hop carried out keeps its outcome
+			d.outcome, d.cause = OutcomeAck, nil
+		}
 	case errors.Is(err, ErrRequeue):
 		d.outcome, d.cause = OutcomeRequeue, err
 	default:
@@ -270,14 +299,14 @@ func (d *Delivery) settled(err error) error {
 // count carry the attempt.
 func carry(ctx context.Context, d *Delivery, rt Runtime, cause error) error {
 	if ctx.Err() != nil {
-		return d.settled(Requeue(cause))
+		return Requeue(cause)
 	}
 	next := d.Attempt() + 1
 	m := d.hopMessage()
 	m.Headers[HeaderAttempt] = attemptValue(next)
 	m.Headers[HeaderSourceQueue] = d.queue
 	if err := rt.Hop(ctx, d.queue, OutcomeRetry, m); err != nil {
-		return d.settled(Requeue(fmt.Errorf("keep attempt %d through %s: %w", next, d.queue, err)))
+		return Requeue(fmt.Errorf("keep attempt %d through %s: %w", next, d.queue, err))
 	}
 	rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindCarried, Target: d.queue, Attempt: d.Attempt(), Err: cause})
 	d.outcome, d.cause = OutcomeRetry, cause
@@ -304,7 +333,7 @@ func toRung(ctx context.Context, d *Delivery, rt Runtime, dec *Decision) error {
 		rt.Event(ctx, Event{Name: EventRungMissing, Queue: d.queue, Target: dec.Queue, Attempt: d.Attempt(), Err: dec.Cause})
 		return setAside(ctx, d, rt, topology.DeadLetterQueue(d.queue), OutcomeDeadLetter, ReasonRungMissing, dec.Cause)
 	default:
-		return d.settled(Requeue(fmt.Errorf("retry via %s: %w", dec.Queue, err)))
+		return Requeue(fmt.Errorf("retry via %s: %w", dec.Queue, err))
 	}
 }
 
@@ -339,10 +368,21 @@ func setAside(ctx context.Context, d *Delivery, rt Runtime, target string, o Out
 			"reason", string(reason), "cause", causeText, "error", err)
 		rt.Event(ctx, Event{Name: EventSetAsideFailed, Queue: d.queue, Target: target, Attempt: d.Attempt(), Err: err})
 		d.asideFailed = true
-		return d.settled(Requeue(fmt.Errorf("set aside in %s: %w", target, err)))
+		d.aside = &asideRetry{target: target, outcome: o, reason: reason, cause: cause}
+		return Requeue(fmt.Errorf("set aside in %s: %w", target, err))
 	}
 	d.outcome, d.cause = o, cause
 	return nil
+}
+
+// asideRetry is a set-aside that failed, to make again when the message
+// comes back (see attemptMemo): where to, which outcome and reason, and the
+// error that led to it.
+type asideRetry struct {
+	target  string
+	outcome Outcome
+	reason  Reason
+	cause   error
 }
 
 // standIn is the runtime of a delivery built with no Runtime: hops fail

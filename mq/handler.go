@@ -2,6 +2,7 @@ package mq
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 
@@ -31,14 +32,19 @@ type Middleware func(Handler) Handler
 
 // Chain wraps h in mws, the first outermost: Chain(h, a, b) is a(b(h)).
 func Chain(h Handler, mws ...Middleware) Handler {
-	h, _ = chain(h, mws)
+	h, _ = chain(h, mws, false)
 	return h
 }
 
 // chain also returns every handler a middleware built, outermost first. A
 // nil middleware is skipped (listing the handler inside it in its place
 // would run that handler's Subscribe and Stop hooks twice).
-func chain(h Handler, mws []Middleware) (Handler, []Handler) {
+//
+// A consumer's chain (carry true) also carries out each middleware's
+// decision at that middleware's boundary (see carrier), so the middleware
+// outside it sees what it saw before decisions existed: nil and
+// d.Outcome() after a hop, the final result after in-process retries.
+func chain(h Handler, mws []Middleware, carry bool) (Handler, []Handler) {
 	built := make([]Handler, 0, len(mws))
 	for i := len(mws) - 1; i >= 0; i-- {
 		if mws[i] == nil {
@@ -46,6 +52,9 @@ func chain(h Handler, mws []Middleware) (Handler, []Handler) {
 		}
 		h = mws[i](h)
 		built = append(built, h)
+		if carry {
+			h = &carrier{next: h}
+		}
 	}
 	slices.Reverse(built)
 	return h, built
@@ -71,6 +80,34 @@ type Stopper interface {
 // for a consumer derive from the policy it runs, never from a second list.
 type PolicyHolder interface {
 	RetryPolicy() retry.Policy
+}
+
+// PolicyTaker is implemented by a Handler that runs the retry policy its
+// Broker declared for the consumed queue (topology.Retry), as
+// middleware.StandardDeclared's ladder does, so that the policy is written
+// once. Broker.Consume gives it that policy before the consumer
+// subscribes, and refuses the consumer (ErrInvalid) when the Broker
+// declared the queue with no policy; NewRunner, which has no Broker,
+// refuses it always.
+type PolicyTaker interface {
+	PolicyHolder
+	TakePolicy(p retry.Policy)
+}
+
+// takePolicies gives every PolicyTaker among hs the policy declared for
+// queue (ok: one is declared); without one, a taker is an error.
+func takePolicies(hs []Handler, queue string, declared retry.Policy, ok bool) error {
+	for _, h := range hs {
+		t, is := h.(PolicyTaker)
+		if !is {
+			continue
+		}
+		if !ok {
+			return fmt.Errorf("%w: the consumer of %q takes the retry policy its Broker declared for the queue, and the Broker declared %q with no topology.Retry: declare it with one (Broker.Declare) before Consume, or give the policy (middleware.Standard(policy))", ErrInvalid, queue, queue)
+		}
+		t.TakePolicy(declared)
+	}
+	return nil
 }
 
 // Subscription is what a Subscriber learns about the consumer it belongs to.

@@ -390,7 +390,8 @@ func (s *session) handle(l *lane, raw amqp.Delivery) {
 	c := s.c
 	raw.Acknowledger = nil // settlement belongs to the runtime
 	restoreOrigin(&raw)
-	d := &Delivery{envelope: envelope(raw), queue: c.queue, attempt: c.memo.attempt(raw), from: s, lane: l, slot: true}
+	attempt, aside := c.memo.recall(raw)
+	d := &Delivery{envelope: envelope(raw), queue: c.queue, attempt: attempt, aside: aside, from: s, lane: l, slot: true}
 	ctx := s.ctx
 	hooks := c.b.hooks.delivery
 	for _, h := range hooks {

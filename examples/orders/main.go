@@ -194,10 +194,7 @@ func dashes(n int) string {
 
 // tracker counts orders to their end (acked, parked or dead-lettered) on
 // both queues. Its middleware is a plain func(mq.Handler) mq.Handler,
-// installed outermost for every consumer with fxmodule.WithMiddleware; the
-// handler it builds is an mq.Observer, which the consumer tells each
-// delivery's fate once it has carried it out (a middleware's return value
-// is only what the chain decided, not yet done).
+// installed outermost for every consumer with fxmodule.WithMiddleware.
 type tracker struct {
 	mu     sync.Mutex
 	left   int
@@ -210,26 +207,17 @@ func newTracker(nOrders int) *tracker {
 }
 
 func (t *tracker) middleware(next mq.Handler) mq.Handler {
-	return trackedHandler{next: next, t: t}
-}
-
-// trackedHandler passes every delivery on and counts it once its fate is
-// final.
-type trackedHandler struct {
-	next mq.Handler
-	t    *tracker
-}
-
-func (h trackedHandler) Handle(ctx context.Context, d *mq.Delivery) error {
-	return h.next.Handle(ctx, d)
-}
-
-// Observe counts a delivery acknowledged (a hop to .parked or .dlq
-// included); one sent to a broker rung comes back later.
-func (h trackedHandler) Observe(_ context.Context, d *mq.Delivery, err error, _ time.Duration) {
-	if err == nil && d.Outcome() != mq.OutcomeRetry {
-		h.t.finished()
-	}
+	return mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+		err := next.Handle(ctx, d)
+		if err == nil {
+			switch d.Outcome() {
+			case mq.OutcomeRetry: // comes back later
+			default:
+				t.finished()
+			}
+		}
+		return err
+	})
 }
 
 func (t *tracker) finished() {

@@ -81,7 +81,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		wg.Done()
 		return nil
 	})
-	c, err := b.Consume(startCtx, queue, handler, middleware.Standard(policy))
+	c, err := b.Consume(startCtx, queue, handler, middleware.StandardDeclared()) // the policy declared above
 	if err != nil {
 		return err
 	}
