@@ -70,8 +70,8 @@ const (
 // each attempt is a transaction of its own. Options: KeyBy, Retention,
 // WithSchema, WithLogger, WithMeterProvider. The tables must exist
 // (Schema.Create).
-func Inbox(db *sql.DB, opts ...Option) mq.Middleware {
-	c := newConfig(opts)
+func Inbox(db *sql.DB, opts ...InboxOption) mq.Middleware {
+	c := newConfig(opts, InboxOption.applyInbox)
 	s, serr := c.schema.resolved()
 	in := &inbox{db: db, c: c, err: serr,
 		record: fmt.Sprintf(`INSERT INTO %s (queue, key) VALUES ($1, $2) ON CONFLICT DO NOTHING`, s.Inbox),
