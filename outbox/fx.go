@@ -56,10 +56,11 @@ func Module(opts ...Option) fx.Option {
 			inboxOpts = append(inboxOpts, o)
 		}
 	}
-	ob := New(outboxOpts...)
 	return fx.Module("acemq.outbox",
-		fx.Provide(func() *Outbox { return ob }),
-		fx.Provide(fx.Private, func(lc fx.Lifecycle, db *sql.DB) *startCheck { return newStartCheck(lc, db, ob) }),
+		// Built with the app, not here: New reads the global propagator,
+		// which an app may set while it is built.
+		fx.Provide(func() *Outbox { return New(outboxOpts...) }),
+		fx.Provide(fx.Private, newStartCheck),
 		fxmodule.AsInbox(func(p inboxParams) mq.Middleware { return p.Check.inbox(p, inboxOpts) }),
 		fx.Invoke(func(p relayParams) { runRelay(p, relayOpts) }),
 	)
@@ -70,13 +71,11 @@ func Module(opts ...Option) fx.Option {
 // for it): the outbox table always, the inbox table when a consumer
 // runs the inbox.
 type startCheck struct {
-	db     *sql.DB
-	ob     *Outbox
 	inUsed atomic.Bool // the inbox wraps a handler
 }
 
 func newStartCheck(lc fx.Lifecycle, db *sql.DB, ob *Outbox) *startCheck {
-	c := &startCheck{db: db, ob: ob}
+	c := &startCheck{}
 	lc.Append(fx.Hook{OnStart: func(ctx context.Context) error {
 		if ob.err != nil {
 			return ob.err
