@@ -125,34 +125,48 @@ func inboxfxSchema(t *testing.T, db *sql.DB) outbox.Schema {
 // An app whose consumers do not use the inbox does not need its table.
 func TestOutboxFxStartChecksTables(t *testing.T) {
 	db := outboxOpen(t, outboxURL())
+	helper := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
 	for _, tc := range []struct {
-		name   string
-		inbox  bool // a consumer runs in the inbox
-		break_ func(s outbox.Schema) string
-		table  func(s outbox.Schema) string
-		want   string // in the error, besides the table
+		name  string
+		inbox bool // a consumer runs in the inbox
+		first bool // outbox.Module is given before fxmodule.Module
+		spoil func(s outbox.Schema) string
+		table func(s outbox.Schema) string
+		want  string // in the error, besides the table
 	}{
-		{"inbox table missing", true, func(s outbox.Schema) string { return "DROP TABLE " + s.Inbox }, func(s outbox.Schema) string { return s.Inbox }, "does not exist"},
-		{"outbox table missing", false, func(s outbox.Schema) string { return "DROP TABLE " + s.Outbox }, func(s outbox.Schema) string { return s.Outbox }, "does not exist"},
-		{"outbox table of another shape", false, func(s outbox.Schema) string { return "ALTER TABLE " + s.Outbox + " DROP COLUMN set_aside_at" }, func(s outbox.Schema) string { return s.Outbox }, "set_aside_at"},
-		{"inbox table of another shape", true, func(s outbox.Schema) string {
+		{"inbox table missing", true, false, func(s outbox.Schema) string { return "DROP TABLE " + s.Inbox }, func(s outbox.Schema) string { return s.Inbox }, "does not exist"},
+		{"inbox table missing, outbox.Module first", true, true, func(s outbox.Schema) string { return "DROP TABLE " + s.Inbox }, func(s outbox.Schema) string { return s.Inbox }, "does not exist"},
+		{"outbox table missing", false, false, func(s outbox.Schema) string { return "DROP TABLE " + s.Outbox }, func(s outbox.Schema) string { return s.Outbox }, "does not exist"},
+		{"outbox table of another shape", false, false, func(s outbox.Schema) string { return "ALTER TABLE " + s.Outbox + " DROP COLUMN set_aside_at" }, func(s outbox.Schema) string { return s.Outbox }, "set_aside_at"},
+		{"inbox table of another shape", true, false, func(s outbox.Schema) string {
 			return "DROP TABLE " + s.Inbox + "; CREATE TABLE " + s.Inbox + " (queue text, id text)"
 		}, func(s outbox.Schema) string { return s.Inbox }, "key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			testenv.NoLeaks(t)
 			s := inboxfxSchema(t, db)
-			if _, err := db.Exec(tc.break_(s)); err != nil {
+			if _, err := db.Exec(tc.spoil(s)); err != nil {
 				t.Fatal(err)
 			}
 			q := testenv.Name(t)
 			testenv.Cleanup(t, q)
-			app := fx.New(fx.NopLogger, fxmodule.Module, fxConfig(t), fx.Supply(db),
-				fxmodule.AsTopology(topology.New().Queue(q, topology.Classic())),
-				outbox.Module(outbox.WithSchema(s)),
+			topo := topology.New().Queue(q, topology.Classic())
+			// A message waits in the queue: the check comes before any
+			// consumer starts, so nothing takes it.
+			if err := helper.Declare(testenv.Context(t, 20*time.Second), topo); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Publish(t, helper, q, mq.Message{MessageId: "waits"})
+			var calls atomic.Int32
+			modules := []fx.Option{fxmodule.Module, outbox.Module(outbox.WithSchema(s))}
+			if tc.first {
+				modules[0], modules[1] = modules[1], modules[0]
+			}
+			app := fx.New(fx.NopLogger, modules[0], modules[1], fxConfig(t), fx.Supply(db),
+				fxmodule.AsTopology(topo),
 				fxmodule.AsConsumer(func() fxmodule.Consumer {
 					return fxmodule.Consumer{Queue: q, Inbox: tc.inbox,
-						Handler: mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })}
+						Handler: mq.HandlerFunc(func(context.Context, *mq.Delivery) error { calls.Add(1); return nil })}
 				}),
 			)
 			ctx := testenv.Context(t, 30*time.Second)
@@ -173,6 +187,12 @@ func TestOutboxFxStartChecksTables(t *testing.T) {
 			}
 			if !errors.Is(err, outbox.ErrSchema) {
 				t.Errorf("error %q does not match outbox.ErrSchema", err)
+			}
+			if n := calls.Load(); n != 0 {
+				t.Errorf("the handler ran %d times: a consumer started before the check", n)
+			}
+			if ready, _ := fxCount(t, helper, q); ready != 1 {
+				t.Errorf("%d messages ready in the queue after the failed start, want 1 (none taken)", ready)
 			}
 		})
 	}
