@@ -80,6 +80,15 @@
 // naming both policies. Either way the app fails to build rather than
 // declaring one set of rungs and publishing to another.
 //
+// # The inbox
+//
+// A consumer with Inbox set runs its handler in the app's idempotent
+// inbox, innermost (inside Standard's ladder: each attempt a transaction
+// of its own). The inbox comes from outbox.Module (through [AsInbox]),
+// with the schema given to that module once; this package does not import
+// the outbox or its database driver. A consumer with Inbox set in an app
+// without one fails fx.New.
+//
 // # Publishers and health
 //
 // [AsPublisher] provides a publisher to an exchange as an interface type the

@@ -45,6 +45,15 @@ type Consumer struct {
 	// StandardOptions adjust the Standard stack (middleware.WithTimeout,
 	// …). Used only with Standard.
 	StandardOptions []middleware.StandardOption
+	// Inbox runs Handler in the app's inbox, which outbox.Module provides
+	// (AsInbox) with the schema its relay uses: each attempt a database
+	// transaction that records the message's key, a redelivery of a
+	// recorded key acknowledged unhandled (see package outbox). The inbox
+	// sits innermost, next to Handler: inside Standard's ladder and inside
+	// the middleware Options add, so each attempt is a transaction of its
+	// own. The app fails to build when Inbox is set and nothing provides
+	// an inbox. Default false.
+	Inbox bool
 }
 
 // AsTopology adds a topology fragment to the app's topology. ctor is a
@@ -87,6 +96,21 @@ func WithMiddleware(order int, mws ...mq.Middleware) fx.Option {
 		set.at = fmt.Sprintf("%s:%d", file, line)
 	}
 	return fx.Provide(fx.Annotate(func() middlewareSet { return set }, fx.ResultTags(`group:"`+groupMiddleware+`"`)))
+}
+
+// nameInbox names the app's inbox among the app's values (AsInbox).
+const nameInbox = "acemq.inbox"
+
+// AsInbox provides the app's inbox: the middleware every Consumer with
+// Inbox set runs next to its handler. ctor is a constructor fx can call
+// (its parameters are injected) returning an mq.Middleware, optionally
+// with an error. outbox.Module gives it, so an app rarely calls AsInbox
+// itself; an app has at most one (a second fails fx.New).
+func AsInbox(ctor any) fx.Option {
+	if err := checkConstructor("AsInbox", ctor, reflect.TypeFor[mq.Middleware]()); err != nil {
+		return fx.Error(err)
+	}
+	return fx.Provide(fx.Annotate(ctor, fx.ResultTags(`name:"`+nameInbox+`"`)))
 }
 
 // middlewareSet is one WithMiddleware call.

@@ -33,6 +33,7 @@ type runParams struct {
 	Topologies []*topology.Topology `group:"acemq.topologies"`
 	Consumers  []Consumer           `group:"acemq.consumers"`
 	Middleware []middlewareSet      `group:"acemq.middleware"`
+	Inbox      mq.Middleware        `name:"acemq.inbox" optional:"true"`
 }
 
 // runner declares the app's topology and runs its consumers.
@@ -85,7 +86,7 @@ func newRunner(p runParams) (*runner, error) {
 		if c.Queue == "" || c.Handler == nil {
 			continue
 		}
-		opts, err := ConsumerOptions(c, r.topo, r.mws...)
+		opts, err := consumerOptions(c, r.topo, p.Inbox, r.mws...)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -108,8 +109,22 @@ func newRunner(p runParams) (*runner, error) {
 // queue, a ladder given both by Standard and by Options, or a ladder in
 // Options whose policy is not the one t declares. The module calls it for
 // every consumer; fxmoduletest.Consumer runs a handler through exactly
-// these options, so a test and the app cannot drift apart.
+// these options, so a test and the app cannot drift apart. It has no
+// app's inbox, so it refuses a c with Inbox set rather than leave the
+// inbox out.
 func ConsumerOptions(c Consumer, t *topology.Topology, shared ...mq.Middleware) ([]mq.ConsumerOption, error) {
+	return consumerOptions(c, t, nil, shared...)
+}
+
+// consumerOptions is ConsumerOptions with the app's inbox (nil: none),
+// which a c with Inbox set runs innermost.
+func consumerOptions(c Consumer, t *topology.Topology, inbox mq.Middleware, shared ...mq.Middleware) ([]mq.ConsumerOption, error) {
+	if c.Inbox && inbox == nil {
+		return nil, fmt.Errorf("fxmodule: consumer of %q: Inbox is set, but the app has no inbox: give outbox.Module (it provides the inbox, fxmodule.AsInbox, with the schema its relay uses)", c.Queue)
+	}
+	if c.Inbox {
+		c.Options = append(slices.Clone(c.Options), mq.WithMiddleware(inbox))
+	}
 	var declared *retry.Policy
 	if t != nil {
 		if q, ok := t.QueueNamed(c.Queue); ok && !q.Retry.Equal(retry.Policy{}) {

@@ -61,15 +61,26 @@
 //
 // # fx
 //
-// Module provides the *Outbox and runs a Relay with an fx app's lifecycle
-// (after fxmodule.Module); AsSender provides an outbox-backed mq.Sender
-// interface, fxmodule.AsPublisher's counterpart. See docs/outbox.md.
+// Module provides the *Outbox, runs a Relay with an fx app's lifecycle
+// (after fxmodule.Module) and provides the inbox that an
+// fxmodule.Consumer with Inbox set runs in, all three on the one schema
+// given to it; its start fails, naming the table, when a table it needs is
+// missing or of another shape. AsSender provides an outbox-backed
+// mq.Sender interface, fxmodule.AsPublisher's counterpart. See
+// docs/outbox.md.
+//
+// # Options
+//
+// Each constructor takes its own option type (OutboxOption, RelayOption,
+// InboxOption), so an option given to a constructor it does not apply to
+// does not compile; Module takes every Option.
 //
 // # Schema
 //
 // Schema.Create makes the tables (names configurable, Schema.SQL prints
 // them for a migration tool of the service's own); replicas may run it at
-// once (it takes an advisory lock).
+// once (it takes an advisory lock). Schema.Check makes sure they are there,
+// of the right shape, and creates nothing.
 //
 // What it owns: the outbox and inbox tables and what is written to and read
 // from them, the relay's loop and its LISTEN connection, and the inbox's

@@ -18,7 +18,9 @@ var (
 	// goes down the retry ladder. Let a statement that may fail run inside a
 	// SAVEPOINT, or avoid the failure (INSERT … ON CONFLICT DO NOTHING).
 	ErrTxAborted = errors.New("outbox: inbox: the handler returned nil, but a failed statement had aborted its transaction, so nothing was committed (use ON CONFLICT or a SAVEPOINT for a statement that may fail)")
-	// ErrSchema: a table name that is not a plain identifier.
+	// ErrSchema: a table name that is not a plain identifier, or (Check,
+	// and so the start of outbox.Module and Relay.Run) a table that does
+	// not exist or lacks a column this package uses.
 	ErrSchema = errors.New("outbox: bad schema")
 	// ErrHeader: a header value of a type AMQP tables cannot carry; the
 	// row is not written.

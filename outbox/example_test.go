@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-go/middleware"
-	"github.com/acemq/acemq-go/retry"
 )
 
 // docs/outbox.md: the imports of its snippets.
@@ -20,6 +19,8 @@ import (
 	"github.com/acemq/acemq-go/fxmodule"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/outbox"
+	"github.com/acemq/acemq-go/retry"
+	"github.com/acemq/acemq-go/topology"
 )
 
 // docs/outbox.md: The outbox.
@@ -108,17 +109,53 @@ func ExampleInbox() {
 // outbox.AsSender it writes to the outbox.
 type OrderEvents interface{ mq.Sender }
 
+// tables names the service's outbox and inbox tables, once.
+var tables = outbox.Schema{Outbox: "shipping_outbox", Inbox: "shipping_inbox"}
+
+// openDB opens the database and creates the tables at start. outbox.Module
+// asks for the *sql.DB, so this hook runs before the module checks them.
+func openDB(lc fx.Lifecycle) (*sql.DB, error) {
+	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error { return tables.Create(ctx, db) },
+		OnStop:  func(context.Context) error { return db.Close() },
+	})
+	return db, nil
+}
+
 // With fx: outbox.Module after fxmodule.Module runs the relay with the
-// app's lifecycle; AsSender gives handlers an outbox-backed OrderEvents.
-// Inside an Inbox handler, OrderEvents.Publish writes within the inbox's
-// transaction, so the effect, the record and the follow-up event commit
-// together.
+// app's lifecycle, provides the inbox a consumer runs in with Inbox: true
+// (the schema given once, to the module), and checks the tables at start;
+// AsSender gives handlers an outbox-backed OrderEvents. Inside the inbox,
+// OrderEvents.Publish writes within the inbox's transaction, so the
+// effect, the record and the follow-up event commit together.
 func ExampleModule() {
 	fx.New(
 		fx.Supply(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}}),
-		fx.Provide(func() (*sql.DB, error) { return sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/test") }),
+		fx.Provide(openDB),
 		fxmodule.Module,
-		outbox.Module(),
+		fxmodule.AsTopology(topology.New().Queue("shipping.orders", topology.Retry(retry.Exponential(6, time.Second)))),
+		outbox.Module(outbox.WithSchema(tables)),
 		outbox.AsSender[OrderEvents]("orders-events"),
+		fxmodule.AsConsumer(func() fxmodule.Consumer {
+			return fxmodule.Consumer{Queue: "shipping.orders", Handler: mq.HandlerFunc(bookCarrier), Standard: true, Inbox: true}
+		}),
 	).Run()
+}
+
+// A service without fx checks the tables at start-up: Schema.Check fails,
+// naming the table and its schema, when one is missing or of another
+// shape (and creates nothing).
+func ExampleSchema_Check() {
+	ctx := context.Background()
+	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := tables.Check(ctx, db); err != nil {
+		log.Fatal(err) // outbox: bad schema: the inbox table public.shipping_inbox does not exist (…)
+	}
 }

@@ -6,43 +6,124 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/fx"
 
+	"github.com/acemq/acemq-go/fxmodule"
 	"github.com/acemq/acemq-go/mq"
 )
 
-// Module wires the outbox into a go.uber.org/fx app that has an *sql.DB
-// (opened with the pgx driver) and the *mq.Broker of fxmodule.Module: it
-// provides the *Outbox (New(opts...)) and runs a Relay (NewRelay(db,
-// broker, opts...)) with the app's lifecycle. Given after fxmodule.Module
-// in fx.New, the relay starts after the broker has connected and the
-// topology is declared, and stops before the consumers and the broker do:
-// Stop lets the batch in flight finish (its confirms, its deletes) within
-// the stop context; committed rows it did not reach stay in the table for
-// the next start. The app's *slog.Logger and metric.MeterProvider are used
-// when it has them (options given here win). The tables must exist:
-// run Schema.Create at start-up or in your migrations.
+// Module wires the outbox and the inbox into a go.uber.org/fx app that
+// has an *sql.DB (opened with the pgx driver) and the *mq.Broker of
+// fxmodule.Module: it provides the *Outbox (New), runs a Relay (NewRelay)
+// with the app's lifecycle, and provides the app's inbox (Inbox, through
+// fxmodule.AsInbox), which every fxmodule.Consumer with Inbox set runs
+// next to its handler. Each option goes to the constructors it applies
+// to, so WithSchema, given once here, names the tables of all three.
+//
+// Start checks the database first (Schema.Check): the outbox table, and
+// the inbox table when a consumer runs the inbox. One that is missing or
+// of another shape fails the start, before any consumer or the relay
+// starts, with an error matching ErrSchema that names it with its schema;
+// so does a database that cannot be reached. Module creates nothing: run
+// Schema.Create before (at start-up, say in an fx.Invoke given before
+// Module) or take Schema.SQL into your migrations.
+//
+// Given after fxmodule.Module in fx.New, the relay starts after the
+// broker has connected and the topology is declared, and stops before the
+// consumers and the broker do: Stop lets the batch in flight finish (its
+// confirms, its deletes) within the stop context; committed rows it did
+// not reach stay in the table for the next start. The app's *slog.Logger
+// (the relay's) and metric.MeterProvider (the relay's and the inbox's) are
+// used when it has them; options given here win. The inbox logs through
+// each consumer's logger unless WithLogger is given.
 func Module(opts ...Option) fx.Option {
-	return fx.Module("acemq.outbox",
-		fx.Provide(func() *Outbox { return New(opts...) }),
-		fx.Invoke(func(p relayParams) { runRelay(p, opts) }),
+	var (
+		outboxOpts []OutboxOption
+		relayOpts  []RelayOption
+		inboxOpts  []InboxOption
 	)
+	for _, o := range opts {
+		if o, ok := o.(OutboxOption); ok {
+			outboxOpts = append(outboxOpts, o)
+		}
+		if o, ok := o.(RelayOption); ok {
+			relayOpts = append(relayOpts, o)
+		}
+		if o, ok := o.(InboxOption); ok {
+			inboxOpts = append(inboxOpts, o)
+		}
+	}
+	return fx.Module("acemq.outbox",
+		// Built with the app, not here: New reads the global propagator,
+		// which an app may set while it is built.
+		fx.Provide(func() *Outbox { return New(outboxOpts...) }),
+		fx.Provide(fx.Private, newStartCheck),
+		fxmodule.AsInbox(func(p inboxParams) mq.Middleware { return p.Check.inbox(p, inboxOpts) }),
+		fx.Invoke(func(p relayParams) { runRelay(p, relayOpts) }),
+	)
+}
+
+// startCheck checks the tables at start, in a hook of its own that runs
+// before the consumers' and the relay's (it is built before either asks
+// for it): the outbox table always, the inbox table when a consumer
+// runs the inbox.
+type startCheck struct {
+	inUsed atomic.Bool // the inbox wraps a handler
+}
+
+func newStartCheck(lc fx.Lifecycle, db *sql.DB, ob *Outbox) *startCheck {
+	c := &startCheck{}
+	lc.Append(fx.Hook{OnStart: func(ctx context.Context) error {
+		if ob.err != nil {
+			return ob.err
+		}
+		return ob.schema.check(ctx, db, true, c.inUsed.Load())
+	}})
+	return c
+}
+
+type inboxParams struct {
+	fx.In
+
+	Check         *startCheck
+	DB            *sql.DB
+	MeterProvider metric.MeterProvider `optional:"true"`
+}
+
+// inbox is the app's inbox: Inbox with the module's options (after the
+// app's MeterProvider), marking the inbox table as one to check when it
+// wraps a handler. fxmodule wraps each consumer's chain while the app is
+// built, before any start hook runs.
+func (c *startCheck) inbox(p inboxParams, opts []InboxOption) mq.Middleware {
+	var app []InboxOption
+	if p.MeterProvider != nil {
+		app = append(app, WithMeterProvider(p.MeterProvider))
+	}
+	mw := Inbox(p.DB, append(app, opts...)...)
+	return func(next mq.Handler) mq.Handler {
+		c.inUsed.Store(true)
+		return mw(next)
+	}
 }
 
 type relayParams struct {
 	fx.In
 
-	Lifecycle     fx.Lifecycle
+	Lifecycle fx.Lifecycle
+	// Check is asked for so its hook is appended, and runs, before the
+	// relay's.
+	Check         *startCheck
 	DB            *sql.DB
 	Broker        *mq.Broker
 	Logger        *slog.Logger         `optional:"true"`
 	MeterProvider metric.MeterProvider `optional:"true"`
 }
 
-func runRelay(p relayParams, opts []Option) {
-	var app []Option
+func runRelay(p relayParams, opts []RelayOption) {
+	var app []RelayOption
 	if p.Logger != nil {
 		app = append(app, WithLogger(p.Logger))
 	}

@@ -69,9 +69,11 @@ const (
 // Place it inside the retry ladder (innermost, next to the handler), so
 // each attempt is a transaction of its own. Options: KeyBy, Retention,
 // WithSchema, WithLogger, WithMeterProvider. The tables must exist
-// (Schema.Create).
-func Inbox(db *sql.DB, opts ...Option) mq.Middleware {
-	c := newConfig(opts)
+// (Schema.Create); a missing one is taken for an outage here, so check
+// them at start-up (Schema.Check). With fx, fxmodule.Consumer.Inbox runs
+// the inbox Module provides, which checks them at start.
+func Inbox(db *sql.DB, opts ...InboxOption) mq.Middleware {
+	c := newConfig(opts, InboxOption.applyInbox)
 	s, serr := c.schema.resolved()
 	in := &inbox{db: db, c: c, err: serr,
 		record: fmt.Sprintf(`INSERT INTO %s (queue, key) VALUES ($1, $2) ON CONFLICT DO NOTHING`, s.Inbox),

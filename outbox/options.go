@@ -11,14 +11,86 @@ import (
 	"github.com/acemq/acemq-go/mq"
 )
 
-// Option configures an Outbox, a Relay or an Inbox; each option says which
-// it applies to, and the others ignore it. Options are values of an
-// interface with an unexported method, so only this package defines them.
-type Option interface{ apply(*config) }
+// Option is any option of this package. Each constructor takes its own
+// type (OutboxOption for New, RelayOption for NewRelay, InboxOption for
+// Inbox), so an option given to a constructor it does not apply to is a
+// compile error; an option that applies to several (WithSchema,
+// WithLogger, …) is of each of their types. Module takes every Option and
+// gives each to the constructors it applies to. Options are values of
+// interfaces with unexported methods, so only this package defines them.
+type Option interface{ option() }
 
-type optionFunc func(*config)
+// OutboxOption configures an Outbox (New): WithSchema, WithPropagators,
+// OrderBy, WithNotify, WithoutNotify.
+type OutboxOption interface {
+	Option
+	applyOutbox(*config)
+}
 
-func (f optionFunc) apply(c *config) { f(c) }
+// RelayOption configures a Relay (NewRelay): WithSchema, WithLogger,
+// WithMeterProvider, WithPropagators, PollInterval, BatchSize,
+// MaxAttempts, PublishTimeout, WithPublisherOptions.
+type RelayOption interface {
+	Option
+	applyRelay(*config)
+}
+
+// InboxOption configures an Inbox: WithSchema, WithLogger,
+// WithMeterProvider, KeyBy, Retention.
+type InboxOption interface {
+	Option
+	applyInbox(*config)
+}
+
+// SchemaOption is WithSchema's type: an option of New, NewRelay and Inbox
+// alike, since all three must name the same tables.
+type SchemaOption interface {
+	OutboxOption
+	RelayOption
+	InboxOption
+}
+
+// RelayInboxOption is an option of NewRelay and Inbox both (WithLogger,
+// WithMeterProvider).
+type RelayInboxOption interface {
+	RelayOption
+	InboxOption
+}
+
+// OutboxRelayOption is an option of New and NewRelay both
+// (WithPropagators: the Outbox writes the trace context, the Relay reads
+// it back).
+type OutboxRelayOption interface {
+	OutboxOption
+	RelayOption
+}
+
+// The concrete options, one type per set of constructors.
+type (
+	outboxOpt      func(*config)
+	relayOpt       func(*config)
+	inboxOpt       func(*config)
+	schemaOpt      func(*config)
+	relayInboxOpt  func(*config)
+	outboxRelayOpt func(*config)
+)
+
+func (outboxOpt) option()                      {}
+func (f outboxOpt) applyOutbox(c *config)      { f(c) }
+func (relayOpt) option()                       {}
+func (f relayOpt) applyRelay(c *config)        { f(c) }
+func (inboxOpt) option()                       {}
+func (f inboxOpt) applyInbox(c *config)        { f(c) }
+func (schemaOpt) option()                      {}
+func (f schemaOpt) applyOutbox(c *config)      { f(c) }
+func (f schemaOpt) applyRelay(c *config)       { f(c) }
+func (f schemaOpt) applyInbox(c *config)       { f(c) }
+func (relayInboxOpt) option()                  {}
+func (f relayInboxOpt) applyRelay(c *config)   { f(c) }
+func (f relayInboxOpt) applyInbox(c *config)   { f(c) }
+func (outboxRelayOpt) option()                 {}
+func (f outboxRelayOpt) applyOutbox(c *config) { f(c) }
+func (f outboxRelayOpt) applyRelay(c *config)  { f(c) }
 
 type config struct {
 	schema      Schema
@@ -36,11 +108,13 @@ type config struct {
 	noNotify    bool
 }
 
-func newConfig(opts []Option) config {
+// newConfig is the defaults with opts applied by apply (a constructor's
+// own method of its option type), then the globals for what none set.
+func newConfig[O Option](opts []O, apply func(O, *config)) config {
 	c := config{poll: time.Second, batch: 200, noNotify: true, maxAttempts: 10, timeout: 30 * time.Second, retention: 7 * 24 * time.Hour}
 	for _, o := range opts {
-		if o != nil {
-			o.apply(&c)
+		if Option(o) != nil {
+			apply(o, &c)
 		}
 	}
 	if c.mp == nil {
@@ -56,15 +130,15 @@ func newConfig(opts []Option) config {
 }
 
 // WithSchema names the tables, for the Outbox, the Relay and the Inbox
-// (give all three the same). Default: the zero Schema
-// (DefaultOutboxTable, DefaultInboxTable).
-func WithSchema(s Schema) Option { return optionFunc(func(c *config) { c.schema = s }) }
+// (give all three the same; Module gives one to all three). Default: the
+// zero Schema (DefaultOutboxTable, DefaultInboxTable).
+func WithSchema(s Schema) SchemaOption { return schemaOpt(func(c *config) { c.schema = s }) }
 
 // WithLogger sets the logger events are written to (Relay and Inbox).
 // Default: slog.Default() for the Relay; the consumer's logger
 // (Delivery.Logger) for the Inbox. A nil logger keeps the default.
-func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) {
+func WithLogger(l *slog.Logger) RelayInboxOption {
+	return relayInboxOpt(func(c *config) {
 		if l != nil {
 			c.log = l
 		}
@@ -75,8 +149,8 @@ func WithLogger(l *slog.Logger) Option {
 // instruments are created with. Default: the global one
 // (otel.GetMeterProvider), read when NewRelay or Inbox runs. A nil provider
 // keeps the default.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return optionFunc(func(c *config) {
+func WithMeterProvider(mp metric.MeterProvider) RelayInboxOption {
+	return relayInboxOpt(func(c *config) {
 		if mp != nil {
 			c.mp = mp
 		}
@@ -87,8 +161,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // context with and the Relay reads it back with. Default: the global one
 // (otel.GetTextMapPropagator) when one has been set, else W3C trace
 // context, as otelmq does. A nil propagator keeps the default.
-func WithPropagators(p propagation.TextMapPropagator) Option {
-	return optionFunc(func(c *config) {
+func WithPropagators(p propagation.TextMapPropagator) OutboxRelayOption {
+	return outboxRelayOpt(func(c *config) {
 		if p != nil {
 			c.prop = p
 		}
@@ -103,8 +177,8 @@ func WithPropagators(p propagation.TextMapPropagator) Option {
 // per routing key: OrderBy(func(_, key string, _ *mq.Message) string {
 // return key }) — then one routing key is one sequence, sent one confirm
 // at a time.
-func OrderBy(f func(exchange, routingKey string, m *mq.Message) string) Option {
-	return optionFunc(func(c *config) { c.orderBy = f })
+func OrderBy(f func(exchange, routingKey string, m *mq.Message) string) OutboxOption {
+	return outboxOpt(func(c *config) { c.orderBy = f })
 }
 
 // WithNotify makes the Outbox's writes send a NOTIFY that PostgreSQL
@@ -116,19 +190,19 @@ func OrderBy(f func(exchange, routingKey string, m *mq.Message) string) Option {
 // the relay finds new rows within milliseconds without it (it looks at
 // the table's newest row every 1 – 5 ms). For services with few writers
 // whose relays look rarely (a long PollInterval).
-func WithNotify() Option { return optionFunc(func(c *config) { c.noNotify = false }) }
+func WithNotify() OutboxOption { return outboxOpt(func(c *config) { c.noNotify = false }) }
 
 // WithoutNotify makes the Outbox write rows without a NOTIFY: the default
 // (see WithNotify); it undoes a WithNotify given before it.
-func WithoutNotify() Option { return optionFunc(func(c *config) { c.noNotify = true }) }
+func WithoutNotify() OutboxOption { return outboxOpt(func(c *config) { c.noNotify = true }) }
 
 // PollInterval is how often the Relay claims from the table when nothing
 // woke it (for rows whose retry is due, rows committed out of id order).
 // Between those claims it looks at the table's newest pending row every
 // 1 to 5 ms (never less often than PollInterval) and claims when it
 // changed, and a NOTIFY (WithNotify) wakes it at once. Default 1 s.
-func PollInterval(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+func PollInterval(d time.Duration) RelayOption {
+	return relayOpt(func(c *config) {
 		if d > 0 {
 			c.poll = d
 		}
@@ -136,8 +210,8 @@ func PollInterval(d time.Duration) Option {
 }
 
 // BatchSize is how many rows the Relay claims at once. Default 200.
-func BatchSize(n int) Option {
-	return optionFunc(func(c *config) {
+func BatchSize(n int) RelayOption {
+	return relayOpt(func(c *config) {
 		if n > 0 {
 			c.batch = n
 		}
@@ -150,8 +224,8 @@ func BatchSize(n int) Option {
 // wire cannot carry (mq.ErrInvalid) or the broker refuses for itself with
 // 406 PRECONDITION_FAILED (a body over its max_message_size, say) is set
 // aside at once. Default 10.
-func MaxAttempts(n int) Option {
-	return optionFunc(func(c *config) {
+func MaxAttempts(n int) RelayOption {
+	return relayOpt(func(c *config) {
 		if n > 0 {
 			c.maxAttempts = n
 		}
@@ -167,8 +241,8 @@ func MaxAttempts(n int) Option {
 // partition) are freed by the server after about this long, for the other
 // relays. Stopping the relay lets the batch in flight finish within this
 // bound. Default 30 s.
-func PublishTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+func PublishTimeout(d time.Duration) RelayOption {
+	return relayOpt(func(c *config) {
 		if d > 0 {
 			c.timeout = d
 		}
@@ -179,22 +253,22 @@ func PublishTimeout(d time.Duration) Option {
 // (one per exchange, at most 64 at once), e.g. mq.AllowUnroutable() for events that may have
 // no audience. Default none: publishes are mandatory, and a row no queue
 // is bound for is retried and then set aside.
-func WithPublisherOptions(opts ...mq.PublisherOption) Option {
-	return optionFunc(func(c *config) { c.pubOpts = append(c.pubOpts, opts...) })
+func WithPublisherOptions(opts ...mq.PublisherOption) RelayOption {
+	return relayOpt(func(c *config) { c.pubOpts = append(c.pubOpts, opts...) })
 }
 
 // KeyBy sets the Inbox's key of a delivery: what makes two deliveries the
 // same message. "" refuses the delivery (ErrNoKey). Default: the message
 // id. Keys are per queue: one key on two queues is two records.
-func KeyBy(f func(d *mq.Delivery) string) Option {
-	return optionFunc(func(c *config) { c.keyBy = f })
+func KeyBy(f func(d *mq.Delivery) string) InboxOption {
+	return inboxOpt(func(c *config) { c.keyBy = f })
 }
 
 // Retention is how long the Inbox keeps a record: a duplicate arriving
 // later than this is handled again. Cleaning runs at most once a minute,
 // on a delivery's way through. Default 7 days.
-func Retention(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+func Retention(d time.Duration) InboxOption {
+	return inboxOpt(func(c *config) {
 		if d > 0 {
 			c.retention = d
 		}

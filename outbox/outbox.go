@@ -28,8 +28,8 @@ type Outbox struct {
 // New returns an Outbox. Options: WithSchema, WithPropagators, OrderBy,
 // WithNotify (WithoutNotify is the default). A bad table name makes every
 // Publish fail with ErrSchema.
-func New(opts ...Option) *Outbox {
-	c := newConfig(opts)
+func New(opts ...OutboxOption) *Outbox {
+	c := newConfig(opts, OutboxOption.applyOutbox)
 	s, err := c.schema.resolved()
 	o := &Outbox{schema: s, err: err, prop: c.prop, orderBy: c.orderBy, notify: !c.noNotify}
 	insert := fmt.Sprintf(`INSERT INTO %s (exchange, routing_key, ordering_key, message_id, body, properties, trace)

@@ -55,8 +55,8 @@ type relayQueries struct {
 // as it runs, and uses up to two more for its batches (two are in flight
 // at once), so db's pool needs room for three. With another driver it
 // only polls.
-func NewRelay(db *sql.DB, b *mq.Broker, opts ...Option) *Relay {
-	c := newConfig(opts)
+func NewRelay(db *sql.DB, b *mq.Broker, opts ...RelayOption) *Relay {
+	c := newConfig(opts, RelayOption.applyRelay)
 	s, err := c.schema.resolved()
 	log := c.log
 	if log == nil {
@@ -98,11 +98,18 @@ COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE set_aside_at I
 // waited for (the rows stay where they are): while the broker has no
 // connection the relay claims no rows, and a batch whose broker connection
 // is lost gives its rows back at once, so relays that can publish take
-// them. Run returns an error only for a bad schema or a closed broker
-// (mq.ErrClosed). Run it once per Relay.
+// them. Run returns an error only for a bad schema, an outbox table that
+// is missing or of another shape (ErrSchema, at once, naming it: see
+// Schema.Check), or a closed broker (mq.ErrClosed). Run it once per Relay.
 func (r *Relay) Run(ctx context.Context) error {
 	if r.err != nil {
 		return r.err
+	}
+	// A table that is missing or of another shape will not appear by
+	// waiting: say so at once. A database that does not answer is waited
+	// for, as the loop does.
+	if err := r.schema.check(ctx, r.db, true, false); errors.Is(err, ErrSchema) {
+		return err
 	}
 	defer r.closePublishers()
 	unreg := r.m.observe()

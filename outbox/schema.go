@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -151,4 +153,76 @@ func (s Schema) Create(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("outbox: create tables: %w", err)
 	}
 	return nil
+}
+
+// The columns the package reads and writes, per table: a table without
+// one of them is of another shape.
+var (
+	outboxColumns = []string{"id", "created_at", "exchange", "routing_key", "ordering_key", "message_id", "body",
+		"properties", "trace", "attempts", "retry_at", "last_error", "set_aside_at"}
+	inboxColumns = []string{"queue", "key", "received_at"}
+)
+
+// Check makes sure both tables exist in db with the columns this package
+// uses (see SQL), one query each, and fails with an error matching
+// ErrSchema that names each table missing, or of another shape, with its
+// schema (an unqualified name is named with the schema it resolves to, the
+// first of the search path). It creates nothing: run it at start-up in a
+// service without fx (outbox.Module runs it at start; Relay.Run checks its
+// table itself) so a missing table stops the start, instead of being
+// taken for an outage the inbox waits out for ever. A database that cannot
+// be reached fails it with the driver's error.
+func (s Schema) Check(ctx context.Context, db *sql.DB) error {
+	return s.check(ctx, db, true, true)
+}
+
+// check checks the outbox table and/or the inbox table.
+func (s Schema) check(ctx context.Context, db *sql.DB, outbox, inbox bool) error {
+	s, err := s.resolved()
+	if err != nil {
+		return err
+	}
+	type table struct {
+		kind, name string
+		want       []string
+	}
+	var tables []table
+	if outbox {
+		tables = append(tables, table{"outbox", s.Outbox, outboxColumns})
+	}
+	if inbox {
+		tables = append(tables, table{"inbox", s.Inbox, inboxColumns})
+	}
+	var errs []error
+	for _, t := range tables {
+		// to_regclass is NULL for a table (or schema) that does not exist;
+		// it resolves an unqualified name through the search path.
+		var ns, cols sql.NullString
+		err := db.QueryRowContext(ctx, `SELECT COALESCE(n.nspname, current_schema()),
+(SELECT string_agg(a.attname::text, ',') FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)
+FROM (SELECT to_regclass($1) AS oid) r LEFT JOIN pg_class c ON c.oid = r.oid LEFT JOIN pg_namespace n ON n.oid = c.relnamespace`,
+			t.name).Scan(&ns, &cols)
+		if err != nil {
+			return fmt.Errorf("outbox: check the %s table %s: %w", t.kind, t.name, err)
+		}
+		name := t.name
+		if !strings.Contains(name, ".") && ns.Valid {
+			name = ns.String + "." + name
+		}
+		if !cols.Valid {
+			errs = append(errs, fmt.Errorf("%w: the %s table %s does not exist (create it with Schema.Create, or take Schema.SQL's statements into your migrations)", ErrSchema, t.kind, name))
+			continue
+		}
+		have := strings.Split(cols.String, ",")
+		var missing []string
+		for _, c := range t.want {
+			if !slices.Contains(have, c) {
+				missing = append(missing, c)
+			}
+		}
+		if len(missing) > 0 {
+			errs = append(errs, fmt.Errorf("%w: the %s table %s is of another shape: it has no column %s (see Schema.SQL for the columns)", ErrSchema, t.kind, name, strings.Join(missing, ", ")))
+		}
+	}
+	return errors.Join(errs...)
 }

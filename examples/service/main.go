@@ -37,11 +37,14 @@ func app() fx.Option {
 		fxmodule.AsTopology(Topology),
 		// Events go through the outbox: written in the transaction of
 		// the order (POST /orders) or of the inbox (order.shipped), and
-		// published by the relay once it commits.
+		// published by the relay once it commits. The module's one
+		// schema names the relay's, the outbox's and the inbox's tables,
+		// and its start fails if they are missing (database creates them
+		// first).
 		outbox.Module(relayOptions()...),
 		outbox.AsSender[OrderEvents](Exchange),
-		fx.Provide(func(events OrderEvents, db *sql.DB, log *slog.Logger) *Shipping {
-			return &Shipping{Events: events, Carrier: parcelCarrier{}, DB: db, Log: log}
+		fx.Provide(func(events OrderEvents, log *slog.Logger) *Shipping {
+			return &Shipping{Events: events, Carrier: parcelCarrier{}, Inbox: true, Log: log}
 		}),
 		fxmodule.AsConsumer((*Shipping).Consumer),
 		fx.Invoke(serveHTTP),

@@ -94,9 +94,10 @@ func recordShipment(ctx context.Context, orderID, tracking string) error {
 	return err
 }
 
-// relayOptions: order.shipped may have no audience yet, so the relay's
-// publishes allow unroutable (an event nobody takes is taken and dropped,
-// as fxmodule.AsPublisher's are).
+// relayOptions are outbox.Module's: the tables (for the relay, the outbox
+// and the inbox at once), and, since order.shipped may have no audience
+// yet, relay publishes that allow unroutable (an event nobody takes is
+// taken and dropped, as fxmodule.AsPublisher's are).
 func relayOptions() []outbox.Option {
 	return []outbox.Option{outbox.WithSchema(Tables), outbox.WithPublisherOptions(mq.AllowUnroutable()), outbox.PollInterval(time.Second)}
 }

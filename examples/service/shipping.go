@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,7 +11,6 @@ import (
 	"github.com/acemq/acemq-go/fxmodule"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
-	"github.com/acemq/acemq-go/outbox"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 	"github.com/acemq/acemq-go/typed"
@@ -63,11 +61,11 @@ type Carrier interface {
 type Shipping struct {
 	Events  OrderEvents
 	Carrier Carrier
-	// DB, when set, runs each delivery through the inbox: an order is
-	// shipped once however often order.placed arrives. Handler tests
-	// leave it nil.
-	DB  *sql.DB
-	Log *slog.Logger
+	// Inbox, when set, runs each delivery through the app's inbox
+	// (outbox.Module's, with its one schema): an order is shipped once
+	// however often order.placed arrives. Handler tests leave it false.
+	Inbox bool
+	Log   *slog.Logger
 }
 
 // errNoAddress is a problem for a person, not for a retry.
@@ -96,13 +94,9 @@ func (s *Shipping) Ship(ctx context.Context, d *mq.Delivery, o Order) error {
 }
 
 // Consumer is the fx consumer definition: middleware.Standard with the
-// topology's policy around the typed handler, and with a database the
+// topology's policy around the typed handler, and with Inbox the app's
 // inbox inside it, next to the handler (each attempt a transaction of its
 // own, the shipment and order.shipped committed with the inbox's record).
 func (s *Shipping) Consumer() fxmodule.Consumer {
-	c := fxmodule.Consumer{Queue: ShippingQueue, Handler: typed.Handler(s.Ship), Standard: true}
-	if s.DB != nil {
-		c.Options = append(c.Options, mq.WithMiddleware(outbox.Inbox(s.DB, outbox.WithSchema(Tables), outbox.WithLogger(s.Log))))
-	}
-	return c
+	return fxmodule.Consumer{Queue: ShippingQueue, Handler: typed.Handler(s.Ship), Standard: true, Inbox: s.Inbox}
 }

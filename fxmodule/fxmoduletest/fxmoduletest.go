@@ -15,7 +15,11 @@ import (
 // order): middleware.Standard with t's policy when c.Standard is set,
 // c.StandardOptions and c.Options. A consumer the module would refuse
 // (Standard with no policy in t, a policy that disagrees with t's) fails
-// the test with the module's error.
+// the test with the module's error. So does a c with Inbox set: the
+// inbox is the app's (outbox.Module's) and needs a database, so such a
+// test sets Inbox false and gives an inbox of its own, innermost, as the
+// last of c.Options (mq.WithMiddleware), rather than run the handler
+// without one unawares.
 func Consumer(tb testing.TB, c fxmodule.Consumer, t *topology.Topology, shared ...mq.Middleware) *mqtest.Consumer {
 	tb.Helper()
 	opts, err := fxmodule.ConsumerOptions(c, t, shared...)
