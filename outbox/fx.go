@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/fx"
 
+	"github.com/acemq/acemq-go/fxmodule"
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -23,11 +24,13 @@ import (
 // the stop context; committed rows it did not reach stay in the table for
 // the next start. The app's *slog.Logger and metric.MeterProvider are used
 // when it has them (options given here win). The tables must exist:
-// run Schema.Create at start-up or in your migrations.
+// run Schema.Create at start-up or in your migrations. /readyz
+// (fxmodule.ReadyHandler) covers the relay's database: see RelayCheck.
 func Module(opts ...Option) fx.Option {
 	return fx.Module("acemq.outbox",
 		fx.Provide(func() *Outbox { return New(opts...) }),
 		fx.Invoke(func(p relayParams) { runRelay(p, opts) }),
+		fxmodule.AsCheck(func(db *sql.DB) fxmodule.Check { return RelayCheck(db, opts...) }),
 	)
 }
 
