@@ -63,7 +63,12 @@
 //
 // Module provides the *Outbox and runs a Relay with an fx app's lifecycle
 // (after fxmodule.Module); AsSender provides an outbox-backed mq.Sender
-// interface, fxmodule.AsPublisher's counterpart. See docs/outbox.md.
+// interface, fxmodule.AsPublisher's counterpart. Module also feeds
+// RelayCheck to fxmodule.ReadyHandler, so /readyz answers for the relay's
+// database and reports its oldest pending row; InboxCheck does the same
+// for the inbox's table. Package outboxtest runs a handler that uses Tx
+// inside the inbox against a schema of the test's own. See
+// docs/outbox.md.
 //
 // # Schema
 //
