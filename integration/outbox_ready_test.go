@@ -165,8 +165,8 @@ func TestReadyInboxTable(t *testing.T) {
 	db := outboxOpen(t, outboxURL())
 	s := outboxTables(t, db)
 	missing := outbox.Schema{Outbox: s.Outbox, Inbox: s.Inbox + "_missing"}
-	b := readyApp(t, db, fxmodule.AsCheck(func(db *sql.DB) fxmodule.Check { return outbox.InboxCheck(db, outbox.WithSchema(missing)) }))
-	code, body := readyProbe(fxmodule.ReadyHandler(b, outbox.InboxCheck(db, outbox.WithSchema(s))))
+	b := readyApp(t, db, fxmodule.AsCheck(func(db *sql.DB) fxmodule.Check { return outbox.InboxCheck(db, missing) }))
+	code, body := readyProbe(fxmodule.ReadyHandler(b, outbox.InboxCheck(db, s)))
 	want := "mq: not ready: inbox: " + missing.Inbox + ": "
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, want) || !strings.Contains(body, "does not exist") ||
 		!strings.Contains(body, "inbox: "+s.Inbox+"\n") {

@@ -30,7 +30,7 @@ func Module(opts ...Option) fx.Option {
 	return fx.Module("acemq.outbox",
 		fx.Provide(func() *Outbox { return New(opts...) }),
 		fx.Invoke(func(p relayParams) { runRelay(p, opts) }),
-		fxmodule.AsCheck(func(db *sql.DB) fxmodule.Check { return RelayCheck(db, opts...) }),
+		fxmodule.AsCheck(func(db *sql.DB) fxmodule.Check { return RelayCheck(db, newConfig(opts).schema) }),
 	)
 }
 

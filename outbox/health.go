@@ -20,10 +20,10 @@ import (
 // so an old row would take all of them out of service at once, while the
 // outbox keeps what they write until the relays catch up; a relay that
 // cannot publish because the broker is down is not ready already through
-// the broker's own check. Alert on MetricOldestAge instead. Options:
-// WithSchema.
-func RelayCheck(db *sql.DB, opts ...Option) fxmodule.Check {
-	s, err := newConfig(opts).schema.resolved()
+// the broker's own check. Alert on MetricOldestAge instead. s names the
+// tables, as WithSchema does.
+func RelayCheck(db *sql.DB, s Schema) fxmodule.Check {
+	s, err := s.resolved()
 	q := fmt.Sprintf(`SELECT EXTRACT(EPOCH FROM now() - created_at)::float8 FROM %s WHERE set_aside_at IS NULL ORDER BY id LIMIT 1`, s.Outbox)
 	return fxmodule.Check{Name: "outbox", Check: func(ctx context.Context) (string, error) {
 		if err != nil {
@@ -44,9 +44,9 @@ func RelayCheck(db *sql.DB, opts ...Option) fxmodule.Check {
 // fxmodule.ReadyHandler (fxmodule.AsCheck in an fx app): the inbox table
 // must answer a query, or the service is not ready, with the database's
 // error as the reason — while it does not, the inbox holds every delivery
-// in its consumer, waiting for it. Options: WithSchema.
-func InboxCheck(db *sql.DB, opts ...Option) fxmodule.Check {
-	s, err := newConfig(opts).schema.resolved()
+// in its consumer, waiting for it. s names the tables, as WithSchema does.
+func InboxCheck(db *sql.DB, s Schema) fxmodule.Check {
+	s, err := s.resolved()
 	q := fmt.Sprintf(`SELECT 1 FROM %s LIMIT 1`, s.Inbox)
 	return fxmodule.Check{Name: "inbox", Check: func(ctx context.Context) (string, error) {
 		if err != nil {

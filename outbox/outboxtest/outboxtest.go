@@ -114,11 +114,12 @@ func (d *DB) Close() error {
 	return nil
 }
 
-// Inbox is outbox.Inbox over the DB's tables, opts after them (KeyBy,
-// Retention, …): the middleware to give an fx app's consumer among its
-// Options in a test (fxmoduletest.Consumer), innermost.
-func (d *DB) Inbox(opts ...outbox.Option) mq.Middleware {
-	return outbox.Inbox(d.DB, append([]outbox.Option{outbox.WithSchema(d.Tables)}, opts...)...)
+// Inbox is outbox.Inbox over the DB's tables: the middleware to give an
+// fx app's consumer among its Options in a test (fxmoduletest.Consumer),
+// innermost. An inbox of other options (KeyBy, say) is
+// outbox.Inbox(d.DB, outbox.WithSchema(d.Tables), …).
+func (d *DB) Inbox() mq.Middleware {
+	return outbox.Inbox(d.DB, outbox.WithSchema(d.Tables))
 }
 
 // Consumer returns mqtest's fake consumer of queue running h inside opts
