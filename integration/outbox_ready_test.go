@@ -76,7 +76,7 @@ func TestReadyOutboxDatabase(t *testing.T) {
 	direct := outboxOpen(t, outboxURL())
 	s := outboxTables(t, direct)
 	proxy, db := readyDBProxy(t)
-	b := readyApp(t, db, outbox.Module(outbox.WithSchema(s)))
+	b := readyApp(t, db, outbox.Module(outbox.WithSchema(s), outbox.WithLogger(testenv.Discard())))
 	ready := fxmodule.ReadyHandler(b)
 
 	code, body := readyProbe(ready)
@@ -109,7 +109,7 @@ func TestReadyOutboxOldestRow(t *testing.T) {
 	s := outboxTables(t, db)
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	b := readyApp(t, db, outbox.Module(outbox.WithSchema(s), outbox.PollInterval(100*time.Millisecond)),
+	b := readyApp(t, db, outbox.Module(outbox.WithSchema(s), outbox.WithLogger(testenv.Discard()), outbox.PollInterval(100*time.Millisecond)),
 		fx.Supply(fx.Annotate(mp, fx.As(new(metric.MeterProvider)))))
 	// A row written 90 s ago whose retry is an hour away: the relay
 	// cannot send it before then.
@@ -180,4 +180,22 @@ func TestReadyInboxTable(t *testing.T) {
 	if code, body := readyProbe(fxmodule.ReadyHandler(b)); code != http.StatusOK || body != "ready\ninbox: "+missing.Inbox+"\n" {
 		t.Fatalf("readyz with the table there: %d %q", code, body)
 	}
+}
+
+// Without fx: a database on a port that refuses makes ReadyHandler's
+// answer 503 with the refusal, even with the broker connected.
+func TestReadyOutboxRefusedPort(t *testing.T) {
+	b := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
+	url := strings.Replace(outboxURL(), "127.0.0.1:5432", testenv.ClosedAddr(t), 1)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	code, body := readyProbe(fxmodule.ReadyHandler(b, outbox.RelayCheck(db, outbox.Schema{})))
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "mq: not ready: outbox: acemq_outbox: ") ||
+		!strings.Contains(body, "connection refused") {
+		t.Fatalf("readyz with the database's port refusing: %d %q", code, body)
+	}
+	t.Logf("readyz: %q", body)
 }
