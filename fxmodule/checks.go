@@ -78,7 +78,8 @@ func attachChecks(p checkParams) error {
 
 // attached is the checks of each broker an fx app built, for
 // ReadyHandler(b). It holds its brokers weakly: an entry goes when its
-// broker is collected.
+// broker is collected (a check whose func holds the broker keeps it,
+// and its entry, for the life of the process).
 var attached = &checkRegistry{m: map[weak.Pointer[mq.Broker]][]Check{}}
 
 type checkRegistry struct {
