@@ -113,8 +113,13 @@
 // builds for it ([ConsumerOptions], the function the module itself calls) on
 // an mqtest consumer, and fakes an [AsPublisher] publisher with the options
 // the module would give it.
-// ReadyHandler serves /readyz from Broker.Check: connected, not blocked,
-// every consumer subscribed.
+// ReadyHandler serves /readyz from Broker.Check (connected, not blocked,
+// every consumer subscribed) and the app's readiness checks: [AsCheck]
+// feeds a [Check] of something else the app needs (package outbox feeds
+// its database's), which ReadyHandler(b) runs for the app's broker at
+// every probe, each within [CheckTimeout]; a failing check makes the
+// answer 503 with its name and reason, and a passing one may report a
+// detail (how far behind the outbox's relay is).
 //
 // # Lifecycle
 //

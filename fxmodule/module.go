@@ -22,6 +22,7 @@ var Module = fx.Module("acemq",
 	// The consumers and the topology are nobody's dependency: the module
 	// must ask for them itself, or fx would never build them.
 	fx.Invoke(func(*runner) {}),
+	fx.Invoke(attachChecks),
 )
 
 // Params are New's dependencies.

@@ -69,6 +69,11 @@
 // mq.Sender interface, fxmodule.AsPublisher's counterpart. See
 // docs/outbox.md.
 //
+// Module also feeds RelayCheck and InboxCheck to fxmodule.ReadyHandler,
+// so /readyz answers for the database and reports the relay's oldest
+// pending row. Package outboxtest runs a handler that uses Tx inside the
+// inbox against a schema of the test's own.
+//
 // # Options
 //
 // Each constructor takes its own option type (OutboxOption, RelayOption,

@@ -63,7 +63,21 @@ func Module(opts ...Option) fx.Option {
 		fx.Provide(fx.Private, newStartCheck),
 		fxmodule.AsInbox(func(p inboxParams) mq.Middleware { return p.Check.inbox(p, inboxOpts) }),
 		fx.Invoke(func(p relayParams) { runRelay(p, relayOpts) }),
+		fxmodule.AsCheck(func(db *sql.DB, ob *Outbox) fxmodule.Check { return RelayCheck(db, ob.schema) }),
+		fxmodule.AsCheck(func(db *sql.DB, ob *Outbox, c *startCheck) fxmodule.Check { return c.inboxCheck(db, ob.schema) }),
 	)
+}
+
+// inboxCheck is InboxCheck once a consumer runs the inbox; until then
+// (an app whose consumers do not use it) it reports that and passes.
+func (c *startCheck) inboxCheck(db *sql.DB, s Schema) fxmodule.Check {
+	ic := InboxCheck(db, s)
+	return fxmodule.Check{Name: ic.Name, Check: func(ctx context.Context) (string, error) {
+		if !c.inUsed.Load() {
+			return "not used by any consumer", nil
+		}
+		return ic.Check(ctx)
+	}}
 }
 
 // startCheck checks the tables at start, in a hook of its own that runs
