@@ -668,16 +668,20 @@ leader() {
 
 # queue-nodes PREFIX: "QUEUE fN" for each queue whose name starts with
 # PREFIX and the node it lives on (a classic queue's only node, a quorum
-# queue's leader), from the first node that answers list_queues.
+# queue's leader: 4.3's list_queues has `leader`, no longer `node`).
+# list_queues prints its rows as it goes and may then wait out a queue
+# that does not answer (a partition): the rows printed are the answer.
 queue_nodes() {
-  local p="${1:-}" n out
+  local p="${1:-}" n out rows
   for n in "${nodes[@]}"; do
-    if out="$(fctl "$n" list_queues name node --no-table-headers 2>/dev/null)"; then
-      awk -v p="$p" 'index($1, p) == 1 { split($2, a, "@"); print $1, a[1] }' <<<"$out"
+    out="$(ctl_timeout=40 fctl "$n" list_queues name leader --no-table-headers 2>/dev/null)" || true
+    rows="$(awk -v p="$p" 'index($1, p) == 1 && $2 ~ /@/ { split($2, a, "@"); print $1, a[1] }' <<<"$out")"
+    if [ -n "$rows" ]; then
+      echo "$rows"
       return 0
     fi
   done
-  die "no node answered list_queues"
+  die "no node listed a queue named $p…"
 }
 
 # ctl ARGS...: rabbitmqctl ARGS against the first node that is running

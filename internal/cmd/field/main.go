@@ -217,15 +217,16 @@ func run(ctx context.Context, o options) (int, error) {
 	if err := admin.Declare(setup, s.names.Topology()); err != nil {
 		return 2, fmt.Errorf("declare: %w", err)
 	}
-	// Where each rung lives, before the faults begin and then every
-	// minute (a move is recorded): the checker attributes a loss in a rung
-	// only to a cut of the rung's own node.
+	// Where each rung lives, before the faults begin and then every two
+	// minutes (a move is recorded; a classic queue does not move unless
+	// it is declared again elsewhere): the checker attributes a loss in a
+	// rung only to a cut of the rung's own node.
 	rungs := &rungWatch{o: o, s: s}
 	rctx, stopRungs := context.WithCancel(ctx)
 	defer stopRungs()
 	if o.mode == "field" {
-		rungs.look(setup)
-		go rungs.watch(rctx, time.Minute)
+		rungs.first(ctx)
+		go rungs.watch(rctx, 2*time.Minute)
 	}
 
 	// The workers.

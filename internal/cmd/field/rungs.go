@@ -24,10 +24,25 @@ type rungWatch struct {
 	places []check.RungPlace
 }
 
-// look asks once and records each rung whose node is new or changed. A
-// failure is logged: the rungs' nodes stay as last known (or unknown, and
-// then no loss is attributed to a rung).
-func (w *rungWatch) look(ctx context.Context) {
+// first looks before the faults begin, trying again (rabbitmqctl on a
+// loaded machine can fail) until every rung is placed or three minutes
+// have passed.
+func (w *rungWatch) first(ctx context.Context) {
+	c, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	for c.Err() == nil {
+		if w.look(c) == len(w.s.names.Rungs()) {
+			return
+		}
+		sleep(c, 5*time.Second)
+	}
+	logf("field: where the rungs live is unknown: no loss will be attributed to a rung")
+}
+
+// look asks once and records each rung whose node is new or changed, and
+// says how many rungs it found. A failure is logged: the rungs' nodes stay
+// as last known (or unknown, and then no loss is attributed to a rung).
+func (w *rungWatch) look(ctx context.Context) int {
 	c, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(c, w.o.script, "queue-nodes", w.s.names.Prefix)
@@ -35,7 +50,7 @@ func (w *rungWatch) look(ctx context.Context) {
 	out, err := cmd.Output()
 	if err != nil {
 		logf("field: where the rungs live: %s queue-nodes: %v", w.o.script, err)
-		return
+		return 0
 	}
 	rungs := w.s.names.Rungs()
 	now := time.Now()
@@ -49,13 +64,18 @@ func (w *rungWatch) look(ctx context.Context) {
 	if err != nil {
 		logf("field: rungs.jsonl: %v", err)
 	}
+	found := 0
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
 	for sc.Scan() {
 		x := strings.Fields(sc.Text())
 		if len(x) != 2 {
 			continue
 		}
-		if _, ok := rungs[x[0]]; !ok || last[x[0]] == x[1] {
+		if _, ok := rungs[x[0]]; !ok {
+			continue
+		}
+		found++
+		if last[x[0]] == x[1] {
 			continue
 		}
 		p := check.RungPlace{Queue: x[0], Node: x[1], At: now}
@@ -69,6 +89,7 @@ func (w *rungWatch) look(ctx context.Context) {
 	if f != nil {
 		_ = f.Close()
 	}
+	return found
 }
 
 // watch looks every period until ctx ends.
