@@ -145,8 +145,8 @@ func (r Result) Report(w io.Writer, max int) {
 	if len(r.RungLosses) > 0 {
 		fmt.Fprintf(w, "field: RUNG_LOST %d confirmed message(s) lost in a broker rung whose node was cut from the majority when the rung's TTL expired: RabbitMQ dead-letters from a classic queue at most once, and contract §2 makes rungs classic queues (this awaits a contract change; SEED=%d replays it)\n", len(r.RungLosses), r.In.Seed)
 		for _, l := range r.RungLosses {
-			fmt.Fprintf(w, "rung_lost %s: hopped to %s (on %s) at %s, TTL expired %s, during %s %s (%s to %s)\n",
-				l.ID, l.Queue, l.Node, stamp(l.Hop), stamp(l.Expiry), l.Fault.Kind, strings.Join(l.Fault.Args, " "), stamp(l.Fault.Start), stamp(l.Fault.End))
+			fmt.Fprintf(w, "rung_lost %s: hopped to %s (on %s) at %s, TTL expired %s, within %s of %s %s (%s to %s)\n",
+				l.ID, l.Queue, l.Node, stamp(l.Hop), stamp(l.Expiry), r.In.Tolerance, l.Fault.Kind, strings.Join(l.Fault.Args, " "), stamp(l.Fault.Start), stamp(l.Fault.End))
 		}
 	}
 	if r.OK() {
