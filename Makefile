@@ -133,7 +133,7 @@ tls-test:
 ## FIELD_MODE=cluster runs on scripts/cluster.sh's nodes instead, with the
 ## orchestrator's own drill (process kills, connection cuts, a node killed),
 ## no packet filter needed. FIELDFLAGS passes flags on (-bound, -rate, …).
-## One run at a time on one machine (a lock in /tmp): the cluster is one.
+## One run at a time per instance (a lock in /tmp): the cluster is one.
 ## The nodes it starts must not inherit the lock's descriptor (9>&-), or
 ## they hold it after the run.
 FIELD_MODE ?= field
@@ -141,6 +141,10 @@ SEED       ?=
 field: DURATION ?= 4m
 soak: DURATION ?= 1h
 export SEED DURATION
+# FIELD_INSTANCE=N (0-9) runs on field.sh's instance N, beside the others:
+# its own nodes, ports, PostgreSQL, histories and lock (the environment
+# carries it to field.sh and the orchestrator).
+FIELD_LOCK = /tmp/acemq-field-$(FIELD_MODE)$(if $(filter-out 0,$(FIELD_INSTANCE)),-$(FIELD_INSTANCE)).lock
 ifeq ($(FIELD_MODE),cluster)
 FIELD_UP   = ./scripts/cluster.sh up
 FIELD_DOWN = ./scripts/cluster.sh down
@@ -149,7 +153,7 @@ FIELD_UP   = ./scripts/field.sh up
 FIELD_DOWN = ./scripts/field.sh down
 endif
 field:
-	@exec 9>/tmp/acemq-field-$(FIELD_MODE).lock; flock -w 1800 9 || { echo "field: another run holds /tmp/acemq-field-$(FIELD_MODE).lock"; exit 1; }; \
+	@exec 9>$(FIELD_LOCK); flock -w 1800 9 || { echo "field: another run holds $(FIELD_LOCK)"; exit 1; }; \
 	eval "$$(./scripts/broker.sh env 4.3)"; \
 	trap '$(FIELD_DOWN)' EXIT; trap 'exit 130' INT TERM; \
 	$(FIELD_UP) 9>&- && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) $(FIELDFLAGS) 9>&-
@@ -159,7 +163,7 @@ field:
 ## backlog, and consumer lag sampled every 10 s into docs/soak.tsv, plotted
 ## to docs/soak.png by gnuplot (Debian's gnuplot-nox, installed when missing)
 soak: gnuplot
-	@exec 9>/tmp/acemq-field-$(FIELD_MODE).lock; flock -w 1800 9 || { echo "field: another run holds /tmp/acemq-field-$(FIELD_MODE).lock"; exit 1; }; \
+	@exec 9>$(FIELD_LOCK); flock -w 1800 9 || { echo "field: another run holds $(FIELD_LOCK)"; exit 1; }; \
 	eval "$$(./scripts/broker.sh env 4.3)"; \
 	trap '$(FIELD_DOWN)' EXIT; trap 'exit 130' INT TERM; \
 	$(FIELD_UP) 9>&- && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) -soak docs/soak.tsv -sample 10s $(FIELDFLAGS) 9>&-; rc=$$?; \

@@ -20,6 +20,8 @@
 #   kill|start|stop|restart fN
 #   pg-kill|pg-start|pg-restart
 #   leader QUEUE [VHOST]     f1/f2/f3 leading a quorum queue, or empty
+#   queue-nodes PREFIX       "QUEUE fN" per queue named PREFIX…: its node
+#   ctl ARGS...              rabbitmqctl against a running node (bounded)
 #   status                   a human summary
 #
 # FIELD_INSTANCE=N (1-9; default 0, the addresses above) runs a second field
@@ -664,6 +666,38 @@ leader() {
   die "no node answered quorum_status $q: ${err:-no node running}"
 }
 
+# queue-nodes PREFIX: "QUEUE fN" for each queue whose name starts with
+# PREFIX and the node it lives on (a classic queue's only node, a quorum
+# queue's leader: 4.3's list_queues has `leader`, no longer `node`).
+# list_queues prints its rows as it goes and may then wait out a queue
+# that does not answer (a partition): the rows printed are the answer.
+queue_nodes() {
+  local p="${1:-}" n out rows
+  for n in "${nodes[@]}"; do
+    out="$(ctl_timeout=40 fctl "$n" list_queues name leader --no-table-headers 2>/dev/null)" || true
+    rows="$(awk -v p="$p" 'index($1, p) == 1 && $2 ~ /@/ { split($2, a, "@"); print $1, a[1] }' <<<"$out")"
+    if [ -n "$rows" ]; then
+      echo "$rows"
+      return 0
+    fi
+  done
+  die "no node listed a queue named $p…"
+}
+
+# ctl ARGS...: rabbitmqctl ARGS against the first node that is running
+# (bounded, quiet: a leading -q is dropped, fctl passes its own).
+ctl() {
+  local n
+  [ "${1:-}" != -q ] || shift
+  for n in "${nodes[@]}"; do
+    if running "$n"; then
+      fctl "$n" "$@"
+      return
+    fi
+  done
+  die "no field node is running"
+}
+
 status() {
   local n pid
   for n in "${nodes[@]}"; do
@@ -715,6 +749,8 @@ pg-kill) pg_kill ;;
 pg-start) pg_start ;;
 pg-restart) pg_restart ;;
 leader) need_up; leader "$@" ;;
+queue-nodes) need_up; queue_nodes "$@" ;;
+ctl) need_up; ctl "$@" ;;
 status) status ;;
-*) die "usage: $0 up|down|urls|pg-url|partition G1 G2|partition-oneway FROM TO|isolate-clients fN|heal|cut-ok|netem fN ARGS|netem-clear|kill fN|start fN|stop fN|restart fN|pg-kill|pg-start|pg-restart|leader QUEUE|status" ;;
+*) die "usage: $0 up|down|urls|pg-url|partition G1 G2|partition-oneway FROM TO|isolate-clients fN|heal|cut-ok|netem fN ARGS|netem-clear|kill fN|start fN|stop fN|restart fN|pg-kill|pg-start|pg-restart|leader QUEUE|queue-nodes PREFIX|ctl ARGS|status" ;;
 esac

@@ -42,7 +42,7 @@ func main() {
 	dur := os.Getenv("DURATION")
 	flag.StringVar(&o.mode, "mode", "field", "field (scripts/field.sh and its faults) or cluster (scripts/cluster.sh and a drill of process kills, cuts and a node kill)")
 	flag.StringVar(&o.script, "script", "scripts/field.sh", "the field's script")
-	flag.StringVar(&o.out, "out", "", "folder for the histories and logs (default /tmp/acemq-fieldrun/<seed>)")
+	flag.StringVar(&o.out, "out", "", "folder for the histories and logs (default /tmp/acemq-fieldrun/<seed>, /tmp/acemq-fieldrun-N/<seed> for FIELD_INSTANCE=N)")
 	flag.DurationVar(&o.bound, "bound", 3*time.Minute, "every message reaches its end within this of the last heal, or it is stuck")
 	flag.DurationVar(&o.settle, "settle", 20*time.Second, "how long the producers go on after the last heal")
 	flag.Float64Var(&o.rate, "rate", 6, "orders and plain messages per second, each")
@@ -89,7 +89,11 @@ func main() {
 		o.duration = d
 	}
 	if o.out == "" {
-		o.out = filepath.Join(os.TempDir(), "acemq-fieldrun", strconv.FormatInt(o.seed, 10))
+		runs := "acemq-fieldrun" // field.sh's instance 0; instance N keeps its own
+		if i := os.Getenv("FIELD_INSTANCE"); i != "" && i != "0" {
+			runs += "-" + i
+		}
+		o.out = filepath.Join(os.TempDir(), runs, strconv.FormatInt(o.seed, 10))
 	}
 	fmt.Printf("field: seed=%d duration=%s mode=%s bound=%s (replay: make field SEED=%d DURATION=%s)\n", o.seed, o.duration, o.mode, o.bound, o.seed, o.duration)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -137,9 +141,12 @@ func siteOf(o options) (site, error) {
 		for _, x := range s.urls {
 			s.ports = append(s.ports, x[strings.LastIndexByte(strings.TrimSuffix(x, "/"), ':')+1:len(strings.TrimSuffix(x, "/"))])
 		}
-		// rabbitmqctl against f1 as scripts/field.sh calls it (the
-		// field's epmd, long names); FIELD_CTL replaces it.
-		s.ctl = strings.Fields(envOr("FIELD_CTL", "chroot /var/cache/acemq/brokers/sid env HOME=/var/lib/rabbitmq ERL_EPMD_PORT=4371 RABBITMQ_USE_LONGNAME=true rabbitmqctl --longnames -n f1@127.0.0.21"))
+		// rabbitmqctl against a running node of the field's instance,
+		// as scripts/field.sh calls it (bounded); FIELD_CTL replaces it.
+		s.ctl = []string{o.script, "ctl"}
+		if c := os.Getenv("FIELD_CTL"); c != "" {
+			s.ctl = strings.Fields(c)
+		}
 		return s, nil
 	case "cluster":
 		s := site{pg: envOr("PG_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), names: workload.Names{Prefix: "fieldwork.", Tables: "fieldwork_"}}
@@ -210,6 +217,17 @@ func run(ctx context.Context, o options) (int, error) {
 	if err := admin.Declare(setup, s.names.Topology()); err != nil {
 		return 2, fmt.Errorf("declare: %w", err)
 	}
+	// Where each rung lives, before the faults begin and then every two
+	// minutes (a move is recorded; a classic queue does not move unless
+	// it is declared again elsewhere): the checker attributes a loss in a
+	// rung only to a cut of the rung's own node.
+	rungs := &rungWatch{o: o, s: s}
+	rctx, stopRungs := context.WithCancel(ctx)
+	defer stopRungs()
+	if o.mode == "field" {
+		rungs.first(ctx)
+		go rungs.watch(rctx, 2*time.Minute)
+	}
 
 	// The workers.
 	bin := filepath.Join(o.out, "fieldworker")
@@ -257,6 +275,7 @@ func run(ctx context.Context, o options) (int, error) {
 	lastHeal := time.Now()
 	logf("field: schedule done after %s; healed; load goes on for %s", time.Since(began).Round(time.Second), o.settle)
 	sleep(ctx, o.settle)
+	stopRungs()
 	f.stop(4*time.Minute, "writer", "publisher")
 	logf("field: producers stopped; waiting for quiescence (bound %s after the last heal)", o.bound)
 	quiet := waitQuiet(ctx, s, admin, db, o.out, lastHeal.Add(o.bound))
@@ -278,6 +297,8 @@ func run(ctx context.Context, o options) (int, error) {
 	}
 	in.Heals = append(in.Heals, lastHeal)
 	in.Faults, in.Partitions, in.Kills, in.Restarts = sched.Counts()
+	in.RungTTL, in.RungNodes, in.FaultLog = s.names.Rungs(), rungs.all(), spans(events)
+	in.Nodes, in.Tolerance = []string{"f1", "f2", "f3"}, detectionWindow()
 	r := check.Check(in)
 	if o.soak != "" {
 		if err := writeSoak(o.soak, o.out, in.Records, o.sample); err != nil {

@@ -56,6 +56,50 @@ type Input struct {
 	Heals []time.Time
 	// Counts of the schedule, printed as they are.
 	Faults, Partitions, Kills, Restarts int
+
+	// What the checker needs to attribute a loss to a broker rung (see
+	// RungLoss): each rung's TTL, where each rung queue lived, the fault
+	// log, and the tolerance around a cut (the cluster's detection window:
+	// about 1.5 net_ticktime).
+	RungTTL   map[string]time.Duration
+	RungNodes []RungPlace
+	FaultLog  []FaultSpan
+	Tolerance time.Duration
+	// Nodes is the cluster's nodes (f1, f2, f3): a node is cut from the
+	// majority when fewer than a majority of them are on its side.
+	Nodes []string
+}
+
+// RungPlace says that the rung queue Queue lived on Node (a field node's
+// short name, f1) from At on, as the orchestrator found it.
+type RungPlace struct {
+	Queue string    `json:"queue"`
+	Node  string    `json:"node"`
+	At    time.Time `json:"t"`
+}
+
+// FaultSpan is one fault of the run as its log has it: its kind and
+// arguments (as fault.Fault's), when it started and when it ended (zero:
+// it never logged an end, so it counts until the last heal).
+type FaultSpan struct {
+	Kind       string
+	Args       []string
+	Start, End time.Time
+}
+
+// RungLoss is a confirmed message lost in a way contract §2 forces: its
+// last event was a confirmed hop to a broker rung (a classic queue), the
+// rung's node was cut from the majority when the rung's TTL expired, and
+// it never came home. RabbitMQ dead-letters from a classic queue at most
+// once, so the message can vanish there; the FIELD line counts it as
+// rung_lost, apart from lost.
+type RungLoss struct {
+	ID     string
+	Queue  string
+	Node   string
+	Hop    time.Time
+	Expiry time.Time
+	Fault  FaultSpan
 }
 
 // Violation is one broken invariant: which, the message or order it is
@@ -73,9 +117,13 @@ type Result struct {
 	Published, Committed, Effects     int
 	Lost, DuplicateEffects, Reordered int
 	Stuck                             int
-	HealP50, HealP99                  time.Duration
-	Heals                             []time.Duration
-	Violations                        []Violation
+	// RungLost counts the losses RungLosses explains: not violations of
+	// what the library can promise, but printed loudly.
+	RungLost         int
+	RungLosses       []RungLoss
+	HealP50, HealP99 time.Duration
+	Heals            []time.Duration
+	Violations       []Violation
 }
 
 // OK is true when no invariant was broken.
@@ -84,15 +132,23 @@ func (r Result) OK() bool { return len(r.Violations) == 0 }
 // Line is the one FIELD line of issue 30.
 func (r Result) Line() string {
 	in := r.In
-	return fmt.Sprintf("FIELD seed=%d duration=%s faults=%d partitions=%d kills=%d restarts=%d published=%d committed=%d effects=%d lost=%d duplicate_effects=%d reordered=%d stuck=%d heal_p50_s=%.1f heal_p99_s=%.1f",
+	return fmt.Sprintf("FIELD seed=%d duration=%s faults=%d partitions=%d kills=%d restarts=%d published=%d committed=%d effects=%d lost=%d rung_lost=%d duplicate_effects=%d reordered=%d stuck=%d heal_p50_s=%.1f heal_p99_s=%.1f",
 		in.Seed, in.Duration, in.Faults, in.Partitions, in.Kills, in.Restarts,
-		r.Published, r.Committed, r.Effects, r.Lost, r.DuplicateEffects, r.Reordered, r.Stuck,
+		r.Published, r.Committed, r.Effects, r.Lost, r.RungLost, r.DuplicateEffects, r.Reordered, r.Stuck,
 		r.HealP50.Seconds(), r.HealP99.Seconds())
 }
 
-// Report writes each violation with its history (at most max of them,
-// and the number left out), naming the seed that replays it.
+// Report writes every rung loss (RungLoss: not a violation, but never
+// silent), then each violation with its history (at most max of them, and
+// the number left out), naming the seed that replays it.
 func (r Result) Report(w io.Writer, max int) {
+	if len(r.RungLosses) > 0 {
+		fmt.Fprintf(w, "field: RUNG_LOST %d confirmed message(s) lost in a broker rung whose node was cut from the majority when the rung's TTL expired: RabbitMQ dead-letters from a classic queue at most once, and contract §2 makes rungs classic queues (this awaits a contract change; SEED=%d replays it)\n", len(r.RungLosses), r.In.Seed)
+		for _, l := range r.RungLosses {
+			fmt.Fprintf(w, "rung_lost %s: hopped to %s (on %s) at %s, TTL expired %s, within %s of %s %s (%s to %s)\n",
+				l.ID, l.Queue, l.Node, stamp(l.Hop), stamp(l.Expiry), r.In.Tolerance, l.Fault.Kind, strings.Join(l.Fault.Args, " "), stamp(l.Fault.Start), stamp(l.Fault.End))
+		}
+	}
 	if r.OK() {
 		return
 	}
@@ -174,6 +230,11 @@ func Check(in Input) Result {
 			if ends[e][id] {
 				seen = append(seen, e)
 			}
+		}
+		if l, ok := rungLoss(&in, id, byID[id]); ok && len(seen) == 0 {
+			r.RungLost++
+			r.RungLosses = append(r.RungLosses, l)
+			continue
 		}
 		r.Lost++
 		violate("lost", id, fmt.Sprintf("confirmed, its script ends in %s, found at %v", want, seen))
@@ -353,4 +414,110 @@ func (r Result) Summary() string {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, n[k]))
 	}
 	return strings.Join(parts, " ")
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("15:04:05.000")
+}
+
+// rungLoss says whether the lost message id is a RungLoss, on the
+// evidence only: its last event (the publisher's confirm aside, which can
+// come late) is a confirmed hop to a rung whose TTL is known; the rung's
+// node at the expiry (hop + TTL) is known; and a fault of the log cut that
+// node from the majority at the expiry, give or take in.Tolerance.
+func rungLoss(in *Input, id string, hist []history.Record) (RungLoss, bool) {
+	var last *history.Record
+	for i := range hist {
+		h := &hist[i]
+		if h.Kind == history.KindPublished || h.Kind == history.KindPublishFailed {
+			continue
+		}
+		if last == nil || !h.T.Before(last.T) {
+			last = h
+		}
+	}
+	if last == nil || last.Kind != history.KindRungHop {
+		return RungLoss{}, false
+	}
+	ttl, ok := in.RungTTL[last.Queue]
+	if !ok {
+		return RungLoss{}, false
+	}
+	expiry := last.T.Add(ttl)
+	node := ""
+	var since time.Time
+	for _, p := range in.RungNodes {
+		if p.Queue == last.Queue && !p.At.After(expiry) && !p.At.Before(since) {
+			node, since = p.Node, p.At
+		}
+	}
+	if node == "" {
+		return RungLoss{}, false
+	}
+	var lastHeal time.Time
+	for _, h := range in.Heals {
+		if h.After(lastHeal) {
+			lastHeal = h
+		}
+	}
+	for _, f := range in.FaultLog {
+		if !cutFromMajority(f, node, in.Nodes) {
+			continue
+		}
+		end := f.End
+		if end.IsZero() {
+			end = lastHeal
+		}
+		if expiry.Before(f.Start.Add(-in.Tolerance)) || (!end.IsZero() && expiry.After(end.Add(in.Tolerance))) {
+			continue
+		}
+		return RungLoss{ID: id, Queue: last.Queue, Node: node, Hop: last.T, Expiry: expiry, Fault: f}, true
+	}
+	return RungLoss{}, false
+}
+
+// cutFromMajority says whether fault f leaves node with fewer than a
+// majority of nodes it can reach: a partition or a one-way cut whose far
+// side holds a majority's worth of the others, or the node down (killed,
+// restarted, or in a rolling restart, which takes each node down in turn
+// and is logged as one span).
+func cutFromMajority(f FaultSpan, node string, nodes []string) bool {
+	switch f.Kind {
+	case "kill", "restart":
+		return len(f.Args) > 0 && f.Args[0] == node
+	case "rolling":
+		return true
+	case "partition", "partition-oneway":
+		if len(f.Args) != 2 {
+			return false
+		}
+		a, b := strings.Split(f.Args[0], ","), strings.Split(f.Args[1], ",")
+		far := b
+		if !contains(a, node) {
+			if !contains(b, node) {
+				return false
+			}
+			far = a
+		}
+		reach := 0
+		for _, n := range nodes {
+			if !contains(far, n) {
+				reach++
+			}
+		}
+		return 2*reach <= len(nodes)
+	}
+	return false
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
 }

@@ -35,6 +35,10 @@ const (
 	KindHandled = "handled"
 	// KindAttempt: the scripted handler failed an attempt on purpose.
 	KindAttempt = "attempt"
+	// KindRungHop: the library republished a message (ID) to a broker
+	// rung (Queue) and the broker confirmed it: from here the message
+	// waits out the rung's TTL in that classic queue.
+	KindRungHop = "rung-hop"
 	// KindEffect: the inbox handler wrote an order's effect in the
 	// inbox's transaction (ID, Key, Seq); whether it committed is the
 	// database's to say, this is the history's view only.
@@ -55,6 +59,7 @@ type Record struct {
 	Seq     int       `json:"seq,omitempty"`
 	Expect  string    `json:"expect,omitempty"`
 	Attempt int       `json:"attempt,omitempty"`
+	Queue   string    `json:"queue,omitempty"`
 	Err     string    `json:"err,omitempty"`
 	Stats   *Stats    `json:"stats,omitempty"`
 }

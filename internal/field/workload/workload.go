@@ -80,6 +80,38 @@ func (n Names) Queues() []string {
 	return q
 }
 
+// Rungs is each broker rung of the scripted queue and its TTL (the
+// rung's wait).
+func (n Names) Rungs() map[string]time.Duration {
+	m := map[string]time.Duration{}
+	for _, d := range WorkPolicy().BrokerRungs() {
+		m[topology.RungQueue(n.WorkQueue(), d)] = d
+	}
+	return m
+}
+
+// RungHook is an mq.PublishHook that calls hop with the message id and
+// the rung of every hop to one of n's rungs the broker confirmed.
+func (n Names) RungHook(hop func(id, rung string)) mq.PublishHook {
+	return rungHook{rungs: n.Rungs(), hop: hop}
+}
+
+type rungHook struct {
+	rungs map[string]time.Duration
+	hop   func(id, rung string)
+}
+
+func (h rungHook) OnPublish(ctx context.Context, _ *mq.PublishInfo) context.Context { return ctx }
+
+func (h rungHook) OnPublishDone(_ context.Context, p *mq.PublishInfo, err error) {
+	if err != nil || p.Hop != mq.OutcomeRetry || p.Exchange != "" {
+		return
+	}
+	if _, ok := h.rungs[p.RoutingKey]; ok {
+		h.hop(p.Message.MessageId, p.RoutingKey)
+	}
+}
+
 // CreateTables drops the field's tables and creates them empty.
 func (n Names) CreateTables(ctx context.Context, db *sql.DB) error {
 	s := n.Schema()
@@ -124,10 +156,10 @@ type OrderEvent struct {
 // keyHeader carries an order's ordering key to the outbox's OrderBy.
 const keyHeader = "x-field-key"
 
-// NewBroker is a broker on urls, named proc, started (retrying until ctx
-// ends).
-func NewBroker(ctx context.Context, urls []string, proc string, log *slog.Logger) (*mq.Broker, error) {
-	b := mq.New(mq.Config{URLs: urls, ConnectionName: proc, Logger: log})
+// NewBroker is a broker on urls, named proc, with opts, started
+// (retrying until ctx ends).
+func NewBroker(ctx context.Context, urls []string, proc string, log *slog.Logger, opts ...mq.Option) (*mq.Broker, error) {
+	b := mq.New(mq.Config{URLs: urls, ConnectionName: proc, Logger: log}, opts...)
 	if err := b.Start(ctx); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/acemq/acemq-go/internal/field/check"
+)
+
+// rungWatch records where the scripted queue's broker rungs (classic
+// queues) live, through `field.sh queue-nodes`, into out/rungs.jsonl.
+type rungWatch struct {
+	o      options
+	s      site
+	mu     sync.Mutex
+	places []check.RungPlace
+}
+
+// first looks before the faults begin, trying again (rabbitmqctl on a
+// loaded machine can fail) until every rung is placed or three minutes
+// have passed.
+func (w *rungWatch) first(ctx context.Context) {
+	c, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	for c.Err() == nil {
+		if w.look(c) == len(w.s.names.Rungs()) {
+			return
+		}
+		sleep(c, 5*time.Second)
+	}
+	logf("field: where the rungs live is unknown: no loss will be attributed to a rung")
+}
+
+// look asks once and records each rung whose node is new or changed, and
+// says how many rungs it found. A failure is logged: the rungs' nodes stay
+// as last known (or unknown, and then no loss is attributed to a rung).
+func (w *rungWatch) look(ctx context.Context) int {
+	c, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(c, w.o.script, "queue-nodes", w.s.names.Prefix)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		logf("field: where the rungs live: %s queue-nodes: %v", w.o.script, err)
+		return 0
+	}
+	rungs := w.s.names.Rungs()
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last := map[string]string{}
+	for _, p := range w.places {
+		last[p.Queue] = p.Node
+	}
+	f, err := os.OpenFile(filepath.Join(w.o.out, "rungs.jsonl"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		logf("field: rungs.jsonl: %v", err)
+	}
+	found := 0
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		x := strings.Fields(sc.Text())
+		if len(x) != 2 {
+			continue
+		}
+		if _, ok := rungs[x[0]]; !ok {
+			continue
+		}
+		found++
+		if last[x[0]] == x[1] {
+			continue
+		}
+		p := check.RungPlace{Queue: x[0], Node: x[1], At: now}
+		w.places = append(w.places, p)
+		logf("field: rung %s lives on %s", p.Queue, p.Node)
+		if f != nil {
+			b, _ := json.Marshal(p)
+			_, _ = f.Write(append(b, '\n'))
+		}
+	}
+	if f != nil {
+		_ = f.Close()
+	}
+	return found
+}
+
+// watch looks every period until ctx ends.
+func (w *rungWatch) watch(ctx context.Context, period time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(period):
+		}
+		w.look(ctx)
+	}
+}
+
+func (w *rungWatch) all() []check.RungPlace {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]check.RungPlace(nil), w.places...)
+}
+
+// spans pairs the fault log's starts and ends: each start with the next
+// end of the same fault (kind and arguments); a start without an end is a
+// span with a zero End.
+func spans(events []faultEvent) []check.FaultSpan {
+	var out []check.FaultSpan
+	open := map[string][]int{}
+	for _, e := range events {
+		k := e.Kind + " " + strings.Join(e.Args, " ")
+		switch e.Phase {
+		case "start":
+			open[k] = append(open[k], len(out))
+			out = append(out, check.FaultSpan{Kind: e.Kind, Args: e.Args, Start: e.T})
+		case "end":
+			if q := open[k]; len(q) > 0 {
+				out[q[0]].End = e.T
+				open[k] = q[1:]
+			}
+		}
+	}
+	return out
+}
+
+// detectionWindow is how long the cluster may take to notice a cut or a
+// heal: 1.5 net_ticktime (field.sh's FIELD_TICKTIME, 10 s unless set),
+// as measured (a cut node is seen down after 10-15 s).
+func detectionWindow() time.Duration {
+	t := 10.0
+	if v, err := strconv.ParseFloat(os.Getenv("FIELD_TICKTIME"), 64); err == nil && v > 0 {
+		t = v
+	}
+	return time.Duration(1.5 * t * float64(time.Second))
+}

@@ -1,0 +1,127 @@
+package check
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acemq/acemq-go/internal/field/history"
+)
+
+// rungRun is clean() plus m5: published, failed twice, hopped at 20 s to
+// the rung field.work.retry.3s (TTL 3 s, so it expires at 23 s), which
+// lives on f1; f1 is cut from f2,f3 from 21 s to 50 s; m5 is nowhere at
+// the end. Every field of the attribution holds, so m5 is rung_lost.
+func rungRun() Input {
+	in := clean()
+	in.Records = append(in.Records,
+		history.Record{T: at(15), Proc: "publisher", Kind: history.KindPublished, ID: "m5", Expect: history.EndHandled},
+		history.Record{T: at(15.5), Proc: "worker", Kind: history.KindAttempt, ID: "m5", Attempt: 1},
+		history.Record{T: at(19.9), Proc: "worker", Kind: history.KindAttempt, ID: "m5", Attempt: 2},
+		history.Record{T: at(20), Proc: "worker", Kind: history.KindRungHop, ID: "m5", Queue: "field.work.retry.3s"},
+	)
+	in.RungTTL = map[string]time.Duration{"field.work.retry.3s": 3 * time.Second}
+	in.RungNodes = []RungPlace{{Queue: "field.work.retry.3s", Node: "f1", At: at(0)}}
+	in.FaultLog = []FaultSpan{
+		{Kind: "netem", Args: []string{"f1", "loss", "5%"}, Start: at(5), End: at(30)},
+		{Kind: "partition", Args: []string{"f1", "f2,f3"}, Start: at(21), End: at(50)},
+	}
+	in.Tolerance = 15 * time.Second
+	in.Nodes = []string{"f1", "f2", "f3"}
+	return in
+}
+
+func TestRungLossAttributed(t *testing.T) {
+	r := Check(rungRun())
+	if !r.OK() || r.Lost != 0 || r.RungLost != 1 || len(r.RungLosses) != 1 {
+		t.Fatalf("lost=%d rung_lost=%d violations %+v; want lost=0 rung_lost=1 and no violation", r.Lost, r.RungLost, r.Violations)
+	}
+	l := r.RungLosses[0]
+	if l.ID != "m5" || l.Queue != "field.work.retry.3s" || l.Node != "f1" || !l.Expiry.Equal(at(23)) || l.Fault.Kind != "partition" {
+		t.Fatalf("attribution %+v", l)
+	}
+	if !strings.Contains(r.Line(), " lost=0 rung_lost=1 ") {
+		t.Fatalf("line %s", r.Line())
+	}
+	var b bytes.Buffer
+	r.Report(&b, 10)
+	if !strings.Contains(b.String(), "rung_lost m5") || !strings.Contains(b.String(), "field.work.retry.3s") {
+		t.Fatalf("the report does not name the rung loss:\n%s", b.String())
+	}
+}
+
+// A node killed (SIGKILL, then started) is cut from the majority as long
+// as it is down, and a rung that moved is judged where it lived at expiry.
+func TestRungLossNodeKilledAfterMove(t *testing.T) {
+	in := rungRun()
+	in.RungNodes = append(in.RungNodes, RungPlace{Queue: "field.work.retry.3s", Node: "f3", At: at(18)})
+	in.FaultLog = []FaultSpan{{Kind: "kill", Args: []string{"f3"}, Start: at(22), End: at(40)}}
+	r := Check(in)
+	if !r.OK() || r.RungLost != 1 || r.RungLosses[0].Node != "f3" {
+		t.Fatalf("lost=%d rung_lost=%d losses %+v violations %+v", r.Lost, r.RungLost, r.RungLosses, r.Violations)
+	}
+}
+
+// Each case breaks one link of the evidence: the loss stays a loss.
+func TestRungLossNotAttributed(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(*Input)
+	}{
+		{"another node cut at expiry", func(in *Input) {
+			in.FaultLog[1].Args = []string{"f2", "f1,f3"}
+		}},
+		{"the rung's node cut in a minority of its own only", func(in *Input) {
+			// one way from f1 to f2: f1 still has f3, a majority
+			in.FaultLog[1].Kind, in.FaultLog[1].Args = "partition-oneway", []string{"f1", "f2"}
+		}},
+		{"expiry before the cut, beyond the tolerance", func(in *Input) {
+			in.FaultLog[1].Start = at(23 + 16)
+		}},
+		{"expiry after the heal, beyond the tolerance", func(in *Input) {
+			in.FaultLog[1].Start, in.FaultLog[1].End = at(0), at(23-16)
+		}},
+		{"a longer TTL expires after the heal", func(in *Input) {
+			in.RungTTL["field.work.retry.3s"] = time.Minute
+		}},
+		{"seen home after the hop", func(in *Input) {
+			in.Records = append(in.Records, history.Record{T: at(52), Proc: "worker", Kind: history.KindAttempt, ID: "m5", Attempt: 3})
+		}},
+		{"last event not a rung hop", func(in *Input) {
+			in.Records = in.Records[:len(in.Records)-1]
+		}},
+		{"a hop to a queue that is not a known rung", func(in *Input) {
+			in.Records[len(in.Records)-1].Queue = "field.work"
+		}},
+		{"the rung's node unknown at expiry", func(in *Input) {
+			in.RungNodes[0].At = at(30)
+		}},
+		{"no cut in the fault log", func(in *Input) {
+			in.FaultLog = in.FaultLog[:1]
+		}},
+		{"a client cut is not a node cut", func(in *Input) {
+			in.FaultLog[1].Kind, in.FaultLog[1].Args = "isolate-clients", []string{"f1"}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := rungRun()
+			c.edit(&in)
+			r := Check(in)
+			if r.RungLost != 0 || r.Lost != 1 || r.OK() {
+				t.Fatalf("lost=%d rung_lost=%d ok=%v; want the loss unexplained (lost=1 rung_lost=0)", r.Lost, r.RungLost, r.OK())
+			}
+			expectOne(t, r, "lost", "m5")
+		})
+	}
+}
+
+// A message that waits in a rung at the end is stuck, not lost of any kind.
+func TestRungWaitingIsStuckNotRungLost(t *testing.T) {
+	in := rungRun()
+	in.Remaining = []Place{{ID: "m5", Where: "field.work.retry.3s"}}
+	r := Check(in)
+	if r.RungLost != 0 || r.Lost != 0 || r.Stuck != 1 {
+		t.Fatalf("lost=%d rung_lost=%d stuck=%d", r.Lost, r.RungLost, r.Stuck)
+	}
+}
