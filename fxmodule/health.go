@@ -9,7 +9,7 @@ import (
 // ReadyHandler serves a readiness probe (/readyz) from b.Check: 200 and
 // "ready" when the broker is connected, not blocking publishing, and every
 // consumer is subscribed; otherwise 503 with each problem on a line of its
-// own (no credentials: URLs are redacted). It works for any *mq.Broker,
+// own (no credentials: URLs are redacted). It works for any *[mq.Broker],
 // with fx or without:
 //
 //	mux.Handle("/readyz", fxmodule.ReadyHandler(b))
