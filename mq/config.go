@@ -54,7 +54,10 @@ type Config struct {
 	// up for StableAfter.
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
-	// Logger receives the library's log records. Default slog.Default().
+	// Logger receives the library's log records, and is the only place a
+	// logger is given: the Broker's consumers and publishers, and the
+	// middleware they run, log to it ([Broker.Logger], [Delivery.Logger]).
+	// Default slog.Default().
 	Logger *slog.Logger
 	// NoRedeclare stops the [Broker] from declaring again what it declared
 	// ([Broker.Declare]) when the broker forgot it: exclusive, auto-delete
@@ -170,15 +173,6 @@ type Option interface{ apply(*Broker) }
 type optionFunc func(*Broker)
 
 func (f optionFunc) apply(b *Broker) { f(b) }
-
-// WithLogger sets the logger (overrides [Config.Logger]).
-func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(b *Broker) {
-		if l != nil {
-			b.log = l
-		}
-	})
-}
 
 // WithHooks installs instrumentation hooks: values implementing any of
 // [PublishHook], [DeliveryHook], [AttemptHook] and [EventHook]. They see every
