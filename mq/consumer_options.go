@@ -138,7 +138,7 @@ func AckEach() ConsumerOption {
 
 // qos is what each of the consumer's channels asks of basic.qos: the
 // window for the deliveries being handled plus room for the few that may
-// wait in-process on it before the session moves (lanes.go), which
+// wait in-process on it before the session moves (consume_lanes.go), which
 // the broker counts as unacknowledged too.
 func (cfg *consumerConfig) qos() int {
 	return min(cfg.prefetch+min(cfg.maxWaiting, laneWaiters), math.MaxUint16)
