@@ -14,15 +14,15 @@ import (
 	"github.com/acemq/acemq-go/topology"
 )
 
-// WithConsole provides the dead-letter console (ops.NewConsole) as
-// *ops.Console, an http.Handler for the service to mount on its own admin
+// WithConsole provides the dead-letter console ([ops.NewConsole]) as
+// *[ops.Console], an http.Handler for the service to mount on its own admin
 // server:
 //
 //	fxmodule.WithConsole(ops.ConsoleOptions{BasePath: "/dlq", Token: token}),
 //	fx.Invoke(func(con *ops.Console) { admin.Handle("/dlq/", http.StripPrefix("/dlq", con)) }),
 //
 // It watches every queue of the app's merged topology that has a .dlq or
-// a .parked (declared with topology.DeadLetter or topology.Retry), besides
+// a .parked (declared with [topology.DeadLetter] or [topology.Retry]), besides
 // any opts.Queues name, so the service never lists its queues twice. Its
 // operator actions (replay, delete, purge) are logged to opts.Logger,
 // default the broker's logger (the module's). The console is built while

@@ -92,7 +92,7 @@
 // # Publishers and health
 //
 // [AsPublisher] provides a publisher to an exchange as an interface type the
-// app names, so a test supplies a fake ([fxmoduletest.Publisher]). To a
+// app names, so a test supplies a fake (fxmoduletest.Publisher). To a
 // topic, fanout or headers exchange of the app's topology it is an event
 // publisher and allows unroutable publishes (an event nobody subscribes to
 // yet is normal); to the default or a direct exchange it is a command

@@ -22,8 +22,8 @@ const (
 )
 
 // Consumer is a consumer definition: the queue, the handler, and the
-// consumer's own options (middleware.Standard, mq.WithConcurrency, …).
-// Feed it to the module with AsConsumer.
+// consumer's own options ([middleware.Standard], [mq.WithConcurrency], …).
+// Feed it to the module with [AsConsumer].
 type Consumer struct {
 	// Queue is the queue consumed. Required; the consumer does not declare
 	// it (a topology fragment does).
@@ -31,10 +31,10 @@ type Consumer struct {
 	// Handler handles each delivery. Required.
 	Handler mq.Handler
 	// Options configure the consumer. Middleware they add sits inside the
-	// middleware given to WithMiddleware, and inside Standard's.
+	// middleware given to [WithMiddleware], and inside Standard's.
 	Options []mq.ConsumerOption
-	// Standard wraps Handler in middleware.Standard with the retry policy
-	// the merged topology declares for Queue (topology.Retry): the policy
+	// Standard wraps Handler in [middleware.Standard] with the retry policy
+	// the merged topology declares for Queue ([topology.Retry]): the policy
 	// is written once, in the topology, and the rungs the consumer
 	// publishes to are the rungs the topology declares. The app fails to
 	// build when the topology gives Queue no policy, or when Options run a
@@ -42,7 +42,7 @@ type Consumer struct {
 	// middleware is what Options say (a middleware.Standard(p) there must
 	// then agree with the topology's policy, or the app fails to build).
 	Standard bool
-	// StandardOptions adjust the Standard stack (middleware.WithTimeout,
+	// StandardOptions adjust the Standard stack ([middleware.WithTimeout],
 	// …). Used only with Standard.
 	StandardOptions []middleware.StandardOption
 	// Inbox runs Handler in the app's inbox, which outbox.Module provides
@@ -58,7 +58,7 @@ type Consumer struct {
 
 // AsTopology adds a topology fragment to the app's topology. ctor is a
 // constructor fx can call (its parameters are injected) returning a
-// *topology.Topology, optionally with an error; a *topology.Topology value
+// *[topology.Topology], optionally with an error; a *topology.Topology value
 // is accepted too. Every fragment is merged with the others and validated
 // with them. A nil fragment adds nothing.
 func AsTopology(ctor any) fx.Option {
@@ -72,7 +72,7 @@ func AsTopology(ctor any) fx.Option {
 }
 
 // AsConsumer adds a consumer to the app. ctor is a constructor fx can call
-// (its parameters are injected) returning a Consumer, optionally with an
+// (its parameters are injected) returning a [Consumer], optionally with an
 // error. The consumer starts after the topology is declared and stops,
 // draining, before the broker closes.
 func AsConsumer(ctor any) fx.Option {
@@ -127,15 +127,15 @@ type middlewareSet struct {
 //	type OrderEvents interface{ mq.Sender }
 //	fxmodule.AsPublisher[OrderEvents]("orders-events")
 //
-// The publisher is built with PublisherOptions: to an exchange the app's
+// The publisher is built with [PublisherOptions]: to an exchange the app's
 // topology declares as topic, fanout or headers it is an event publisher
 // and allows unroutable publishes (an event nobody subscribes to yet is
 // normal); to the default exchange, a direct exchange or one the topology
 // does not declare it is a command publisher and stays mandatory (a
-// command no queue takes fails with mq.ErrUnroutable). opts come after the
-// default: mq.Mandatory() makes an event publisher mandatory again.
+// command no queue takes fails with [mq.ErrUnroutable]). opts come after the
+// default: [mq.Mandatory]() makes an event publisher mandatory again.
 //
-// P must be an interface that *mq.Publisher implements (mq.Sender itself
+// P must be an interface that *[mq.Publisher] implements ([mq.Sender] itself
 // will do for an app with one publisher); anything else fails fx.New
 // naming it. The publisher opens its channel on first use and is closed
 // when the broker closes at stop, after every consumer has drained, so a
@@ -159,13 +159,13 @@ type publisherParams struct {
 	Topologies []*topology.Topology `group:"acemq.topologies"`
 }
 
-// PublisherOptions returns the options AsPublisher builds a publisher to
-// exchange with, given the app's topology t (nil: none): mq.AllowUnroutable
+// PublisherOptions returns the options [AsPublisher] builds a publisher to
+// exchange with, given the app's topology t (nil: none): [mq.AllowUnroutable]
 // first when t declares exchange as a topic, fanout or headers exchange —
 // an event publisher, whose event may have no audience yet — and then
 // opts. A publisher to the default exchange (""), to a direct exchange or
 // to an exchange t does not declare sends commands and stays mandatory, as
-// every mq.Publisher is by default. fxmoduletest.Publisher gives its fake
+// every [mq.Publisher] is by default. fxmoduletest.Publisher gives its fake
 // these same options.
 func PublisherOptions(t *topology.Topology, exchange string, opts ...mq.PublisherOption) []mq.PublisherOption {
 	out := make([]mq.PublisherOption, 0, len(opts)+1)

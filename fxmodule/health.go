@@ -21,7 +21,7 @@ import (
 // all at once, each bounded at CheckTimeout, and each gets a line of its
 // own after the first, "<name>: <detail>" (or "ok") when it passes and
 // "mq: not ready: <name>: <reason>" when it does not. It works for any
-// *mq.Broker, with fx or without:
+// *[mq.Broker], with fx or without:
 //
 //	mux.Handle("/readyz", fxmodule.ReadyHandler(b))
 func ReadyHandler(b *mq.Broker, checks ...Check) http.Handler {

@@ -14,7 +14,7 @@ import (
 	"github.com/acemq/acemq-go/otelmq"
 )
 
-// Module provides the *mq.Broker and runs the app's AceMQ topology and
+// Module provides the *[mq.Broker] and runs the app's AceMQ topology and
 // consumers with the app's lifecycle. See the package documentation.
 var Module = fx.Module("acemq",
 	fx.Provide(New),
@@ -25,7 +25,7 @@ var Module = fx.Module("acemq",
 	fx.Invoke(attachChecks),
 )
 
-// Params are New's dependencies.
+// Params are [New]'s dependencies.
 type Params struct {
 	fx.In
 
@@ -42,7 +42,7 @@ type Params struct {
 	MeterProvider  metric.MeterProvider `optional:"true"`
 }
 
-// Result is what New provides.
+// Result is what [New] provides.
 type Result struct {
 	fx.Out
 
@@ -51,7 +51,7 @@ type Result struct {
 
 // New builds the broker from p.Config (it does not connect) and hooks it to
 // the lifecycle: OnStart connects, honouring the start context; OnStop
-// closes it. It is the function Module provides, exported so the module's
+// closes it. It is the function [Module] provides, exported so the module's
 // work can be reproduced without Module.
 func New(p Params) (Result, error) {
 	cfg := p.Config

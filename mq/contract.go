@@ -11,9 +11,9 @@ const (
 	// HeaderSourceQueue is the queue the message failed on (retry, dead
 	// letter, park).
 	HeaderSourceQueue = "x-acemq-source-queue"
-	// HeaderReason says why a message was set aside: see the Reason values.
+	// HeaderReason says why a message was set aside: see the [Reason] values.
 	HeaderReason = "x-acemq-reason"
-	// HeaderError is the handler's error text, capped at MaxErrorHeader bytes.
+	// HeaderError is the handler's error text, capped at [MaxErrorHeader] bytes.
 	HeaderError = "x-acemq-error"
 	// HeaderFailedAt is the AMQP timestamp of the failure.
 	HeaderFailedAt = "x-acemq-failed-at"
@@ -35,11 +35,11 @@ const (
 	HeaderOriginalRoutingKey = "x-acemq-original-routing-key"
 )
 
-// MaxErrorHeader caps HeaderError, in bytes.
+// MaxErrorHeader caps [HeaderError], in bytes.
 const MaxErrorHeader = 4096
 
 // ErrorText is err's text as the library writes it down — in
-// x-acemq-error, and in otelmq's span statuses: at most MaxErrorHeader
+// x-acemq-error, and in otelmq's span statuses: at most [MaxErrorHeader]
 // bytes, cut on a rune boundary; empty for nil. Only the cut is inspected:
 // bytes that were not valid UTF-8 in the error's text are kept as they were.
 func ErrorText(err error) string {
@@ -59,7 +59,7 @@ func ErrorText(err error) string {
 	return s[:n]
 }
 
-// Reason is the value of HeaderReason.
+// Reason is the value of [HeaderReason].
 type Reason string
 
 // The reasons a message is set aside.
@@ -76,8 +76,8 @@ const (
 
 // Outcome is what became of a message, in one word used alike in code,
 // logs, metrics and hooks: what the consumer did with a delivery
-// (Delivery.Outcome, Decision), and why the library republished a message
-// itself (a hop: PublishInfo.Hop, docs/contract.md, "Hops").
+// ([Delivery.Outcome], [Decision]), and why the library republished a message
+// itself (a hop: [PublishInfo.Hop], docs/contract.md, "Hops").
 type Outcome string
 
 // The outcomes of a message.
@@ -85,7 +85,7 @@ const (
 	// OutcomeAck: handled; acknowledged.
 	OutcomeAck Outcome = "ack"
 	// OutcomeRetry: republished to a broker rung (or to its own queue, a
-	// wait cut short by Stop); acknowledged. As a Decision without a
+	// wait cut short by Stop); acknowledged. As a [Decision] without a
 	// queue: retried in-process after a wait.
 	OutcomeRetry Outcome = "retry"
 	// OutcomeDeadLetter: republished to .dlq; acknowledged.

@@ -17,11 +17,11 @@ import (
 // service declares its topology on every boot; it never deletes anything.
 //
 // A quorum queue declared without a dead-letter route is reported
-// (EventDeadLetterMissing, a warning): past its delivery limit the broker
+// ([EventDeadLetterMissing], a warning): past its delivery limit the broker
 // drops a returned message instead of dead-lettering it.
 //
-// A refusal is a *BrokerError naming the item, the reply code and the
-// broker's reason: errors.Is(err, ErrPreconditionFailed) when an existing
+// A refusal is a *[BrokerError] naming the item, the reply code and the
+// broker's reason: errors.Is(err, [ErrPreconditionFailed]) when an existing
 // queue has different arguments. A connection lost midway is waited out and
 // the declaration run again, bounded by ctx.
 //
@@ -34,7 +34,7 @@ import (
 // found missing under its consumer (deleted, the consumer cancelled) is
 // declared again with its bindings and failure half, and the consumer
 // resubscribes. Durable things are not declared again on a reconnect.
-// Config.NoRedeclare turns this off; docs/recovery.md says more.
+// [Config.NoRedeclare] turns this off; docs/recovery.md says more.
 func (b *Broker) Declare(ctx context.Context, t *topology.Topology) error {
 	if t == nil {
 		return errors.New("mq: declare: nil topology")
@@ -77,7 +77,7 @@ func (b *Broker) Declare(ctx context.Context, t *topology.Topology) error {
 
 // QueueExists reports whether queue exists (a passive declare on a
 // throwaway channel: NOT_FOUND is false; any other failure is an error). A
-// name over MaxShortString bytes is ErrInvalid, as in every call here that
+// name over [MaxShortString] bytes is [ErrInvalid], as in every call here that
 // takes a queue name.
 func (b *Broker) QueueExists(ctx context.Context, queue string) (bool, error) {
 	if err := CheckName("queue name", queue); err != nil {
@@ -94,7 +94,7 @@ func (b *Broker) QueueExists(ctx context.Context, queue string) (bool, error) {
 }
 
 // MessageCount is the number of messages ready in queue: a message a
-// consumer holds unacknowledged is not counted. ErrNotFound if the queue
+// consumer holds unacknowledged is not counted. [ErrNotFound] if the queue
 // does not exist.
 func (b *Broker) MessageCount(ctx context.Context, queue string) (int, error) {
 	if err := CheckName("queue name", queue); err != nil {

@@ -9,7 +9,7 @@ import (
 )
 
 // Sentinel errors, for errors.Is. Broker refusals match by reply code: a
-// *BrokerError with code 406 is ErrPreconditionFailed, and so on.
+// *[BrokerError] with code 406 is ErrPreconditionFailed, and so on.
 var (
 	// ErrClosed: the broker, publisher or consumer was closed.
 	ErrClosed = errors.New("mq: closed")
@@ -34,11 +34,11 @@ var (
 	ErrNacked = errors.New("mq: nacked by broker")
 	// ErrInvalid: a value the wire cannot carry, or that amqp091-go's
 	// reader would refuse, was refused at the call, before anything was
-	// sent (see InvalidError, CheckName, CheckTable): the connection and
+	// sent (see [InvalidError], [CheckName], [CheckTable]): the connection and
 	// every other publish are untouched.
 	ErrInvalid = errors.New("mq: invalid input")
 	// ErrRequeue marks a handler outcome that puts the message back on its
-	// queue (basic.reject with requeue) after a pause; see Requeue.
+	// queue (basic.reject with requeue) after a pause; see [Requeue].
 	ErrRequeue = errors.New("mq: requeue")
 )
 
@@ -92,7 +92,7 @@ func (e *BrokerError) Is(target error) bool {
 	return false
 }
 
-// ReplyCode returns the AMQP reply code carried by err (a *BrokerError or
+// ReplyCode returns the AMQP reply code carried by err (a *[BrokerError] or
 // an *amqp.Error anywhere in its chain), or 0. It allocates nothing: the
 // instrumentation asks it on every failed attempt.
 func ReplyCode(err error) int {

@@ -4,7 +4,7 @@ import "time"
 
 // Events the contract names. Each is the message of the log record that
 // reports it, so it is greppable and the same in every AceMQ library, and
-// the Name of the Event the hooks see.
+// the Name of the [Event] the hooks see.
 const (
 	// EventRungMissing: a retry's publish to its rung came back unroutable;
 	// the message was set aside in the dead-letter queue instead.
@@ -15,7 +15,7 @@ const (
 	// limit) after a pause that doubles with its returns. Up to 4.2 a queue
 	// with no dead-letter route drops it past its limit (docs/reliability.md).
 	EventSetAsideFailed = "acemq.messages.set.aside.failed"
-	// EventRetry: a failed attempt is retried (Event.Kind says in-process
+	// EventRetry: a failed attempt is retried ([Event.Kind] says in-process
 	// or broker; carried when a wait cut short by Stop is republished to
 	// the queue with its next attempt).
 	EventRetry = "acemq.retry"
@@ -28,14 +28,14 @@ const (
 	EventConsumerSubscribeFailed = "acemq.consumer.subscribe.failed"
 	// EventRequeued: the library returned a delivery to its queue itself (a
 	// hop that could not be made, a handler or wait cut short, a panic
-	// outside every middleware). Event.Kind says why. On a quorum queue each
+	// outside every middleware). [Event.Kind] says why. On a quorum queue each
 	// return counts against its delivery limit (RabbitMQ 4.x: 20 by default).
 	EventRequeued = "acemq.message.requeued"
 	// EventDeadLetterMissing: Declare declared a quorum queue with no
 	// dead-letter route (no x-dead-letter-exchange). A message returned to
 	// it past its delivery limit (RabbitMQ 4.x: 20 by default; 3.x: none
 	// unless x-delivery-limit is set) is dropped by the broker, not
-	// dead-lettered; give the queue topology.DeadLetter() to keep it.
+	// dead-lettered; give the queue [topology.DeadLetter]() to keep it.
 	EventDeadLetterMissing = "acemq.queue.dead.letter.missing"
 )
 
@@ -58,15 +58,15 @@ const (
 )
 
 // Events of topology recovery: what the broker forgot, the library
-// declares again (Broker.Declare, docs/recovery.md).
+// declares again ([Broker.Declare], docs/recovery.md).
 const (
 	// EventTopologyRedeclared: the library declared a queue again, with
 	// its bindings. Logged with why: "reconnect" (an exclusive,
 	// auto-delete or transient queue, on a new connection, before any
 	// consumer resubscribed; not an exclusive or auto-delete one whose
 	// consumers all stopped) or "missing" (a subscribe found the queue
-	// gone, and the consumer subscribes again at once). Event.Queue is the
-	// queue; for "missing", Event.Err is the NOT_FOUND that found it gone.
+	// gone, and the consumer subscribes again at once). [Event.Queue] is the
+	// queue; for "missing", [Event.Err] is the NOT_FOUND that found it gone.
 	EventTopologyRedeclared = "acemq.topology.redeclared"
 	// EventTopologyRedeclareFailed: declaring again was refused or could
 	// not be done (an exclusive queue still held for the connection that
@@ -85,34 +85,34 @@ type Event struct {
 	Target string
 	// Attempt is the attempt that failed, when it applies.
 	Attempt int
-	// Kind qualifies the event: how EventRetry retries, why EventRequeued
+	// Kind qualifies the event: how [EventRetry] retries, why [EventRequeued]
 	// returned the delivery; empty for the others.
 	Kind EventKind
-	// Wait is the retry wait, for EventRetry.
+	// Wait is the retry wait, for [EventRetry].
 	Wait time.Duration
 	// Err is the failure, when there was one.
 	Err error
 }
 
-// EventKind qualifies an Event (Event.Kind).
+// EventKind qualifies an [Event] ([Event.Kind]).
 type EventKind string
 
-// The kinds of EventRetry and EventRequeued.
+// The kinds of [EventRetry] and [EventRequeued].
 const (
-	// KindInProcess: EventRetry waits in-process (a Decision without a queue) before the
+	// KindInProcess: [EventRetry] waits in-process (a [Decision] without a queue) before the
 	// next attempt.
 	KindInProcess EventKind = "in-process"
-	// KindBroker: EventRetry republishes to a broker rung.
+	// KindBroker: [EventRetry] republishes to a broker rung.
 	KindBroker EventKind = "broker"
-	// KindCarried: EventRetry republishes to the queue itself, with its
+	// KindCarried: [EventRetry] republishes to the queue itself, with its
 	// next attempt, a wait cut short by Stop.
 	KindCarried EventKind = "carried"
-	// KindCutShort: EventRequeued after the consumer cut the handler or
+	// KindCutShort: [EventRequeued] after the consumer cut the handler or
 	// its wait short (a lost channel, a stop deadline).
 	KindCutShort EventKind = "cut short"
-	// KindPanic: EventRequeued after a panic that escaped every middleware.
+	// KindPanic: [EventRequeued] after a panic that escaped every middleware.
 	KindPanic EventKind = "panic"
-	// KindRequeue: EventRequeued because the chain returned Requeue (a hop
+	// KindRequeue: [EventRequeued] because the chain returned [Requeue] (a hop
 	// that could not be made, say).
 	KindRequeue EventKind = "requeued"
 )

@@ -18,7 +18,7 @@ type PublishHook interface {
 	OnPublishDone(ctx context.Context, p *PublishInfo, err error)
 }
 
-// PublishInfo is one publish as a PublishHook sees it.
+// PublishInfo is one publish as a [PublishHook] sees it.
 type PublishInfo struct {
 	Exchange   string
 	RoutingKey string

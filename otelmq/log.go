@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// The log fields LogHandler adds.
+// The log fields [LogHandler] adds.
 const (
 	LogTraceID = "trace_id"
 	LogSpanID  = "span_id"
@@ -22,7 +22,7 @@ const (
 //
 // Inside a handler and in the library's middleware, ctx carries the
 // delivery's process span. Put it on the logger the broker gets
-// (mq.Config.Logger) and on your own:
+// ([mq.Config.Logger]) and on your own:
 //
 //	log := slog.New(otelmq.LogHandler(slog.NewJSONHandler(os.Stderr, nil)))
 //

@@ -29,10 +29,10 @@ const (
 	// delivery will be.
 	AttemptKey = attribute.Key("acemq.attempt")
 	// OutcomeKey is what became of a delivery: ack, retry, dead-letter,
-	// park, requeue or reject (mq.Outcome).
+	// park, requeue or reject ([mq.Outcome]).
 	OutcomeKey = attribute.Key("acemq.outcome")
 	// HopKey is why the library republished a message itself: retry,
-	// dead-letter, park or replay (mq.Outcome). Absent on the
+	// dead-letter, park or replay ([mq.Outcome]). Absent on the
 	// application's own publishes.
 	HopKey = attribute.Key("acemq.hop")
 	// ReasonKey is why a message was set aside (x-acemq-reason): exhausted,
@@ -65,7 +65,7 @@ const (
 // eventAttempt is the process span's event for each call of the handler.
 const eventAttempt = "acemq.attempt"
 
-// Option configures an Instrumentation. Options are values of an interface
+// Option configures an [Instrumentation]. Options are values of an interface
 // with an unexported method, so only this package defines them.
 type Option interface{ apply(*config) }
 
@@ -81,7 +81,7 @@ type config struct {
 }
 
 // WithTracerProvider sets the TracerProvider spans are created with.
-// Default: the global one (otel.GetTracerProvider), read when New runs. A
+// Default: the global one (otel.GetTracerProvider), read when [New] runs. A
 // nil provider keeps the default.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) {
@@ -92,7 +92,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 // WithMeterProvider sets the MeterProvider instruments are created with.
-// Default: the global one (otel.GetMeterProvider), read when New runs. A
+// Default: the global one (otel.GetMeterProvider), read when [New] runs. A
 // nil provider keeps the default.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(c *config) {
@@ -105,7 +105,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // WithPropagators sets the propagator that writes and reads a message's
 // creation context (traceparent and tracestate with the W3C propagator).
 // Default: the global one (otel.GetTextMapPropagator) when one has been set
-// by the time New runs, else W3C trace context — every AceMQ library with
+// by the time [New] runs, else W3C trace context — every AceMQ library with
 // tracing installed writes traceparent and tracestate on every publish
 // (docs/contract.md, "Decisions"), so an app that never configured
 // propagation still gets one trace per message.
@@ -134,8 +134,8 @@ func WithLinksOnly() Option {
 }
 
 // Instrumentation is AceMQ's OpenTelemetry instrumentation. It implements
-// mq.PublishHook, mq.DeliveryHook, mq.AttemptHook and mq.EventHook; install
-// it with mq.WithHooks. It is safe for concurrent use and holds no state
+// [mq.PublishHook], [mq.DeliveryHook], [mq.AttemptHook] and [mq.EventHook]; install
+// it with [mq.WithHooks]. It is safe for concurrent use and holds no state
 // between calls: whatever a publish or a delivery needs is carried in the
 // context the hooks hand on.
 type Instrumentation struct {

@@ -30,7 +30,7 @@ var ErrInvalid = errors.New("retry: invalid policy")
 // deliveries. It is an immutable value: methods return copies, and the zero
 // Policy is valid and means one attempt, no retries.
 //
-// Build one with Exponential, Fixed or Waits. A constructor given bad input
+// Build one with [Exponential], [Fixed] or [Waits]. A constructor given bad input
 // still returns a Policy; Validate reports what was wrong, so a policy can be
 // written inline in a topology and checked with it.
 type Policy struct {
@@ -40,7 +40,7 @@ type Policy struct {
 	err      error
 }
 
-// Option adjusts a Policy at construction. Options are values of an
+// Option adjusts a [Policy] at construction. Options are values of an
 // interface with an unexported method, so only this package defines them.
 type Option interface{ apply(*Policy) }
 
@@ -49,7 +49,7 @@ type optionFunc func(*Policy)
 func (f optionFunc) apply(p *Policy) { f(p) }
 
 // InProcessLimit sets the longest wait the consumer waits in its own process
-// (default DefaultInProcessLimit, 30 s). Waits of at most d are waited
+// (default [DefaultInProcessLimit], 30 s). Waits of at most d are waited
 // in-process; longer waits are published to a broker rung. InProcessLimit(0)
 // sends every non-zero wait to the broker. A negative limit is invalid.
 func InProcessLimit(d time.Duration) Option {
@@ -111,7 +111,7 @@ func Fixed(attempts int, wait time.Duration, opts ...Option) Policy {
 }
 
 // Waits is an explicit list of waits: len(waits)+1 deliveries in all. Use
-// With to add options such as InProcessLimit.
+// With to add options such as [InProcessLimit].
 func Waits(waits ...time.Duration) Policy {
 	p := Policy{}
 	if len(waits)+1 > MaxAttempts {
@@ -200,7 +200,7 @@ type Step struct {
 	// Next is the number of the next attempt (k+1), zero when exhausted.
 	Next int
 	// InProcess says the wait is short enough to wait in the consumer
-	// (Policy.InProcess); false for a broker rung, and when exhausted.
+	// ([Policy.InProcess]); false for a broker rung, and when exhausted.
 	InProcess bool
 }
 
@@ -232,7 +232,7 @@ func (p Policy) After(attempt int) Step {
 	return Step{Wait: w, Next: attempt + 1, InProcess: p.InProcess(w)}
 }
 
-// Validate reports every problem with the policy, each wrapping ErrInvalid:
+// Validate reports every problem with the policy, each wrapping [ErrInvalid]:
 // bad constructor input, broker rungs that are not a whole number of
 // seconds (a rung's name and TTL are per whole second, so two such rungs
 // would share a queue name with different TTLs), and broker rungs longer

@@ -20,7 +20,7 @@ import (
 //		Queue(q, topology.Exclusive()).
 //		Binding(q, "prices", "")
 //
-// Declare such a queue Exclusive (the broker deletes it with the
+// Declare such a queue [Exclusive] (the broker deletes it with the
 // connection, so no instance leaves one behind) and consume it through
 // the Broker that declared it: after a reconnect that Broker declares it
 // and its bindings again before its consumers resubscribe (mq.Broker.Declare).

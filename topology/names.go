@@ -66,7 +66,7 @@ func Short(d time.Duration) string {
 }
 
 // RungArguments is the argument table of q's rung that waits d: expired
-// messages dead-letter through RetryExchange back to q after d. This is the
+// messages dead-letter through [RetryExchange] back to q after d. This is the
 // only place the table is built; the TTL is an integer number of
 // milliseconds (a float is a different argument to the broker).
 func RungArguments(q string, d time.Duration) amqp.Table {
@@ -77,7 +77,7 @@ func RungArguments(q string, d time.Duration) amqp.Table {
 	}
 }
 
-// DeadLetterArguments is what DeadLetter() adds to a source queue q: the
+// DeadLetterArguments is what [DeadLetter]() adds to a source queue q: the
 // broker's own route to q.dlq for messages the library never sees.
 func DeadLetterArguments(q string) amqp.Table {
 	return amqp.Table{

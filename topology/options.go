@@ -9,26 +9,26 @@ import (
 	"github.com/acemq/acemq-go/retry"
 )
 
-// ExchangeOption configures an exchange declared with Topology.Exchange.
+// ExchangeOption configures an exchange declared with [Topology.Exchange].
 type ExchangeOption interface {
 	applyExchange(*exchangeSpec)
 	String() string
 }
 
-// QueueOption configures a queue declared with Topology.Queue.
+// QueueOption configures a queue declared with [Topology.Queue].
 type QueueOption interface {
 	applyQueue(*queueSpec)
 	String() string
 }
 
-// BindingOption configures a binding declared with Topology.Binding.
+// BindingOption configures a binding declared with [Topology.Binding].
 type BindingOption interface {
 	applyBinding(*Binding)
 	String() string
 }
 
 // Kind is an exchange type. The four kinds are themselves exchange options:
-// Exchange("audit", topology.Fanout). With no kind an exchange is a topic
+// [Exchange]("audit", topology.Fanout). With no kind an exchange is a topic
 // exchange.
 type Kind string
 
@@ -116,7 +116,7 @@ func Exclusive() QueueOption {
 }
 
 // Quorum asks for a quorum queue explicitly. A durable queue is one anyway;
-// asking for it together with Exclusive, AutoDelete or Transient is an error
+// asking for it together with [Exclusive], [AutoDelete] or [Transient] is an error
 // caught before the broker sees it.
 func Quorum() QueueOption {
 	return queueFlag{flag{name: "Quorum", q: func(s *queueSpec) { s.quorum = true }}}
@@ -145,7 +145,7 @@ func Internal() ExchangeOption {
 type retryOption struct{ p retry.Policy }
 
 // Retry gives the queue a retry policy: it declares the failure half (as
-// DeadLetter does, without the x-dead-letter-* arguments on the queue
+// [DeadLetter] does, without the x-dead-letter-* arguments on the queue
 // itself) and, when the policy has broker rungs, acemq.retry, one rung queue
 // per broker wait and the binding that brings an expired retry home. The
 // consumer of the queue must run the same policy.
@@ -154,7 +154,7 @@ func Retry(p retry.Policy) QueueOption { return retryOption{p} }
 func (o retryOption) applyQueue(s *queueSpec) { s.retry, s.hasRetry = o.p, true }
 func (o retryOption) String() string          { return "Retry(" + o.p.String() + ")" }
 
-// ArgsOption is Args: queues, exchanges and bindings all take it.
+// ArgsOption is [Args]: queues, exchanges and bindings all take it.
 type ArgsOption interface {
 	QueueOption
 	ExchangeOption
@@ -166,7 +166,7 @@ type argsOption struct{ t amqp.Table }
 // Args adds broker arguments to a queue, an exchange or a binding (for a
 // headers exchange, the binding's match table). The table is copied. A queue
 // whose arguments name x-queue-type keeps that type (how streams are
-// declared); giving Quorum() or Classic() as well is an error.
+// declared); giving [Quorum]() or [Classic]() as well is an error.
 func Args(t amqp.Table) ArgsOption { return argsOption{cloneTable(t)} }
 
 func (o argsOption) applyQueue(s *queueSpec)       { s.args = mergeTable(s.args, o.t) }

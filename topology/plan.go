@@ -10,7 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// ActionKind is what an Action declares.
+// ActionKind is what an [Action] declares.
 type ActionKind string
 
 // The three kinds of declaration, in the order they are applied.

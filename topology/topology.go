@@ -30,7 +30,7 @@ type Error struct {
 
 func (e *Error) Error() string { return "topology: " + e.Call + ": " + e.Problem }
 
-// Unwrap makes errors.Is(err, ErrInvalid) true.
+// Unwrap makes errors.Is(err, [ErrInvalid]) true.
 func (e *Error) Unwrap() error { return ErrInvalid }
 
 // Exchange is an exchange as it will be declared.
@@ -84,7 +84,7 @@ type item[T any] struct {
 }
 
 // Topology is a description of exchanges, queues and bindings. Build one with
-// New and its chainable methods; the order of calls does not matter, since
+// [New] and its chainable methods; the order of calls does not matter, since
 // applying declares exchanges, then queues, then bindings, each group in the
 // order the topology first met its items. The zero Topology is empty and
 // ready to use, like New(). A Topology is not safe for concurrent mutation.
@@ -131,8 +131,8 @@ func stringers[T fmt.Stringer](opts []T) []fmt.Stringer {
 	return out
 }
 
-// Exchange declares an exchange. Without a Kind option it is a topic
-// exchange; it is durable unless Transient() is given.
+// Exchange declares an exchange. Without a [Kind] option it is a topic
+// exchange; it is durable unless [Transient]() is given.
 func (t *Topology) Exchange(name string, opts ...ExchangeOption) *Topology {
 	opts = slices.Clone(opts)
 	t.calls = append(t.calls, func(t *Topology) { t.exchange(name, opts) })
@@ -177,7 +177,7 @@ func (t *Topology) exchange(name string, opts []ExchangeOption) {
 }
 
 // Queue declares a queue. It is durable and a quorum queue unless told
-// otherwise; see the options for the rules. DeadLetter() and Retry(...)
+// otherwise; see the options for the rules. [DeadLetter]() and [Retry](...)
 // derive the queues and bindings a consumer needs to fail into.
 func (t *Topology) Queue(name string, opts ...QueueOption) *Topology {
 	opts = slices.Clone(opts)
@@ -296,7 +296,7 @@ func (t *Topology) failureHalf(call, q string, p retry.Policy) {
 
 // Binding binds queue to exchange on key. Both must be declared by this
 // topology (or by a fragment merged into it). For a headers exchange, give
-// the match table with Args.
+// the match table with [Args].
 func (t *Topology) Binding(queue, exchange, key string, opts ...BindingOption) *Topology {
 	opts = slices.Clone(opts)
 	t.calls = append(t.calls, func(t *Topology) { t.binding(queue, exchange, key, opts) })
@@ -516,7 +516,7 @@ func queueSummary(q Queue) string {
 }
 
 // Validate returns every mistake in the topology at once (errors.Join of
-// *Error values, each wrapping ErrInvalid), or nil. Besides the mistakes
+// *[Error] values, each wrapping [ErrInvalid]), or nil. Besides the mistakes
 // recorded by each call, it checks that every binding names a queue and an
 // exchange this topology declares.
 func (t *Topology) Validate() error {

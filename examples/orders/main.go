@@ -279,7 +279,11 @@ func nothingThere(url string) error {
 // quietBroker is a connection of the demo's own for its checks before and
 // after the run, logging nothing.
 func quietBroker(ctx context.Context, url string) (*mq.Broker, error) {
-	return mq.Dial(ctx, url, mq.WithLogger(slog.New(slog.DiscardHandler)))
+	b := mq.New(mq.Config{URLs: []string{url}, Logger: slog.New(slog.DiscardHandler)})
+	if err := b.Start(ctx); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 func isNotFound(err error) bool {

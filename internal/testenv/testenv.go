@@ -149,8 +149,8 @@ func atEnd(t testing.TB, fn func(ctx context.Context, b *mq.Broker)) {
 		closeTracked(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		b, err := mq.Dial(ctx, URL(), mq.WithLogger(Discard()))
-		if err != nil {
+		b := mq.New(mq.Config{URLs: []string{URL()}, Logger: Discard()})
+		if err := b.Start(ctx); err != nil {
 			t.Errorf("cleanup: %v", err)
 			return
 		}

@@ -62,6 +62,15 @@ func envOr(k, def string) string {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
+// dial connects a Broker to -url that logs to quiet.
+func dial(ctx context.Context, opts ...mq.Option) (*mq.Broker, error) {
+	b := mq.New(mq.Config{URLs: []string{*url}, Logger: quiet}, opts...)
+	if err := b.Start(ctx); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
 func main() {
 	flag.Parse()
 	if *profile != "" {
@@ -332,7 +341,7 @@ func run(ctx context.Context) error {
 	defer conn.Close()
 	version, _ := conn.Properties["version"].(string)
 
-	b, err := mq.Dial(ctx, *url, mq.WithLogger(quiet))
+	b, err := dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -340,7 +349,7 @@ func run(ctx context.Context) error {
 	// The fills go through a connection of their own: the broker throttles
 	// a connection that publishes hard (credit flow), and no contestant's
 	// acks should queue behind that.
-	filler, err := mq.Dial(ctx, *url, mq.WithLogger(quiet))
+	filler, err := dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -492,20 +501,20 @@ func run(ctx context.Context) error {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	defer mp.Shutdown(context.Background())
 	hooks := mq.WithHooks(otelmq.New(otelmq.WithTracerProvider(tp), otelmq.WithMeterProvider(mp)))
-	traced, err := mq.Dial(ctx, *url, mq.WithLogger(quiet), hooks)
+	traced, err := dial(ctx, hooks)
 	if err != nil {
 		return err
 	}
 	defer traced.Close(context.Background())
 	// The same, traces only: the metric SDK's own work per measurement is
 	// a good part of the whole.
-	tracesOnly, err := mq.Dial(ctx, *url, mq.WithLogger(quiet),
+	tracesOnly, err := dial(ctx,
 		mq.WithHooks(otelmq.New(otelmq.WithTracerProvider(tp), otelmq.WithMeterProvider(metricnoop.NewMeterProvider()))))
 	if err != nil {
 		return err
 	}
 	defer tracesOnly.Close(context.Background())
-	tracedFiller, err := mq.Dial(ctx, *url, mq.WithLogger(quiet), hooks)
+	tracedFiller, err := dial(ctx, hooks)
 	if err != nil {
 		return err
 	}

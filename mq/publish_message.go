@@ -10,13 +10,13 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Message is what a Publisher sends: a body and the AMQP properties, named
+// Message is what a [Publisher] sends: a body and the AMQP properties, named
 // as amqp091-go names them on a delivery.
 //
 // Defaults for a new message: persistent (DeliveryMode 0 means
 // amqp.Persistent; set amqp.Transient to opt out), a unique MessageId and the
 // current Timestamp when those are empty. A message copied from a delivery
-// (Delivery.Message, MessageOf) keeps its properties exactly as they were.
+// ([Delivery.Message], [MessageOf]) keeps its properties exactly as they were.
 type Message struct {
 	Body            []byte
 	ContentType     string
@@ -37,7 +37,7 @@ type Message struct {
 	verbatim bool
 }
 
-// MessageOf copies a delivery into a Message for republishing: body and
+// MessageOf copies a delivery into a [Message] for republishing: body and
 // every property unchanged (no defaults applied), headers copied so they
 // can be added to without touching the delivery.
 func MessageOf(d amqp.Delivery) Message {

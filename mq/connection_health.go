@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// ErrNotReady: Broker.Check found the broker not ready to serve (no
+// ErrNotReady: [Broker.Check] found the broker not ready to serve (no
 // connection, publishing blocked, a consumer not subscribed).
 var ErrNotReady = errors.New("mq: not ready")
 
@@ -16,7 +16,7 @@ var ErrNotReady = errors.New("mq: not ready")
 // broker does not block publishing (no memory or disk alarm), and every
 // consumer of the broker is subscribed right now (not between a lost
 // channel and its resubscribe). Otherwise it names every problem at once,
-// each wrapping ErrNotReady (ErrClosed after Close, ErrNotStarted before
+// each wrapping [ErrNotReady] ([ErrClosed] after Close, [ErrNotStarted] before
 // Start). It does not block: it reads state, sends nothing to the broker.
 func (b *Broker) Check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {

@@ -8,7 +8,7 @@ import (
 // StableAfter is how long a connection or a subscription must stay up to
 // count as healthy: one that ends sooner counts as a failed attempt, so the
 // backoff keeps growing across such flaps instead of starting again at
-// Config.ReconnectMin; one that stayed up this long resets it.
+// [Config.ReconnectMin]; one that stayed up this long resets it.
 const StableAfter = 5 * time.Second
 
 // flapAlarm is how many flaps in a row make EventConnectionFlapping (or

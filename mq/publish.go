@@ -10,7 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// PublisherOption configures a Publisher.
+// PublisherOption configures a [Publisher].
 type PublisherOption interface{ applyPublisher(*Publisher) }
 
 type publisherOption func(*Publisher)
@@ -18,9 +18,9 @@ type publisherOption func(*Publisher)
 func (f publisherOption) applyPublisher(p *Publisher) { f(p) }
 
 // Mandatory asks the broker to return a publish no queue is bound for; the
-// publish then fails with ErrUnroutable. It is the default for every
+// publish then fails with [ErrUnroutable]. It is the default for every
 // publisher (so a nil from Publish means some queue holds the message);
-// the option remains to say so explicitly, and undoes AllowUnroutable.
+// the option remains to say so explicitly, and undoes [AllowUnroutable].
 func Mandatory() PublisherOption {
 	return publisherOption(func(p *Publisher) { p.mandatory = true })
 }
@@ -29,7 +29,7 @@ func Mandatory() PublisherOption {
 // routing goes: a message no queue is bound for is confirmed and dropped by
 // the broker, and Publish returns nil for it. For events that may have no
 // audience (a topic nobody subscribes to yet). Off by default: without it a
-// publish no queue is bound for fails with ErrUnroutable. The library's own
+// publish no queue is bound for fails with [ErrUnroutable]. The library's own
 // hops are always mandatory.
 func AllowUnroutable() PublisherOption {
 	return publisherOption(func(p *Publisher) {
@@ -40,14 +40,14 @@ func AllowUnroutable() PublisherOption {
 }
 
 // AsHop marks every publish of the publisher as a hop of the given kind for
-// the hooks (a replay tool publishes with AsHop(OutcomeReplay)). It implies
-// Mandatory.
+// the hooks (a replay tool publishes with AsHop([OutcomeReplay])). It implies
+// [Mandatory].
 func AsHop(kind Outcome) PublisherOption {
 	return publisherOption(func(p *Publisher) { p.hop, p.mandatory = kind, true })
 }
 
 // Publisher publishes to one exchange on a channel of its own, in confirm
-// mode, mandatory unless AllowUnroutable was given. Publish returns nil
+// mode, mandatory unless [AllowUnroutable] was given. Publish returns nil
 // once the broker has confirmed the message and routed it to at least one
 // queue. It is safe for many goroutines at once, and pipelined: concurrent
 // publishes share the channel's confirm stream without waiting for each
@@ -55,7 +55,7 @@ func AsHop(kind Outcome) PublisherOption {
 // wait for each other, so a basic.return is credited to exactly the
 // publish that caused it).
 //
-// Every publish is validated before it reaches the wire (see ErrInvalid):
+// Every publish is validated before it reaches the wire (see [ErrInvalid]):
 // input the wire cannot carry fails its own call and nothing else.
 //
 // A publish in flight when the connection dies is sent again on the next
@@ -84,7 +84,7 @@ type Publisher struct {
 
 // Publisher returns a publisher to exchange ("" is the default exchange,
 // where the routing key is a queue name). It opens its channel on first
-// use. Close it when done (Broker.Close closes the ones still open).
+// use. Close it when done ([Broker.Close] closes the ones still open).
 func (b *Broker) Publisher(exchange string, opts ...PublisherOption) *Publisher {
 	p := &Publisher{b: b, exchange: exchange, mandatory: true, sem: make(chan struct{}, 1), solos: make(chan struct{}, maxSolos)}
 	for _, o := range opts {
@@ -102,12 +102,12 @@ func (b *Broker) Publisher(exchange string, opts ...PublisherOption) *Publisher 
 func (p *Publisher) Exchange() string { return p.exchange }
 
 // Publish sends m to the publisher's exchange with routingKey and returns
-// once the broker confirmed it. Errors: ErrInvalid when m (or the routing
-// key) cannot be carried by the wire — nothing was sent; ErrNacked when the
-// broker refused it; ErrUnroutable when no queue was bound for it (see
-// AllowUnroutable); ctx's error when ctx ended first (the message may or
+// once the broker confirmed it. Errors: [ErrInvalid] when m (or the routing
+// key) cannot be carried by the wire — nothing was sent; [ErrNacked] when the
+// broker refused it; [ErrUnroutable] when no queue was bound for it (see
+// [AllowUnroutable]); ctx's error when ctx ended first (the message may or
 // may not have been taken; when ctx had ended before the call, nothing was
-// sent); ErrClosed; or a *BrokerError (say, the exchange does not exist).
+// sent); [ErrClosed]; or a *[BrokerError] (say, the exchange does not exist).
 // While the broker blocks publishing (a resource alarm), Publish waits,
 // bounded by ctx. Publish returns by ctx's deadline even when the socket
 // under it stopped draining: the write then finishes or fails in the
@@ -407,9 +407,9 @@ func publishOp(exchange string) string {
 }
 
 // Close closes the publisher's channel. Publishes still waiting for a
-// confirm fail with ErrClosed. Close is idempotent. On a socket that stopped
+// confirm fail with [ErrClosed]. Close is idempotent. On a socket that stopped
 // draining it returns once the connection is declared dead (see
-// Config.Heartbeat); Broker.Close bounds it by its own context.
+// [Config.Heartbeat]); [Broker.Close] bounds it by its own context.
 func (p *Publisher) Close() { p.close(context.Background()) }
 
 // close closes the publisher's channels, waiting for the broker's answer
@@ -462,7 +462,7 @@ func (e *BatchError) Error() string {
 	return fmt.Sprintf("mq: %d of %d publishes failed; first: %v", n, len(e.Errs), first)
 }
 
-// Unwrap returns the failures, so errors.Is(err, ErrUnroutable) asks
+// Unwrap returns the failures, so errors.Is(err, [ErrUnroutable]) asks
 // whether any publish came back.
 func (e *BatchError) Unwrap() []error {
 	var out []error
@@ -476,7 +476,7 @@ func (e *BatchError) Unwrap() []error {
 
 // PublishBatch sends every message with routingKey without waiting between
 // them, then waits for all their confirms: the fast way to publish in bulk.
-// It returns nil when every message was confirmed, or a *BatchError saying
+// It returns nil when every message was confirmed, or a *[BatchError] saying
 // which ones failed and why. Messages in flight when the connection dies are
 // sent again, all together, as with Publish.
 func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []Message) error {
@@ -571,7 +571,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 }
 
 // IsMandatory reports whether a publisher given opts is mandatory, as
-// Broker.Publisher builds it (mandatory unless AllowUnroutable says
+// [Broker.Publisher] builds it (mandatory unless [AllowUnroutable] says
 // otherwise).
 func IsMandatory(opts ...PublisherOption) bool {
 	p := Publisher{mandatory: true}

@@ -16,7 +16,7 @@ import (
 // product version and used as the OpenTelemetry instrumentation version.
 const Version = "0.1.0"
 
-// Defaults for Config fields left zero.
+// Defaults for [Config] fields left zero.
 const (
 	defaultHeartbeat    = 10 * time.Second
 	defaultDialTimeout  = 10 * time.Second
@@ -24,7 +24,7 @@ const (
 	DefaultReconnectMax = 10 * time.Second
 )
 
-// Config is what a Broker connects with.
+// Config is what a [Broker] connects with.
 type Config struct {
 	// URLs are the broker addresses (amqp:// or amqps://), tried in turn,
 	// starting over after the last: give every node of a cluster. Required.
@@ -49,15 +49,18 @@ type Config struct {
 	// ReconnectMin and ReconnectMax bound the jittered exponential backoff
 	// between connection attempts (and a consumer's resubscribes).
 	// Defaults 100 ms and 10 s. A connection or subscription that dies
-	// within StableAfter of coming up counts as a failed attempt, so the
+	// within [StableAfter] of coming up counts as a failed attempt, so the
 	// backoff keeps growing across flaps; it resets only once one stayed
 	// up for StableAfter.
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
-	// Logger receives the library's log records. Default slog.Default().
+	// Logger receives the library's log records, and is the only place a
+	// logger is given: the Broker's consumers and publishers, and the
+	// middleware they run, log to it ([Broker.Logger], [Delivery.Logger]).
+	// Default slog.Default().
 	Logger *slog.Logger
-	// NoRedeclare stops the Broker from declaring again what it declared
-	// (Broker.Declare) when the broker forgot it: exclusive, auto-delete
+	// NoRedeclare stops the [Broker] from declaring again what it declared
+	// ([Broker.Declare]) when the broker forgot it: exclusive, auto-delete
 	// and transient queues and exchanges after a reconnect, and a queue
 	// found missing under its consumer. Default false: the library
 	// declares them again (docs/recovery.md). Set it for a service that
@@ -164,24 +167,15 @@ func redactQuery(q url.Values) string {
 	return q.Encode()
 }
 
-// Option adjusts a Broker beyond its Config.
+// Option adjusts a [Broker] beyond its [Config].
 type Option interface{ apply(*Broker) }
 
 type optionFunc func(*Broker)
 
 func (f optionFunc) apply(b *Broker) { f(b) }
 
-// WithLogger sets the logger (overrides Config.Logger).
-func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(b *Broker) {
-		if l != nil {
-			b.log = l
-		}
-	})
-}
-
 // WithHooks installs instrumentation hooks: values implementing any of
-// PublishHook, DeliveryHook, AttemptHook and EventHook. They see every
+// [PublishHook], [DeliveryHook], [AttemptHook] and [EventHook]. They see every
 // publish (the library's own hops included) and every delivery of every
 // consumer of the broker. Hooks run in the order given. A value that
 // implements none of the interfaces makes Start fail. Hooks observe: they

@@ -28,7 +28,7 @@ type conn struct {
 }
 
 // takeLane reserves a channel of c for a consumer's lane beyond its
-// first (see lanes.go), and reports whether one was left: lanes take at
+// first (see consume_lanes.go), and reports whether one was left: lanes take at
 // most half of the channels negotiated (channel_max, 2047 by default), so
 // that in an outage, when every consumer's deliveries wait and each grows
 // to its WithMaxWaiting/16 extra lanes, publishers, hops and new

@@ -44,7 +44,7 @@ const frameOverhead = 1 + 2 + 4 + 1
 const defaultFrameMax = 128 * 1024
 
 // InvalidError is a value the validator refused: which field and which
-// limit. errors.Is(err, ErrInvalid) matches it.
+// limit. errors.Is(err, [ErrInvalid]) matches it.
 type InvalidError struct {
 	// Field names the value: "routing key", "message id",
 	// `header "x-tags"[3]`, "queue name", …
@@ -58,7 +58,7 @@ func (e *InvalidError) Error() string {
 	return "mq: invalid " + e.Field + ": " + e.Problem
 }
 
-// Is matches ErrInvalid.
+// Is matches [ErrInvalid].
 func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
 
 func invalid(field, format string, args ...any) *InvalidError {
@@ -66,8 +66,8 @@ func invalid(field, format string, args ...any) *InvalidError {
 }
 
 // CheckName checks a short string the library is about to send (a queue or
-// exchange name, a routing key, a consumer tag): at most MaxShortString
-// bytes. field names it in the error, which matches ErrInvalid. Every call
+// exchange name, a routing key, a consumer tag): at most [MaxShortString]
+// bytes. field names it in the error, which matches [ErrInvalid]. Every call
 // of this package that sends a name runs it; tools that use a raw channel
 // (package ops) run it too.
 func CheckName(field, s string) error {
@@ -177,10 +177,10 @@ func (c checkedPublish) fitsFrame(frameMax int) error {
 
 // CheckTable validates a table the library is about to send (a message's
 // headers, a declaration's arguments) the way checkPublish validates
-// headers: keys of at most MaxShortString bytes, values of types AMQP can
-// carry, nesting within MaxHeaderDepth, sizes within MaxTableEntries, no
+// headers: keys of at most [MaxShortString] bytes, values of types AMQP can
+// carry, nesting within [MaxHeaderDepth], sizes within [MaxTableEntries], no
 // Go int that would be truncated. field names it in the error, which
-// matches ErrInvalid.
+// matches [ErrInvalid].
 func CheckTable(field string, t amqp.Table) error {
 	_, _, _, err := normalizeTable(fieldPath{root: field}, t, 0)
 	return err
@@ -404,9 +404,9 @@ func fitHop(exchange, key string, c checkedPublish, frameMax int) (checkedPublis
 }
 
 // CheckPublish runs on m, published to exchange with key, the checks
-// Publisher.Publish runs before anything reaches the wire (with the frame
+// [Publisher.Publish] runs before anything reaches the wire (with the frame
 // size amqp091-go asks for), and fails as Publish does: the same error,
-// matching ErrInvalid. A fake publisher (mqtest.Publisher) answers with it.
+// matching [ErrInvalid]. A fake publisher (mqtest.Publisher) answers with it.
 func CheckPublish(exchange, key string, m Message) error {
 	cp, err := checkPublish(exchange, key, m.publishing())
 	if err == nil {

@@ -8,13 +8,13 @@ import (
 	"time"
 )
 
-// Consumer defaults.
+// [Consumer] defaults.
 const (
 	DefaultPrefetch     = 32
 	DefaultConcurrency  = 1
 	DefaultRequeuePause = time.Second
 	// DefaultMaxWaiting is the room for deliveries waiting in-process on
-	// top of the prefetch window (WithMaxWaiting).
+	// top of the prefetch window ([WithMaxWaiting]).
 	DefaultMaxWaiting = 256
 )
 
@@ -39,7 +39,7 @@ type consumerConfig struct {
 }
 
 // WithPrefetch sets how many unacknowledged deliveries the broker sends
-// ahead (basic.qos). Default DefaultPrefetch (32), raised to the
+// ahead (basic.qos). Default [DefaultPrefetch] (32), raised to the
 // concurrency if that is higher; it must be at least the concurrency.
 func WithPrefetch(n int) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) {
@@ -76,18 +76,18 @@ func WithMiddleware(mws ...Middleware) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) { c.mws = append(c.mws, mws...) })
 }
 
-// WithRequeuePause sets how long a message the chain returns with Requeue
+// WithRequeuePause sets how long a message the chain returns with [Requeue]
 // (a hop that failed, a panic that escaped every middleware) is held before
 // it is returned to its queue, so a missing queue does not turn into a hot
-// loop. Default DefaultRequeuePause (1 s). Cut short when the consumer
+// loop. Default [DefaultRequeuePause] (1 s). Cut short when the consumer
 // stops or its channel is lost.
 func WithRequeuePause(d time.Duration) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) { c.requeuePause = max(d, 0) })
 }
 
 // WithMaxWaiting sets how many deliveries may wait in-process at once for
-// their next attempt (a Decision to retry in-process) without slowing the rest of the
-// queue. Default DefaultMaxWaiting (256). A waiting delivery frees its
+// their next attempt (a [Decision] to retry in-process) without slowing the rest of the
+// queue. Default [DefaultMaxWaiting] (256). A waiting delivery frees its
 // worker, and up to n of them take no room from the prefetch window: the
 // queue flows around them at full speed. Past n, each further waiting
 // delivery takes its room from the window, so the broker sends less until
@@ -138,7 +138,7 @@ func AckEach() ConsumerOption {
 
 // qos is what each of the consumer's channels asks of basic.qos: the
 // window for the deliveries being handled plus room for the few that may
-// wait in-process on it before the session moves (lanes.go), which
+// wait in-process on it before the session moves (consume_lanes.go), which
 // the broker counts as unacknowledged too.
 func (cfg *consumerConfig) qos() int {
 	return min(cfg.prefetch+min(cfg.maxWaiting, laneWaiters), math.MaxUint16)

@@ -13,7 +13,7 @@ import (
 )
 
 // Broker owns one supervised connection to RabbitMQ and hands out channels.
-// Create it with New (or Dial), Start it, and Close it when done. All
+// Create it with [New] (or [Dial]), Start it, and Close it when done. All
 // methods are safe for concurrent use.
 type Broker struct {
 	cfg   Config
@@ -42,7 +42,7 @@ type Broker struct {
 	callsEnded bool           // Close waits for calls: spawn starts no more
 }
 
-// New returns a Broker for cfg. It does not connect: Start does.
+// New returns a [Broker] for cfg. It does not connect: Start does.
 func New(cfg Config, opts ...Option) *Broker {
 	cfg = cfg.withDefaults()
 	b := &Broker{cfg: cfg, log: cfg.Logger, changed: make(chan struct{}),
@@ -56,7 +56,7 @@ func New(cfg Config, opts ...Option) *Broker {
 	return b
 }
 
-// Dial is New with a single URL followed by Start.
+// Dial is [New] with a single URL followed by Start.
 func Dial(ctx context.Context, url string, opts ...Option) (*Broker, error) {
 	b := New(Config{URLs: []string{url}}, opts...)
 	if err := b.Start(ctx); err != nil {
