@@ -13,7 +13,7 @@ import (
 )
 
 // session is one connection's worth of consuming: the lanes
-// (channels) it consumes on, one after the other (see lanes.go), and the
+// (channels) it consumes on, one after the other (see consume_lanes.go), and the
 // workers that handle what comes on them.
 type session struct {
 	c         *Consumer

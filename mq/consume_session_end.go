@@ -4,7 +4,7 @@ package mq
 // a broker cancel of a queue that stays (queueStays), handlers cut short by
 // a loss (awaitCut), and a stream queue declared outside the Broker, found
 // at its first delivery (refuses, isStream; errStreamConsume, in
-// consumer.go, is what the consumer ends with).
+// consume.go, is what the consumer ends with).
 
 import (
 	"context"
