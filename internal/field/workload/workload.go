@@ -198,6 +198,8 @@ type Delivery struct {
 	Body      []byte
 	Attempt   int
 	Timestamp time.Time
+	// Redelivered: the broker had sent it before.
+	Redelivered bool
 }
 
 // ConsumeWork consumes the scripted queue through middleware.Standard
@@ -217,7 +219,7 @@ func (n Names) ConsumeInbox(ctx context.Context, b *mq.Broker, db *sql.DB, log *
 		if tx == nil {
 			return fmt.Errorf("field: no inbox transaction for %s", d.MessageId)
 		}
-		return h(ctx, tx, Delivery{ID: d.MessageId, Body: d.Body, Attempt: d.Attempt(), Timestamp: d.Timestamp})
+		return h(ctx, tx, Delivery{ID: d.MessageId, Body: d.Body, Attempt: d.Attempt(), Timestamp: d.Timestamp, Redelivered: d.Redelivered})
 	}), middleware.Standard(InboxPolicy(), middleware.WithLogger(log)),
 		mq.WithMiddleware(outbox.Inbox(db, outbox.WithSchema(n.Schema()), outbox.WithLogger(log))),
 		mq.InOrder())
