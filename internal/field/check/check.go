@@ -122,8 +122,12 @@ func writeViolations(w io.Writer, vs []Violation, max int) {
 		}
 		fmt.Fprintf(w, "%s %s: %s\n", v.Invariant, v.ID, v.What)
 		for _, h := range v.History {
-			fmt.Fprintf(w, "    %s %-12s %-16s id=%s key=%s seq=%d expect=%s attempt=%d %s\n",
-				h.T.UTC().Format("15:04:05.000"), h.Proc, h.Kind, h.ID, h.Key, h.Seq, h.Expect, h.Attempt, h.Err)
+			re := ""
+			if h.Redelivered {
+				re = "redelivered "
+			}
+			fmt.Fprintf(w, "    %s %-12s %-16s id=%s key=%s seq=%d expect=%s attempt=%d %s%s\n",
+				h.T.UTC().Format("15:04:05.000"), h.Proc, h.Kind, h.ID, h.Key, h.Seq, h.Expect, h.Attempt, re, h.Err)
 		}
 	}
 }

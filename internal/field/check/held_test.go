@@ -31,7 +31,7 @@ func TestReorderHeldByTheBroker(t *testing.T) {
 	}
 	var b bytes.Buffer
 	r.Report(&b, 10)
-	if !strings.Contains(b.String(), "reordered_held o1") {
+	if !strings.Contains(b.String(), "reordered_held o1") || !strings.Contains(b.String(), "attempt=1 redelivered") {
 		t.Fatalf("report does not show it:\n%s", b.String())
 	}
 }
