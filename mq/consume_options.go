@@ -111,7 +111,10 @@ func WithMaxWaiting(n int) ConsumerOption {
 // concurrency of 1, the queue waits with it). Without InOrder, a delivery
 // waiting in-process frees its worker for the rest of the queue. Broker
 // rungs reorder a queue whatever the option: keep every wait in-process
-// for strict order.
+// for strict order. So does RabbitMQ 4.x when the consumer's node dies
+// with deliveries unsettled: a quorum queue holds those until the node is
+// back or its consumer-disconnected timeout passes, and sends the rest to
+// the consumer resubscribed elsewhere (docs/reliability.md, InOrder).
 func InOrder() ConsumerOption {
 	return consumerOption(func(c *consumerConfig) { c.inOrder = true })
 }

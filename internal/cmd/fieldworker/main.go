@@ -302,7 +302,7 @@ func (p *proc) effect(ctx context.Context, tx *sql.Tx, d workload.Delivery) erro
 		return err
 	}
 	p.seen(d)
-	return p.hist.Add(history.Record{Kind: history.KindEffect, ID: o.ID, Key: o.Key, Seq: o.Seq, Attempt: d.Attempt})
+	return p.hist.Add(history.Record{Kind: history.KindEffect, ID: o.ID, Key: o.Key, Seq: o.Seq, Attempt: d.Attempt, Redelivered: d.Redelivered})
 }
 
 func (p *proc) seen(d workload.Delivery) {

@@ -60,8 +60,11 @@ type Record struct {
 	Expect  string    `json:"expect,omitempty"`
 	Attempt int       `json:"attempt,omitempty"`
 	Queue   string    `json:"queue,omitempty"`
-	Err     string    `json:"err,omitempty"`
-	Stats   *Stats    `json:"stats,omitempty"`
+	// Redelivered: the delivery a handler ran on came redelivered (the
+	// broker had sent it before, to this consumer or another).
+	Redelivered bool   `json:"redelivered,omitempty"`
+	Err         string `json:"err,omitempty"`
+	Stats       *Stats `json:"stats,omitempty"`
 }
 
 // Stats is one sample of a worker process's resources, for the soak.
