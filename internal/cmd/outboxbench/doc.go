@@ -10,7 +10,9 @@
 //   - relay throughput: rows already committed, drained by one relay,
 //     against the same number of messages published directly through one
 //     mq.Publisher by as many goroutines as the relay's batch (target at
-//     least 0.9x);
+//     least 0.9x), the two taking turns to go first after the rows are
+//     written, with this process's CPU per message for each (not
+//     PostgreSQL's or the broker's);
 //   - commit to delivery: a row committed while the relay is idle (10 to
 //     50 ms after the last), until a consumer has it, in the default
 //     configuration: no NOTIFY, the relay's probe finds it (p50 and p99;
