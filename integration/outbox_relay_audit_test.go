@@ -419,10 +419,14 @@ func TestOutboxRelayOversizeBodySetAsideAtOnce(t *testing.T) {
 	}
 	start := time.Now()
 	outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.PollInterval(100*time.Millisecond)))
-	// A body of 128 MiB takes the broker seconds to take in and refuse.
-	ok := testenv.Poll(45*time.Second, func() bool {
-		return outboxCount(t, db, s.Outbox, "message_id = 'huge' AND set_aside_at IS NOT NULL") == 1
-	})
+	// A body of 128 MiB takes the relay and the broker seconds to read, send
+	// and refuse (11-28 s with -race on a loaded machine): wait until the
+	// row is set aside or has been tried a second time, whichever comes
+	// first, so the bound only ends a hung run and the verdict is the
+	// attempt count.
+	ok := testenv.Poll(3*time.Minute, func() bool {
+		return outboxCount(t, db, s.Outbox, "message_id = 'huge' AND (set_aside_at IS NOT NULL OR attempts > 1)") == 1
+	}) && outboxCount(t, db, s.Outbox, "message_id = 'huge' AND set_aside_at IS NOT NULL") == 1
 	var attempts int
 	var last sql.NullString
 	qctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -432,7 +436,7 @@ func TestOutboxRelayOversizeBodySetAsideAtOnce(t *testing.T) {
 	}
 	t.Logf("a body of %d bytes (limit %d): set aside=%v after %v, attempts %d, last error %q", limit+1, limit, ok, time.Since(start).Round(time.Millisecond), attempts, last.String)
 	if !ok || attempts != 1 {
-		t.Fatalf("the oversize row: set aside %v, attempts %d within 45 s; want set aside at its first refusal (attempts 1)", ok, attempts)
+		t.Fatalf("the oversize row: set aside %v, attempts %d; want set aside at its first refusal (attempts 1)", ok, attempts)
 	}
 	testenv.Eventually(t, 20*time.Second, func() bool { return outboxCount(t, db, s.Outbox, "message_id = 'small'") == 0 }, "the small row published")
 }
