@@ -48,7 +48,7 @@ func ExampleAsPublisher() {
 		fxmodule.Module,
 		fxmodule.AsPublisher[OrderEvents]("orders-events"),
 		fxmodule.WithMiddleware(10, middleware.Recover()),
-		fx.Module("audit", fxmodule.WithMiddleware(20, middleware.Logging(nil))),
+		fx.Module("audit", fxmodule.WithMiddleware(20, middleware.Logging())),
 		fx.Invoke(func(b *mq.Broker, events OrderEvents) {
 			http.Handle("/readyz", fxmodule.ReadyHandler(b))
 			http.HandleFunc("/orders", func(w http.ResponseWriter, r *http.Request) {

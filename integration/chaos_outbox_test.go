@@ -259,7 +259,7 @@ func TestChaosOutboxKillRelay(t *testing.T) {
 	})
 	consume := func() *mq.Consumer {
 		return chaosConsume(t, ctx, cb, q, book, mq.WithConcurrency(8), mq.WithPrefetch(32), mq.WithRequeuePause(50*time.Millisecond),
-			mq.WithMiddleware(count, outbox.Inbox(db, outbox.WithSchema(s), outbox.WithLogger(lg.Logger()))))
+			mq.WithMiddleware(count, outbox.Inbox(db, outbox.WithSchema(s))))
 	}
 	c := consume()
 

@@ -4,8 +4,10 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/outbox"
 	"github.com/acemq/acemq-go/retry"
 )
 
@@ -67,5 +70,46 @@ func TestLoggerGivenOnceReachesConsumerAndMiddleware(t *testing.T) {
 	}
 	if r := settled[0]; r.Attrs["queue"] != q || r.Attrs["message_id"] != "logged" || r.Attrs["outcome"] != string(mq.OutcomeAck) || r.Attrs["attempt"] != "2" {
 		t.Errorf("Logging's record %v: want queue %s, message_id logged, outcome ack, attempt 2", r, q)
+	}
+}
+
+// The logger given by Config.Logger is the only one: Logging's record of a
+// delivery carries the consumer's queue attribute once (not a second
+// queue= of its own), and a Relay built on the Broker writes its events to
+// the Broker's logger, not slog.Default().
+func TestLoggerGivenOnceReachesLoggingOnceAndRelay(t *testing.T) {
+	t.Parallel()
+	var buf auditBuffer
+	b := testenv.Broker(t, mq.Config{Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	p := retry.Fixed(2, 10*time.Millisecond)
+	q := testenv.Queue(t, b, p)
+	c, err := b.Consume(testenv.Context(t, 30*time.Second), q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }),
+		middleware.Standard(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testenv.Stop(t, c)
+	testenv.Publish(t, b, q, mq.Message{MessageId: "once"})
+	testenv.Eventually(t, 20*time.Second, func() bool { return len(buf.lines("acemq.message.settled")) == 1 }, "Logging's record")
+	line := buf.lines("acemq.message.settled")[0]
+	if n := strings.Count(line, " queue="); n != 1 || !strings.Contains(line, " queue="+q) {
+		t.Errorf("Logging's record carries queue= %d times (want once, %s): %s", n, q, line)
+	}
+
+	down, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = down.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- outbox.NewRelay(down, b, outbox.WithSchema(outbox.Schema{Outbox: "logger_outbox"})).Run(ctx)
+	}()
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(buf.lines(outbox.EventRelayFailed)) >= 1 },
+		"the relay's %s record in the Broker's logger", outbox.EventRelayFailed)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }

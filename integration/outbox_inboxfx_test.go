@@ -229,7 +229,7 @@ func TestOutboxCheckPlainGo(t *testing.T) {
 	began := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err = outbox.NewRelay(db, helper, outbox.WithSchema(missing), outbox.WithLogger(testenv.Discard())).Run(rctx)
+	err = outbox.NewRelay(db, helper, outbox.WithSchema(missing)).Run(rctx)
 	if err == nil || !errors.Is(err, outbox.ErrSchema) || !strings.Contains(err.Error(), "public."+missing.Outbox) || time.Since(began) >= time.Second {
 		t.Errorf("Run with a missing table: %v after %v, want ErrSchema naming public.%s at once", err, time.Since(began), missing.Outbox)
 	}

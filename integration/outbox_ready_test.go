@@ -76,7 +76,7 @@ func TestReadyOutboxDatabase(t *testing.T) {
 	direct := outboxOpen(t, outboxURL())
 	s := outboxTables(t, direct)
 	proxy, db := readyDBProxy(t)
-	b := readyApp(t, db, outbox.Module(outbox.WithSchema(s), outbox.WithLogger(testenv.Discard())))
+	b := readyApp(t, db, outbox.Module(outbox.WithSchema(s)))
 	ready := fxmodule.ReadyHandler(b)
 
 	code, body := readyProbe(ready)
@@ -109,7 +109,7 @@ func TestReadyOutboxOldestRow(t *testing.T) {
 	s := outboxTables(t, db)
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	b := readyApp(t, db, outbox.Module(outbox.WithSchema(s), outbox.WithLogger(testenv.Discard()), outbox.PollInterval(100*time.Millisecond)),
+	b := readyApp(t, db, outbox.Module(outbox.WithSchema(s), outbox.PollInterval(100*time.Millisecond)),
 		fx.Supply(fx.Annotate(mp, fx.As(new(metric.MeterProvider)))))
 	// A row written 90 s ago whose retry is an hour away: the relay
 	// cannot send it before then.
@@ -149,7 +149,7 @@ func TestReadyOutboxAgeBrokerDown(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `UPDATE `+s.Outbox+` SET created_at = now() - interval '1 minute'`); err != nil {
 		t.Fatal(err)
 	}
-	outboxRelay(t, outbox.NewRelay(db, down, outbox.WithSchema(s), outbox.WithMeterProvider(mp), outbox.WithLogger(testenv.Discard()), outbox.PollInterval(100*time.Millisecond)))
+	outboxRelay(t, outbox.NewRelay(db, down, outbox.WithSchema(s), outbox.WithMeterProvider(mp), outbox.PollInterval(100*time.Millisecond)))
 	var age, depth float64
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		age, _ = outboxGauge(t, reader, outbox.MetricOldestAge, "")

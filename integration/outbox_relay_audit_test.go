@@ -338,7 +338,8 @@ func TestOutboxRelayLosingBrokerReleasesRows(t *testing.T) {
 // connection may have) all go out, and the relay's broker can still open
 // a consumer afterwards: the relay holds a bounded number of channels.
 func TestOutboxRelayManyExchangesBoundedChannels(t *testing.T) {
-	db, s, b, q, ctx := outboxRig(t, testenv.Discard())
+	lg := testenv.NewLogRecorder(t, outbox.EventPublishFailed, outbox.EventRelayFailed)
+	db, s, b, q, ctx := outboxRig(t, lg.Logger()) // the relay logs to its Broker's logger
 	const n = 2100
 	names := make([]string, n)
 	base := testenv.Name(t)
@@ -373,9 +374,8 @@ func TestOutboxRelayManyExchangesBoundedChannels(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	lg := testenv.NewLogRecorder(t, outbox.EventPublishFailed, outbox.EventRelayFailed)
 	start := time.Now()
-	stop := outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.WithLogger(lg.Logger()), outbox.PollInterval(100*time.Millisecond)))
+	stop := outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.PollInterval(100*time.Millisecond)))
 	ok := testenv.Poll(45*time.Second, func() bool { return outboxCount(t, db, s.Outbox, "") == 0 })
 	left := outboxCount(t, db, s.Outbox, "")
 	failed := lg.Count(outbox.EventPublishFailed)

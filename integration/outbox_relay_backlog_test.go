@@ -46,7 +46,7 @@ FROM generate_series(1, $2) g`, s.Outbox), q, n); err != nil {
 	// The relay gets a pool of its own, closed once it is done: a backend
 	// reports its table statistics when it ends.
 	rdb := outboxOpen(t, outboxURL())
-	stop := outboxRelay(t, outbox.NewRelay(rdb, b, outbox.WithSchema(s), outbox.BatchSize(batch), outbox.PollInterval(time.Minute), outbox.WithLogger(testenv.Discard())))
+	stop := outboxRelay(t, outbox.NewRelay(rdb, b, outbox.WithSchema(s), outbox.BatchSize(batch), outbox.PollInterval(time.Minute)))
 	// Waiting reads one row a time (EXISTS), not the table (count).
 	pending := func() bool {
 		t.Helper()

@@ -310,8 +310,8 @@ func outboxGauge(t testing.TB, r *sdkmetric.ManualReader, name, state string) (f
 // table, logged and counted; a healthy row written after it goes out at
 // once; the depth gauge counts the set-aside row.
 func TestOutboxPoisonSetAside(t *testing.T) {
-	db, s, b, q, ctx := outboxRig(t, testenv.Discard())
 	lg := testenv.NewLogRecorder(t)
+	db, s, b, q, ctx := outboxRig(t, lg.Logger()) // the relay logs to its Broker's logger
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 
@@ -322,7 +322,7 @@ func TestOutboxPoisonSetAside(t *testing.T) {
 	}
 	start := time.Now()
 	outboxRelay(t, outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.MaxAttempts(3), outbox.PollInterval(50*time.Millisecond),
-		outbox.WithLogger(lg.Logger()), outbox.WithMeterProvider(mp)))
+		outbox.WithMeterProvider(mp)))
 	if err := outboxWrite(ctx, db, ob, "", q, mq.Message{MessageId: "healthy"}, true, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -685,7 +685,7 @@ func TestInboxWaitsOutTheDatabase(t *testing.T) {
 	}
 	var calls atomic.Int32
 	c, err := b.Consume(ctx, q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { calls.Add(1); return nil }),
-		mq.WithRequeuePause(50*time.Millisecond), mq.WithMiddleware(outbox.Inbox(db, outbox.WithSchema(s), outbox.WithLogger(lg.Logger()))))
+		mq.WithRequeuePause(50*time.Millisecond), mq.WithMiddleware(outbox.Inbox(db, outbox.WithSchema(s))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,8 +24,8 @@ func TestStandardChainAllocatesNothingPerDelivery(t *testing.T) {
 		t.Skip("the race detector allocates on its own")
 	}
 	info := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	h := mqtest.Chain(nopHandler, nil, standardStack(retry.Exponential(6, 10*time.Second), []StandardOption{WithLogger(info)})...)
-	d := mqtest.NewDelivery("orders", sample(amqp.Table{"custom": "v", mq.HeaderAttempt: int32(1)}))
+	h := mqtest.Chain(nopHandler, nil, standardStack(retry.Exponential(6, 10*time.Second), nil)...)
+	d := mqtest.NewDelivery("orders", sample(amqp.Table{"custom": "v", mq.HeaderAttempt: int32(1)}), mqtest.Logger(info))
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(1000, func() {
 		if err := h.Handle(ctx, d); err != nil {

@@ -23,7 +23,7 @@ import (
 func BenchmarkStandardChain(b *testing.B) {
 	info := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	p := retry.Exponential(6, 10*time.Second)
-	h := mqtest.Chain(nopHandler, nil, standardStack(p, []StandardOption{WithLogger(info)})...)
+	h := mqtest.Chain(nopHandler, nil, standardStack(p, nil)...)
 	raw := sample(amqp.Table{"custom": "v", mq.HeaderAttempt: int32(1)})
 	ctx := context.Background()
 
@@ -31,27 +31,16 @@ func BenchmarkStandardChain(b *testing.B) {
 		// As the runtime does it: a Delivery for every message.
 		b.ReportAllocs()
 		for b.Loop() {
-			d := mqtest.NewDelivery("orders", raw)
+			d := mqtest.NewDelivery("orders", raw, mqtest.Logger(info))
 			if err := h.Handle(ctx, d); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("chain only", func(b *testing.B) {
-		d := mqtest.NewDelivery("orders", raw)
+		d := mqtest.NewDelivery("orders", raw, mqtest.Logger(info))
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := h.Handle(ctx, d); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("consumer's logger", func(b *testing.B) {
-		// Logging(nil): the record goes to the delivery's (consumer's) logger.
-		h := mqtest.Chain(nopHandler, nil, standardStack(p, nil)...)
-		b.ReportAllocs()
-		for b.Loop() {
-			d := mqtest.NewDelivery("orders", raw, mqtest.Logger(info))
 			if err := h.Handle(ctx, d); err != nil {
 				b.Fatal(err)
 			}

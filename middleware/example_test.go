@@ -73,7 +73,7 @@ func ExampleParking() {
 	}
 	policy := retry.Fixed(3, time.Second)
 	_ = mq.WithMiddleware(
-		middleware.Logging(nil),
+		middleware.Logging(),
 		middleware.RetryLadder(policy),
 		middleware.Parking(permanent),
 		middleware.Recover(),

@@ -28,12 +28,17 @@ type world struct {
 	hops   []hop
 	events []mq.Event
 	logs   *logRecorder
+	logger *slog.Logger // the deliveries' logger; nil: one writing to logs
 	fail   func(queue string) error
 }
 
 func newWorld() *world { return &world{logs: &logRecorder{}} }
 
 func (w *world) delivery(queue string, raw amqp.Delivery) *mq.Delivery {
+	l := w.logger
+	if l == nil {
+		l = slog.New(w.logs)
+	}
 	return mqtest.NewDelivery(queue, raw,
 		mqtest.OnHop(func(_ context.Context, q string, k mq.Outcome, m mq.Message) error {
 			w.mu.Lock()
@@ -49,7 +54,7 @@ func (w *world) delivery(queue string, raw amqp.Delivery) *mq.Delivery {
 			defer w.mu.Unlock()
 			w.events = append(w.events, e)
 		}),
-		mqtest.Logger(slog.New(w.logs)),
+		mqtest.Logger(l),
 	)
 }
 

@@ -15,23 +15,21 @@ import (
 // duration and (for anything but an ack) the cause: at debug for an ack, at
 // info for a retry, at warn for a park, a dead letter or a requeue. An
 // error that escapes it is not logged here: the consumer runtime, which
-// rejects the message, logs it once. A nil logger means the consumer's.
-func Logging(l *slog.Logger) mq.Middleware {
-	return func(next mq.Handler) mq.Handler { return &logging{next: next, l: l} }
+// rejects the message, logs it once. The record goes to the delivery's
+// logger (Delivery.Logger: the consumer's, from mq.Config.Logger), which
+// carries the queue.
+func Logging() mq.Middleware {
+	return func(next mq.Handler) mq.Handler { return &logging{next: next} }
 }
 
 type logging struct {
 	next mq.Handler
-	l    *slog.Logger
 }
 
 func (g *logging) Handle(ctx context.Context, d *mq.Delivery) error {
 	start := time.Now()
 	err := g.next.Handle(ctx, d)
-	l := g.l
-	if l == nil {
-		l = d.Logger()
-	}
+	l := d.Logger()
 	level, outcome := slog.LevelDebug, d.Outcome()
 	switch {
 	case err != nil && errors.Is(err, mq.ErrRequeue):
@@ -54,9 +52,6 @@ func (g *logging) Handle(ctx context.Context, d *mq.Delivery) error {
 		slog.Int("attempt", d.Attempt()),
 		slog.String("outcome", string(outcome)),
 		slog.Duration("took", time.Since(start)),
-	}
-	if g.l != nil {
-		attrs = append(attrs, slog.String("queue", d.Queue()))
 	}
 	cause := d.Cause()
 	if err != nil {

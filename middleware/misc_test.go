@@ -149,8 +149,10 @@ func TestLoggingLevels(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			rec := &logRecorder{level: slog.LevelDebug}
-			d := newWorld().delivery("orders", sample(nil))
-			err := mqtest.Chain(c.inner, nil, Logging(slog.New(rec))).Handle(context.Background(), d)
+			w := newWorld()
+			w.logger = consumerLogger(rec, "orders")
+			d := w.delivery("orders", sample(nil))
+			err := mqtest.Chain(c.inner, nil, Logging()).Handle(context.Background(), d)
 			if c.none {
 				if err != errBoom || len(rec.all()) != 0 {
 					t.Errorf("Handle = %v, records %d: an escaping error is the runtime's to log", err, len(rec.all()))
@@ -177,16 +179,18 @@ func TestLoggingLevels(t *testing.T) {
 
 func TestLoggingAtInfoSkipsAcks(t *testing.T) {
 	rec := &logRecorder{level: slog.LevelInfo}
-	d := newWorld().delivery("orders", sample(nil))
-	if err := mqtest.Chain(outcomeSetter("", nil), nil, Logging(slog.New(rec))).Handle(context.Background(), d); err != nil || len(rec.all()) != 0 {
+	w := newWorld()
+	w.logger = slog.New(rec)
+	d := w.delivery("orders", sample(nil))
+	if err := mqtest.Chain(outcomeSetter("", nil), nil, Logging()).Handle(context.Background(), d); err != nil || len(rec.all()) != 0 {
 		t.Errorf("Handle = %v, %d records", err, len(rec.all()))
 	}
 }
 
-func TestLoggingDefaultsToTheConsumersLogger(t *testing.T) {
+func TestLoggingWritesToTheDeliverysLogger(t *testing.T) {
 	w := newWorld()
 	w.logs.level = slog.LevelDebug
-	if err := mqtest.Chain(outcomeSetter("", nil), nil, Logging(nil)).Handle(context.Background(), w.delivery("orders", sample(nil))); err != nil {
+	if err := mqtest.Chain(outcomeSetter("", nil), nil, Logging()).Handle(context.Background(), w.delivery("orders", sample(nil))); err != nil {
 		t.Fatal(err)
 	}
 	rec, ok := w.logs.find("acemq.message.settled")
@@ -210,13 +214,9 @@ func TestStandardOrder(t *testing.T) {
 	if got, want := typesOf(standardStack(p, nil)), []string{"*middleware.declarer", "*middleware.logging", "*middleware.ladder", "*middleware.parking", "*middleware.recoverer"}; !slices.Equal(got, want) {
 		t.Errorf("Standard = %v, want %v", got, want)
 	}
-	l := slog.New(&logRecorder{})
-	stack := standardStack(p, []StandardOption{WithoutDeclare(), WithTimeout(time.Second), WithLogger(l), WithClassifier(func(error) mq.Outcome { return "" }), nil})
+	stack := standardStack(p, []StandardOption{WithoutDeclare(), WithTimeout(time.Second), WithClassifier(func(error) mq.Outcome { return "" }), nil})
 	if got, want := typesOf(stack), []string{"*middleware.logging", "*middleware.ladder", "*middleware.parking", "*middleware.recoverer", "*middleware.timeout"}; !slices.Equal(got, want) {
 		t.Errorf("Standard(WithoutDeclare, WithTimeout) = %v, want %v", got, want)
-	}
-	if g := stack[0](nopHandler).(*logging); g.l != l {
-		t.Error("WithLogger did not reach Logging")
 	}
 	if pk := stack[2](nopHandler).(*parking); len(pk.classify) != 1 {
 		t.Error("WithClassifier did not reach Parking")
@@ -231,9 +231,10 @@ func TestStandardBehaviour(t *testing.T) {
 	// panic is retried), Parking inside the ladder (the park happens on the
 	// attempt that failed), and Logging outside (it reports the outcome).
 	w := newWorld()
-	rec := &logRecorder{level: slog.LevelDebug}
+	rec := w.logs
+	rec.level = slog.LevelDebug
 	s := &script{panics: map[int]any{0: "kaboom"}, results: []error{nil, Park(errBoom)}}
-	h := mqtest.Chain(s, nil, standardStack(retry.Fixed(5, time.Millisecond), []StandardOption{WithLogger(slog.New(rec))})...)
+	h := mqtest.Chain(s, nil, standardStack(retry.Fixed(5, time.Millisecond), nil)...)
 	d := w.delivery("q", sample(nil))
 	if err := h.Handle(context.Background(), d); err != nil {
 		t.Fatalf("Handle = %v", err)
@@ -244,7 +245,12 @@ func TestStandardBehaviour(t *testing.T) {
 	if len(w.hops) != 1 || w.hops[0].queue != "q.parked" {
 		t.Errorf("hops %+v", w.hops)
 	}
-	all := rec.all()
+	var all []slog.Record // Logging's records (the delivery's logger has the ladder's and Recover's too)
+	for _, r := range rec.all() {
+		if r.Message == "acemq.message.settled" {
+			all = append(all, r)
+		}
+	}
 	if len(all) != 1 || all[0].Level != slog.LevelWarn || attrs(all[0])["outcome"].String() != string(mq.OutcomePark) || attrs(all[0])["attempt"].Int64() != 2 {
 		t.Errorf("records %+v", all)
 	}

@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"log/slog"
 	"time"
 
 	"github.com/acemq/acemq-go/mq"
@@ -17,7 +16,6 @@ func (f standardOption) applyStandard(s *standard) { f(s) }
 
 type standard struct {
 	declare  bool
-	logger   *slog.Logger
 	timeout  time.Duration
 	classify []Classifier
 }
@@ -27,11 +25,6 @@ type standard struct {
 // somebody else.
 func WithoutDeclare() StandardOption {
 	return standardOption(func(s *standard) { s.declare = false })
-}
-
-// WithLogger sets Logging's logger (default: the consumer's).
-func WithLogger(l *slog.Logger) StandardOption {
-	return standardOption(func(s *standard) { s.logger = l })
 }
 
 // WithTimeout adds Timeout(d) around each attempt (default: none).
@@ -106,7 +99,7 @@ func stack(newLadder func() mq.Middleware, opts []StandardOption) []mq.Middlewar
 	if s.declare {
 		mws = append(mws, DeclareOnStart())
 	}
-	mws = append(mws, Logging(s.logger), newLadder(), Parking(s.classify...), Recover())
+	mws = append(mws, Logging(), newLadder(), Parking(s.classify...), Recover())
 	if s.timeout > 0 {
 		mws = append(mws, Timeout(s.timeout))
 	}

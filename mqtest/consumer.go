@@ -24,12 +24,9 @@ const maxRun = 1000
 // Consumer runs one handler for one queue the way a consumer would, with
 // the broker replaced by a recorder and time by a fake clock. Build it with
 // New. It is safe for concurrent use, but a test usually delivers one
-// message at a time.
+// message at a time. What its deliveries log is discarded: a test of a
+// record builds its delivery with NewDelivery and Logger.
 type Consumer struct {
-	// Logger is the deliveries' logger (what Logging and the ladder log
-	// to). Default: discard. Set it before delivering.
-	Logger *slog.Logger
-
 	tb     testing.TB
 	queue  string
 	runner *mq.Runner
@@ -96,7 +93,7 @@ type Result struct {
 // policy the ladder would refuse, fails tb. A nil tb (in an Example)
 // panics instead, and deliveries run on context.Background().
 func New(tb testing.TB, queue string, h mq.Handler, opts ...mq.ConsumerOption) *Consumer {
-	c := &Consumer{Logger: slog.New(slog.DiscardHandler), tb: tb, queue: queue, now: Epoch, refuse: map[string]error{}}
+	c := &Consumer{tb: tb, queue: queue, now: Epoch, refuse: map[string]error{}}
 	if tb != nil {
 		tb.Helper()
 	}
@@ -221,7 +218,7 @@ func (c *Consumer) deliver(m mq.Message, exchange, key string) (r Result) {
 		return nil
 	}
 	d := mq.NewDelivery(c.queue, raw, &runtime{
-		log:  c.Logger,
+		log:  slog.New(slog.DiscardHandler), // what Logging and the ladder write goes nowhere
 		wait: wait,
 		hop: func(ctx context.Context, queue string, kind mq.Outcome, m mq.Message) error {
 			c.mu.Lock()

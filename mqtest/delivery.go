@@ -20,7 +20,9 @@ func OnHop(fn func(ctx context.Context, queue string, kind mq.Outcome, m mq.Mess
 	return func(r *runtime) { r.hop = fn }
 }
 
-// Logger sets the delivery's logger (default slog.Default()).
+// Logger sets the delivery's logger, Delivery.Logger (default
+// slog.Default()): what a consumer hands its deliveries from
+// mq.Config.Logger, and the one way to give the fake a logger.
 func Logger(l *slog.Logger) DeliveryOption {
 	return func(r *runtime) { r.log = l }
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"log/slog"
 	"reflect"
 	"sync/atomic"
 
@@ -35,10 +34,11 @@ import (
 // broker has connected and the topology is declared, and stops before the
 // consumers and the broker do: Stop lets the batch in flight finish (its
 // confirms, its deletes) within the stop context; committed rows it did
-// not reach stay in the table for the next start. The app's *slog.Logger
-// (the relay's) and metric.MeterProvider (the relay's and the inbox's) are
-// used when it has them; options given here win. The inbox logs through
-// each consumer's logger unless WithLogger is given.
+// not reach stay in the table for the next start. The app's
+// metric.MeterProvider (the relay's and the inbox's) is used when it has
+// one; options given here win. The relay logs through the broker's logger
+// and the inbox through each consumer's (fxmodule gives the app's
+// *slog.Logger to the broker).
 func Module(opts ...Option) fx.Option {
 	var (
 		outboxOpts []OutboxOption
@@ -132,15 +132,11 @@ type relayParams struct {
 	Check         *startCheck
 	DB            *sql.DB
 	Broker        *mq.Broker
-	Logger        *slog.Logger         `optional:"true"`
 	MeterProvider metric.MeterProvider `optional:"true"`
 }
 
 func runRelay(p relayParams, opts []RelayOption) {
 	var app []RelayOption
-	if p.Logger != nil {
-		app = append(app, WithLogger(p.Logger))
-	}
 	if p.MeterProvider != nil {
 		app = append(app, WithMeterProvider(p.MeterProvider))
 	}

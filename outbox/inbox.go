@@ -68,7 +68,8 @@ const (
 //
 // Place it inside the retry ladder (innermost, next to the handler), so
 // each attempt is a transaction of its own. Options: KeyBy, Retention,
-// WithSchema, WithLogger, WithMeterProvider. The tables must exist
+// WithSchema, WithMeterProvider. It logs to the delivery's logger
+// (Delivery.Logger, the consumer's). The tables must exist
 // (Schema.Create); a missing one is taken for an outage here, so check
 // them at start-up (Schema.Check). With fx, fxmodule.Consumer.Inbox runs
 // the inbox Module provides, which checks them at start.
@@ -126,8 +127,8 @@ func (h *inboxHandler) Handle(ctx context.Context, d *mq.Delivery) error {
 		// The database failed, not the message: wait here rather than
 		// return the delivery to its queue, where every return counts
 		// towards a quorum queue's delivery limit on RabbitMQ 4.x.
-		in.logger(d).LogAttrs(ctx, slog.LevelWarn, EventInboxFailed, in.attrs(d, slog.String("key", key),
-			slog.Duration("retry_in", pause), slog.Any("error", out.err))...)
+		d.Logger().LogAttrs(ctx, slog.LevelWarn, EventInboxFailed, slog.String("key", key),
+			slog.Duration("retry_in", pause), slog.Any("error", out.err))
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
@@ -169,8 +170,8 @@ func (h *inboxHandler) once(ctx context.Context, d *mq.Delivery, key string) err
 	if n, err := res.RowsAffected(); err == nil && n == 0 {
 		_ = tx.Rollback()
 		in.dups.Add(ctx, 1)
-		in.logger(d).LogAttrs(ctx, slog.LevelInfo, EventDuplicate,
-			in.attrs(d, slog.String("key", key), slog.String("message_id", d.MessageId))...)
+		d.Logger().LogAttrs(ctx, slog.LevelInfo, EventDuplicate,
+			slog.String("key", key), slog.String("message_id", d.MessageId))
 		return nil
 	}
 	if err := h.next.Handle(WithTx(ctx, tx), d); err != nil {
@@ -221,16 +222,6 @@ func (in *inbox) failed(ctx context.Context, stmt, key string, err error) error 
 	return &outage{wrapped}
 }
 
-// attrs is the attributes of an inbox record: the queue's when the logger
-// is the inbox's own (the consumer's logger, Delivery.Logger, carries it
-// already), then as.
-func (in *inbox) attrs(d *mq.Delivery, as ...slog.Attr) []slog.Attr {
-	if in.c.log == nil {
-		return as
-	}
-	return append([]slog.Attr{slog.String("queue", d.Queue())}, as...)
-}
-
 // maxKeyText is the longest key the inbox records as it is; a longer one
 // is recorded by its hash, so (queue, key) always fits the primary key's
 // btree (at most 2704 bytes with a queue name of up to 255).
@@ -253,13 +244,6 @@ func storedKey(key string) string {
 	return hashedKey + hex.EncodeToString(sum[:])
 }
 
-func (in *inbox) logger(d *mq.Delivery) *slog.Logger {
-	if in.c.log != nil {
-		return in.c.log
-	}
-	return d.Logger()
-}
-
 // maybeClean deletes expired records when the last cleaning is a minute
 // old; one delivery does it while the others go on.
 func (in *inbox) maybeClean(ctx context.Context, d *mq.Delivery) {
@@ -269,6 +253,6 @@ func (in *inbox) maybeClean(ctx context.Context, d *mq.Delivery) {
 		return
 	}
 	if _, err := in.db.ExecContext(ctx, in.clean, in.c.retention.Seconds()); err != nil {
-		in.logger(d).LogAttrs(ctx, slog.LevelWarn, "acemq.inbox.clean.failed", in.attrs(d, slog.Any("error", err))...)
+		d.Logger().LogAttrs(ctx, slog.LevelWarn, "acemq.inbox.clean.failed", slog.Any("error", err))
 	}
 }

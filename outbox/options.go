@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -15,7 +14,7 @@ import (
 // type (OutboxOption for New, RelayOption for NewRelay, InboxOption for
 // Inbox), so an option given to a constructor it does not apply to is a
 // compile error; an option that applies to several (WithSchema,
-// WithLogger, …) is of each of their types. Module takes every Option and
+// WithMeterProvider, …) is of each of their types. Module takes every Option and
 // gives each to the constructors it applies to. Options are values of
 // interfaces with unexported methods, so only this package defines them.
 type Option interface{ option() }
@@ -27,7 +26,7 @@ type OutboxOption interface {
 	applyOutbox(*config)
 }
 
-// RelayOption configures a Relay (NewRelay): WithSchema, WithLogger,
+// RelayOption configures a Relay (NewRelay): WithSchema,
 // WithMeterProvider, WithPropagators, PollInterval, BatchSize,
 // MaxAttempts, PublishTimeout, WithPublisherOptions.
 type RelayOption interface {
@@ -35,8 +34,8 @@ type RelayOption interface {
 	applyRelay(*config)
 }
 
-// InboxOption configures an Inbox: WithSchema, WithLogger,
-// WithMeterProvider, KeyBy, Retention.
+// InboxOption configures an Inbox: WithSchema, WithMeterProvider, KeyBy,
+// Retention.
 type InboxOption interface {
 	Option
 	applyInbox(*config)
@@ -50,8 +49,8 @@ type SchemaOption interface {
 	InboxOption
 }
 
-// RelayInboxOption is an option of NewRelay and Inbox both (WithLogger,
-// WithMeterProvider).
+// RelayInboxOption is an option of NewRelay and Inbox both
+// (WithMeterProvider).
 type RelayInboxOption interface {
 	RelayOption
 	InboxOption
@@ -94,7 +93,6 @@ func (f outboxRelayOpt) applyRelay(c *config)  { f(c) }
 
 type config struct {
 	schema      Schema
-	log         *slog.Logger
 	mp          metric.MeterProvider
 	prop        propagation.TextMapPropagator
 	orderBy     func(exchange, routingKey string, m *mq.Message) string
@@ -133,17 +131,6 @@ func newConfig[O Option](opts []O, apply func(O, *config)) config {
 // (give all three the same; Module gives one to all three). Default: the
 // zero Schema (DefaultOutboxTable, DefaultInboxTable).
 func WithSchema(s Schema) SchemaOption { return schemaOpt(func(c *config) { c.schema = s }) }
-
-// WithLogger sets the logger events are written to (Relay and Inbox).
-// Default: slog.Default() for the Relay; the consumer's logger
-// (Delivery.Logger) for the Inbox. A nil logger keeps the default.
-func WithLogger(l *slog.Logger) RelayInboxOption {
-	return relayInboxOpt(func(c *config) {
-		if l != nil {
-			c.log = l
-		}
-	})
-}
 
 // WithMeterProvider sets the MeterProvider the Relay's and the Inbox's
 // instruments are created with. Default: the global one

@@ -79,7 +79,6 @@ func TestMisplacedOptionsDoNotCompile(t *testing.T) {
 		"BatchSize to Inbox":            `_ = outbox.Inbox(db, outbox.BatchSize(10))`,
 		"OrderBy to NewRelay":           `_ = outbox.NewRelay(db, b, outbox.OrderBy(nil))`,
 		"WithNotify to Inbox":           `_ = outbox.Inbox(db, outbox.WithNotify())`,
-		"WithLogger to New":             `_ = outbox.New(outbox.WithLogger(slog.Default()))`,
 		"WithPropagators to Inbox":      `_ = outbox.Inbox(db, outbox.WithPropagators(nil))`,
 		"PublishTimeout to New":         `_ = outbox.New(outbox.PublishTimeout(time.Second))`,
 		"WithMeterProvider to New":      `_ = outbox.New(outbox.WithMeterProvider(nil))`,
@@ -87,10 +86,10 @@ func TestMisplacedOptionsDoNotCompile(t *testing.T) {
 	}
 	placed := `s := outbox.Schema{}
 	_ = outbox.New(outbox.WithSchema(s), outbox.OrderBy(nil), outbox.WithNotify(), outbox.WithoutNotify(), outbox.WithPropagators(nil))
-	_ = outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.WithLogger(nil), outbox.WithMeterProvider(nil), outbox.WithPropagators(nil),
+	_ = outbox.NewRelay(db, b, outbox.WithSchema(s), outbox.WithMeterProvider(nil), outbox.WithPropagators(nil),
 		outbox.PollInterval(time.Second), outbox.BatchSize(1), outbox.MaxAttempts(1), outbox.PublishTimeout(time.Second), outbox.WithPublisherOptions())
-	_ = outbox.Inbox(db, outbox.WithSchema(s), outbox.WithLogger(nil), outbox.WithMeterProvider(nil), outbox.KeyBy(nil), outbox.Retention(time.Hour))
-	_ = outbox.Module(outbox.WithSchema(s), outbox.OrderBy(nil), outbox.WithNotify(), outbox.WithPropagators(nil), outbox.WithLogger(nil),
+	_ = outbox.Inbox(db, outbox.WithSchema(s), outbox.WithMeterProvider(nil), outbox.KeyBy(nil), outbox.Retention(time.Hour))
+	_ = outbox.Module(outbox.WithSchema(s), outbox.OrderBy(nil), outbox.WithNotify(), outbox.WithPropagators(nil),
 		outbox.WithMeterProvider(nil), outbox.PollInterval(time.Second), outbox.BatchSize(1), outbox.MaxAttempts(1), outbox.PublishTimeout(time.Second),
 		outbox.WithPublisherOptions(), outbox.KeyBy(nil), outbox.Retention(time.Hour))
 	var _ []outbox.Option = []outbox.Option{outbox.WithSchema(s), outbox.KeyBy(nil), outbox.BatchSize(1), outbox.OrderBy(nil)}`

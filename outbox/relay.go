@@ -50,8 +50,9 @@ type relayQueries struct {
 	claim, indexOrder, probe, blockers, del, fail, stats string
 }
 
-// NewRelay returns a relay of the outbox table in db to b. Options:
-// WithSchema, WithLogger, WithMeterProvider, WithPropagators,
+// NewRelay returns a relay of the outbox table in db to b, which writes its
+// events to b's logger (Broker.Logger, from mq.Config.Logger). Options:
+// WithSchema, WithMeterProvider, WithPropagators,
 // PollInterval, BatchSize, MaxAttempts, PublishTimeout,
 // WithPublisherOptions.
 //
@@ -63,9 +64,9 @@ type relayQueries struct {
 func NewRelay(db *sql.DB, b *mq.Broker, opts ...RelayOption) *Relay {
 	c := newConfig(opts, RelayOption.applyRelay)
 	s, err := c.schema.resolved()
-	log := c.log
-	if log == nil {
-		log = slog.Default()
+	log := slog.Default()
+	if b != nil {
+		log = b.Logger()
 	}
 	t := s.Outbox
 	r := &Relay{db: db, b: b, c: c, schema: s, err: err, log: log, m: newRelayMetrics(c.mp),

@@ -100,20 +100,20 @@ func run() error {
 	}()
 	switch p.role {
 	case "relay":
-		if err := p.names.RunRelay(ctx, db, b, p.log); err != nil && !errors.Is(err, context.Canceled) {
+		if err := p.names.RunRelay(ctx, db, b); err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}
 		return nil
 	case "publisher":
 		return p.publisher(ctx, b)
 	case "worker":
-		c, err := p.names.ConsumeWork(ctx, b, p.log, p.work)
+		c, err := p.names.ConsumeWork(ctx, b, p.work)
 		if err != nil {
 			return err
 		}
 		return p.wait(ctx, c)
 	case "inbox":
-		c, err := p.names.ConsumeInbox(ctx, b, db, p.log, p.effect)
+		c, err := p.names.ConsumeInbox(ctx, b, db, p.effect)
 		if err != nil {
 			return err
 		}

@@ -345,7 +345,7 @@ func (r *rig) throughput(ctx context.Context) error {
 		// every few milliseconds would load the database it measures.
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		relay := outbox.NewRelay(r.db, r.b, outbox.WithSchema(r.s), outbox.BatchSize(*batch), outbox.WithLogger(quiet), outbox.WithMeterProvider(mp))
+		relay := outbox.NewRelay(r.db, r.b, outbox.WithSchema(r.s), outbox.BatchSize(*batch), outbox.WithMeterProvider(mp))
 		cpu0 := cpuTime()
 		start := time.Now()
 		done := make(chan error, 1)
@@ -421,7 +421,7 @@ func published(ctx context.Context, reader *sdkmetric.ManualReader) int64 {
 // (which does nothing, so the baseline is the call itself).
 func (r *rig) inbox(ctx context.Context) error {
 	bare := mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })
-	in := outbox.Inbox(r.db, outbox.WithSchema(r.s), outbox.WithLogger(quiet))(bare)
+	in := outbox.Inbox(r.db, outbox.WithSchema(r.s))(bare)
 	var with, without []float64
 	for round := range *rounds {
 		for k, h := range []mq.Handler{bare, in} {
@@ -450,7 +450,7 @@ func (r *rig) inbox(ctx context.Context) error {
 func (r *rig) latency(ctx context.Context) error {
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
-	relay := outbox.NewRelay(r.db, r.b, outbox.WithSchema(r.s), outbox.WithLogger(quiet))
+	relay := outbox.NewRelay(r.db, r.b, outbox.WithSchema(r.s))
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(rctx) }()
 	got := make(chan time.Time, 1)

@@ -199,8 +199,8 @@ func (w OrderWriter) Write(ctx context.Context, tx *sql.Tx, o OrderEvent) error 
 }
 
 // RunRelay runs one relay on the outbox table until ctx ends.
-func (n Names) RunRelay(ctx context.Context, db *sql.DB, b *mq.Broker, log *slog.Logger) error {
-	return outbox.NewRelay(db, b, outbox.WithSchema(n.Schema()), outbox.PollInterval(500*time.Millisecond), outbox.WithLogger(log)).Run(ctx)
+func (n Names) RunRelay(ctx context.Context, db *sql.DB, b *mq.Broker) error {
+	return outbox.NewRelay(db, b, outbox.WithSchema(n.Schema()), outbox.PollInterval(500*time.Millisecond)).Run(ctx)
 }
 
 // ScriptPublisher is the plain publisher to the scripted queue (the
@@ -236,24 +236,24 @@ type Delivery struct {
 
 // ConsumeWork consumes the scripted queue through middleware.Standard
 // with WorkPolicy, four at a time.
-func (n Names) ConsumeWork(ctx context.Context, b *mq.Broker, log *slog.Logger, h func(ctx context.Context, d Delivery) error) (*mq.Consumer, error) {
+func (n Names) ConsumeWork(ctx context.Context, b *mq.Broker, h func(ctx context.Context, d Delivery) error) (*mq.Consumer, error) {
 	return b.Consume(ctx, n.WorkQueue(), mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
 		return h(ctx, Delivery{ID: d.MessageId, Body: d.Body, Attempt: d.Attempt(), Timestamp: d.Timestamp})
-	}), middleware.Standard(WorkPolicy(), middleware.WithLogger(log)), mq.WithConcurrency(4))
+	}), middleware.Standard(WorkPolicy()), mq.WithConcurrency(4))
 }
 
 // ConsumeInbox consumes the orders through middleware.Standard with
 // InboxPolicy and the inbox inside it, in order, one at a time; h writes
 // its effect with the transaction it is given.
-func (n Names) ConsumeInbox(ctx context.Context, b *mq.Broker, db *sql.DB, log *slog.Logger, h func(ctx context.Context, tx *sql.Tx, d Delivery) error) (*mq.Consumer, error) {
+func (n Names) ConsumeInbox(ctx context.Context, b *mq.Broker, db *sql.DB, h func(ctx context.Context, tx *sql.Tx, d Delivery) error) (*mq.Consumer, error) {
 	return b.Consume(ctx, n.InboxQueue(), mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
 		tx := outbox.Tx(ctx)
 		if tx == nil {
 			return fmt.Errorf("field: no inbox transaction for %s", d.MessageId)
 		}
 		return h(ctx, tx, Delivery{ID: d.MessageId, Body: d.Body, Attempt: d.Attempt(), Timestamp: d.Timestamp, Redelivered: d.Redelivered})
-	}), middleware.Standard(InboxPolicy(), middleware.WithLogger(log)),
-		mq.WithMiddleware(outbox.Inbox(db, outbox.WithSchema(n.Schema()), outbox.WithLogger(log))),
+	}), middleware.Standard(InboxPolicy()),
+		mq.WithMiddleware(outbox.Inbox(db, outbox.WithSchema(n.Schema()))),
 		mq.InOrder())
 }
 
