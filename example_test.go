@@ -118,7 +118,8 @@ func serve(ctx context.Context, body []byte) error {
 	if err := b.Declare(ctx, topology.New().Queue("orders.new", topology.DeadLetter(), topology.Retry(policy))); err != nil {
 		return err
 	}
-	c, err := b.Consume(ctx, "orders.new", mq.HandlerFunc(handle), middleware.Standard(policy))
+	// Standard's stack, with the policy the Broker declared for the queue.
+	c, err := b.Consume(ctx, "orders.new", mq.HandlerFunc(handle), middleware.StandardDeclared())
 	if err != nil {
 		return err
 	}
