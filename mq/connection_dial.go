@@ -26,13 +26,18 @@ func (b *Broker) dialUntil(ctx context.Context) (*conn, error) {
 		if err == nil {
 			return c, nil
 		}
-		last = err
 		if permanent(err) {
 			return nil, err
 		}
 		if ctx.Err() != nil {
+			// The deadline cut this dial short: its error says only that,
+			// so the one before it (a refusal, say) is the one to report.
+			if last == nil {
+				last = err
+			}
 			break
 		}
+		last = err
 		if round := (attempt + 1) / len(b.cfg.URLs); (attempt+1)%len(b.cfg.URLs) == 0 {
 			// Every URL was tried once more: back off before the next round.
 			if !sleep(ctx, b.backoff(round-1)) {
