@@ -29,9 +29,11 @@ func (b *Broker) dialUntil(ctx context.Context) (*conn, error) {
 		if permanent(err) {
 			return nil, err
 		}
-		if ctx.Err() != nil {
-			// The deadline cut this dial short: its error says only that,
-			// so the one before it (a refusal, say) is the one to report.
+		if pastDeadline(ctx) {
+			// The deadline cut this dial short: its error says only that
+			// (a context error, or an i/o timeout when the socket's own
+			// deadline, set from ctx's, fired first), so the one before it
+			// (a refusal, say) is the one to report.
 			if last == nil {
 				last = err
 			}
@@ -47,6 +49,16 @@ func (b *Broker) dialUntil(ctx context.Context) (*conn, error) {
 	}
 	return nil, fmt.Errorf("mq: could not connect to %s before the deadline: %w (last error: %v)",
 		b.urlList(), ctx.Err(), last)
+}
+
+// pastDeadline reports whether ctx has ended or its deadline has come
+// (a socket deadline taken from it can fire before ctx's own timer).
+func pastDeadline(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 func (b *Broker) urlList() string {
