@@ -226,7 +226,7 @@ func run(ctx context.Context, o options) (int, error) {
 	defer stopRungs()
 	if o.mode == "field" {
 		rungs.first(ctx)
-		go rungs.watch(rctx, 2*time.Minute)
+		go rungs.watch(rctx, 30*time.Second)
 	}
 
 	// The workers.

@@ -16,7 +16,9 @@ import (
 )
 
 // rungWatch records where the scripted queue's broker rungs (classic
-// queues) live, through `field.sh queue-nodes`, into out/rungs.jsonl.
+// queues) live, and which node leads the scripted queue itself (their
+// home, where an expired rung dead-letters to), through `field.sh
+// queue-nodes`, into out/rungs.jsonl.
 type rungWatch struct {
 	o      options
 	s      site
@@ -71,16 +73,17 @@ func (w *rungWatch) look(ctx context.Context) int {
 		if len(x) != 2 {
 			continue
 		}
-		if _, ok := rungs[x[0]]; !ok {
+		if _, ok := rungs[x[0]]; ok {
+			found++
+		} else if x[0] != w.s.names.WorkQueue() {
 			continue
 		}
-		found++
 		if last[x[0]] == x[1] {
 			continue
 		}
 		p := check.RungPlace{Queue: x[0], Node: x[1], At: now}
 		w.places = append(w.places, p)
-		logf("field: rung %s lives on %s", p.Queue, p.Node)
+		logf("field: %s lives on %s", p.Queue, p.Node)
 		if f != nil {
 			b, _ := json.Marshal(p)
 			_, _ = f.Write(append(b, '\n'))

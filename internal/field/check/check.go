@@ -94,9 +94,14 @@ type FaultSpan struct {
 // once, so the message can vanish there; the FIELD line counts it as
 // rung_lost, apart from lost.
 type RungLoss struct {
-	ID     string
-	Queue  string
-	Node   string
+	ID    string
+	Queue string
+	Node  string
+	// Home is the node leading the rung's home queue at the expiry when
+	// the fault cut that node, not the rung's, from the majority (the
+	// dead-letter had no leader to reach); empty when the rung's node was
+	// the one cut.
+	Home   string
 	Hop    time.Time
 	Expiry time.Time
 	Fault  FaultSpan
@@ -155,10 +160,14 @@ func (r Result) Report(w io.Writer, max int) {
 		writeViolations(w, r.Held, max)
 	}
 	if len(r.RungLosses) > 0 {
-		fmt.Fprintf(w, "field: RUNG_LOST %d confirmed message(s) lost in a broker rung whose node was cut from the majority when the rung's TTL expired: RabbitMQ dead-letters from a classic queue at most once, and contract §2 makes rungs classic queues (this awaits a contract change; SEED=%d replays it)\n", len(r.RungLosses), r.In.Seed)
+		fmt.Fprintf(w, "field: RUNG_LOST %d confirmed message(s) lost in a broker rung whose node, or its home queue's leader, was cut from the majority when the rung's TTL expired: RabbitMQ dead-letters from a classic queue at most once, and contract §2 makes rungs classic queues (this awaits a contract change; SEED=%d replays it)\n", len(r.RungLosses), r.In.Seed)
 		for _, l := range r.RungLosses {
-			fmt.Fprintf(w, "rung_lost %s: hopped to %s (on %s) at %s, TTL expired %s, within %s of %s %s (%s to %s)\n",
-				l.ID, l.Queue, l.Node, stamp(l.Hop), stamp(l.Expiry), r.In.Tolerance, l.Fault.Kind, strings.Join(l.Fault.Args, " "), stamp(l.Fault.Start), stamp(l.Fault.End))
+			cut := ""
+			if l.Home != "" {
+				cut = ", its home queue led by " + l.Home + ","
+			}
+			fmt.Fprintf(w, "rung_lost %s: hopped to %s (on %s%s) at %s, TTL expired %s, within %s of %s %s (%s to %s)\n",
+				l.ID, l.Queue, l.Node, cut, stamp(l.Hop), stamp(l.Expiry), r.In.Tolerance, l.Fault.Kind, strings.Join(l.Fault.Args, " "), stamp(l.Fault.Start), stamp(l.Fault.End))
 		}
 	}
 	if r.OK() {
@@ -466,7 +475,9 @@ func stamp(t time.Time) string {
 // evidence only: its last event (the publisher's confirm aside, which can
 // come late) is a confirmed hop to a rung whose TTL is known; the rung's
 // node at the expiry (hop + TTL) is known; and a fault of the log cut that
-// node from the majority at the expiry, give or take in.Tolerance.
+// node, or the node leading the rung's home queue at the expiry (recorded
+// the same way), from the majority at the expiry, give or take
+// in.Tolerance.
 func rungLoss(in *Input, id string, hist []history.Record) (RungLoss, bool) {
 	var last *history.Record
 	for i := range hist {
@@ -486,15 +497,14 @@ func rungLoss(in *Input, id string, hist []history.Record) (RungLoss, bool) {
 		return RungLoss{}, false
 	}
 	expiry := last.T.Add(ttl)
-	node := ""
-	var since time.Time
-	for _, p := range in.RungNodes {
-		if p.Queue == last.Queue && !p.At.After(expiry) && !p.At.Before(since) {
-			node, since = p.Node, p.At
-		}
-	}
+	node := placeAt(in.RungNodes, last.Queue, expiry)
 	if node == "" {
 		return RungLoss{}, false
+	}
+	// The rung <queue>.retry.<d> dead-letters to <queue> (contract §1).
+	home := ""
+	if i := strings.LastIndex(last.Queue, ".retry."); i > 0 {
+		home = placeAt(in.RungNodes, last.Queue[:i], expiry)
 	}
 	var lastHeal time.Time
 	for _, h := range in.Heals {
@@ -503,8 +513,12 @@ func rungLoss(in *Input, id string, hist []history.Record) (RungLoss, bool) {
 		}
 	}
 	for _, f := range in.FaultLog {
+		cutHome := ""
 		if !cutFromMajority(f, node, in.Nodes) {
-			continue
+			if home == "" || !cutFromMajority(f, home, in.Nodes) {
+				continue
+			}
+			cutHome = home
 		}
 		end := f.End
 		if end.IsZero() {
@@ -513,9 +527,22 @@ func rungLoss(in *Input, id string, hist []history.Record) (RungLoss, bool) {
 		if expiry.Before(f.Start.Add(-in.Tolerance)) || (!end.IsZero() && expiry.After(end.Add(in.Tolerance))) {
 			continue
 		}
-		return RungLoss{ID: id, Queue: last.Queue, Node: node, Hop: last.T, Expiry: expiry, Fault: f}, true
+		return RungLoss{ID: id, Queue: last.Queue, Node: node, Home: cutHome, Hop: last.T, Expiry: expiry, Fault: f}, true
 	}
 	return RungLoss{}, false
+}
+
+// placeAt is the node queue lived on (led, for a quorum queue) at t, as
+// last recorded at or before t; empty when unknown.
+func placeAt(places []RungPlace, queue string, t time.Time) string {
+	node := ""
+	var since time.Time
+	for _, p := range places {
+		if p.Queue == queue && !p.At.After(t) && !p.At.Before(since) {
+			node, since = p.Node, p.At
+		}
+	}
+	return node
 }
 
 // cutFromMajority says whether fault f leaves node with fewer than a

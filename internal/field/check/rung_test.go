@@ -125,3 +125,27 @@ func TestRungWaitingIsStuckNotRungLost(t *testing.T) {
 		t.Fatalf("lost=%d rung_lost=%d stuck=%d", r.Lost, r.RungLost, r.Stuck)
 	}
 }
+
+// Seed 1625172487: the rung's node f1 stayed with the majority, but the
+// home queue's leader f3 was cut from f1,f2 1.3-4.5 s before the rungs'
+// TTLs expired. RabbitMQ dead-letters from the classic rung at most once,
+// and the home quorum queue had no reachable leader until f3 was seen
+// down: the same loss, judged on where the home queue led at expiry.
+func TestRungLossHomeLeaderCut(t *testing.T) {
+	in := rungRun()
+	in.RungNodes = append(in.RungNodes, RungPlace{Queue: "field.work", Node: "f3", At: at(1)})
+	in.FaultLog = []FaultSpan{{Kind: "partition", Args: []string{"f3", "f1,f2"}, Start: at(21.7), End: at(62)}}
+	r := Check(in)
+	if !r.OK() || r.Lost != 0 || r.RungLost != 1 || len(r.RungLosses) != 1 {
+		t.Fatalf("lost=%d rung_lost=%d violations %+v; want lost=0 rung_lost=1", r.Lost, r.RungLost, r.Violations)
+	}
+	if l := r.RungLosses[0]; l.Node != "f1" || l.Home != "f3" {
+		t.Fatalf("attribution %+v: want the rung on f1 and the home queue's leader f3", l)
+	}
+	// The same with the home queue led elsewhere at expiry (it moved to
+	// f2 before the cut): nothing explains the loss.
+	in.RungNodes = append(in.RungNodes, RungPlace{Queue: "field.work", Node: "f2", At: at(10)})
+	if r := Check(in); r.OK() || r.Lost != 1 || r.RungLost != 0 {
+		t.Fatalf("home queue led by f2 at expiry: lost=%d rung_lost=%d; want lost=1 rung_lost=0", r.Lost, r.RungLost)
+	}
+}
