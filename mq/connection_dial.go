@@ -47,8 +47,13 @@ func (b *Broker) dialUntil(ctx context.Context) (*conn, error) {
 			}
 		}
 	}
+	cause := ctx.Err()
+	if cause == nil {
+		// The socket's deadline came before ctx's timer fired.
+		cause = context.DeadlineExceeded
+	}
 	return nil, fmt.Errorf("mq: could not connect to %s before the deadline: %w (last error: %v)",
-		b.urlList(), ctx.Err(), last)
+		b.urlList(), cause, last)
 }
 
 // pastDeadline reports whether ctx has ended or its deadline has come
