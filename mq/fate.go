@@ -252,14 +252,12 @@ func carryOut(ctx context.Context, d *Delivery, rt Runtime, h Handler, dec *Deci
 	}
 }
 
-// decisionOf is the Decision err carries, or nil. Apart, so that a
-// delivery that succeeds allocates nothing for it.
+// decisionOf is the Decision err carries, or nil. It allocates nothing
+// (errors.As would, for its target): the carrier outside every middleware
+// asks it of each error passing up.
 func decisionOf(err error) *Decision {
-	var dec *Decision
-	if errors.As(err, &dec) {
-		return dec
-	}
-	return nil
+	dec, _ := errors.AsType[*Decision](err)
+	return dec
 }
 
 // invoke calls h once; a panic that escaped every middleware is a
