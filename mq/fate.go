@@ -161,13 +161,6 @@ func (r *Runner) RetryPolicy() (retry.Policy, bool) {
 // and d.Outcome says which. A panic that escapes every middleware is
 // recovered as a requeue, never a reject.
 func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
-	return r.decide(ctx, d)
-}
-
-// decide calls the chain and carries out what reaches the consumer: a
-// decision no middleware's boundary carried out (the handler's own, with
-// no middleware around it, or a reject).
-func (r *Runner) decide(ctx context.Context, d *Delivery) error {
 	rt := d.runtime()
 	if a := d.aside; a != nil {
 		// Its attempts were used on an earlier delivery, whose set-aside
@@ -178,14 +171,12 @@ func (r *Runner) decide(ctx context.Context, d *Delivery) error {
 	if err == nil {
 		return d.settled(nil)
 	}
+	// The chain is a carrier outermost, which carried out every decision
+	// but a reject: that one reaches here, to be settled with its cause.
 	if dec := decisionOf(err); dec != nil {
-		call := func(h Handler) error { return invoke(ctx, h, d, rt) }
-		err = carryOut(ctx, d, rt, r.handler, dec, call)
-		if dec = decisionOf(err); dec != nil { // a reject
-			err = dec.Cause
-			if err == nil {
-				err = dec
-			}
+		err = dec.Cause
+		if err == nil {
+			err = dec
 		}
 	}
 	return d.settled(err)
