@@ -191,27 +191,23 @@ func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
 // out: it passes up as the decision.
 type carrier struct{ next Handler }
 
-func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
-	err := c.next.Handle(ctx, d)
-	if err == nil {
-		return nil
-	}
-	dec := decisionOf(err)
-	if dec == nil {
-		return err
-	}
-	return carryOut(ctx, d, d.runtime(), c.next, dec, func(h Handler) error { return h.Handle(ctx, d) })
-}
-
-// carryOut carries out dec, which h (a middleware, the handler, or the
-// whole chain) decided: it waits and calls h through call as the next
-// attempt until the decision is something other than an in-process retry,
+// Handle calls the middleware, and calls it again as the next attempt
+// after each in-process wait it decides, until it decides something else,
 // and carries that out. It returns nil for an ack or a confirmed hop
 // (d.Outcome() says which), Requeue's error for a requeue or a hop that
 // failed, the decision itself for a reject, and any other error the
-// middleware returned on a later attempt.
-func carryOut(ctx context.Context, d *Delivery, rt Runtime, h Handler, dec *Decision, call func(Handler) error) error {
+// middleware returns.
+func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
 	for {
+		err := c.next.Handle(ctx, d)
+		if err == nil {
+			return nil
+		}
+		dec := decisionOf(err)
+		if dec == nil {
+			return err
+		}
+		rt := d.runtime()
 		switch dec.Outcome {
 		case OutcomeAck:
 			d.outcome, d.cause = OutcomeAck, dec.Cause
@@ -229,13 +225,6 @@ func carryOut(ctx context.Context, d *Delivery, rt Runtime, h Handler, dec *Deci
 			rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindInProcess, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
 			if werr := rt.Wait(ctx, d, dec.Wait); werr != nil {
 				return carry(ctx, d, rt, dec.Cause)
-			}
-			err := call(h)
-			if err == nil {
-				return nil
-			}
-			if dec = decisionOf(err); dec == nil {
-				return err
 			}
 		default: // OutcomeReject, or none given
 			return dec
