@@ -74,9 +74,10 @@ func StandardDeclared(opts ...StandardOption) mq.ConsumerOption {
 
 // Stack is Standard's middleware as a list, outermost first, for wrapping
 // a handler outside a consumer: mq.Chain(h, middleware.Stack(p)...) is
-// the chain Standard(p) gives a consumer (without the consumer's attempt
-// counting; mqtest.New runs the whole of it). Each element is a separate
-// middleware, so each keeps its Subscribe hook when given to
+// the chain Standard(p) gives a consumer without the consumer's part (its
+// attempt counting, and its carrying out of each decision: a decision
+// comes back as the error; mqtest.New runs the whole of it). Each element
+// is a separate middleware, so each keeps its Subscribe hook when given to
 // mq.WithMiddleware.
 func Stack(p retry.Policy, opts ...StandardOption) []mq.Middleware {
 	return standardStack(p, opts)

@@ -73,10 +73,13 @@
 // Middleware decides; the consumer acts. A middleware's answer for a
 // delivery is a [Decision] (an [Outcome]: wait in-process and call again,
 // hop to a rung, to .dlq or to .parked with a [Reason], requeue, reject),
-// returned up the chain as its error; the consumer's [Runner] alone waits
-// (freeing the worker for the rest of the queue), hops (keeping the
+// returned as its error; the consumer's [Runner] alone carries it out, at
+// once, just outside that middleware: it waits (freeing the worker for the
+// rest of the queue) and calls the middleware again, hops (keeping the
 // message's origin and dropping what would make the copy vanish, multiply
-// or be refused), confirms, reports the events and settles. A fake runs
+// or be refused), confirms, reports the events and settles, so the
+// middleware outside sees what became of the delivery, not the decision
+// (a reject, made by the consumer, passes up as it is). A fake runs
 // the same Runner with a [Runtime] of its own ([NewDelivery], package
 // mqtest). [Delivery.Attempt] numbers the attempts across in-process
 // waits, broker rungs and restarts ([AttemptOf] reads the header).

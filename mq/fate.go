@@ -161,13 +161,6 @@ func (r *Runner) RetryPolicy() (retry.Policy, bool) {
 // and d.Outcome says which. A panic that escapes every middleware is
 // recovered as a requeue, never a reject.
 func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
-	return r.decide(ctx, d)
-}
-
-// decide calls the chain and carries out what reaches the consumer: a
-// decision no middleware's boundary carried out (the handler's own, with
-// no middleware around it, or a reject).
-func (r *Runner) decide(ctx context.Context, d *Delivery) error {
 	rt := d.runtime()
 	if a := d.aside; a != nil {
 		// Its attempts were used on an earlier delivery, whose set-aside
@@ -178,14 +171,12 @@ func (r *Runner) decide(ctx context.Context, d *Delivery) error {
 	if err == nil {
 		return d.settled(nil)
 	}
+	// The chain is a carrier outermost, which carried out every decision
+	// but a reject: that one reaches here, to be settled with its cause.
 	if dec := decisionOf(err); dec != nil {
-		call := func(h Handler) error { return invoke(ctx, h, d, rt) }
-		err = carryOut(ctx, d, rt, r.handler, dec, call)
-		if dec = decisionOf(err); dec != nil { // a reject
-			err = dec.Cause
-			if err == nil {
-				err = dec
-			}
+		err = dec.Cause
+		if err == nil {
+			err = dec
 		}
 	}
 	return d.settled(err)
@@ -200,27 +191,23 @@ func (r *Runner) decide(ctx context.Context, d *Delivery) error {
 // out: it passes up as the decision.
 type carrier struct{ next Handler }
 
-func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
-	err := c.next.Handle(ctx, d)
-	if err == nil {
-		return nil
-	}
-	dec := decisionOf(err)
-	if dec == nil {
-		return err
-	}
-	return carryOut(ctx, d, d.runtime(), c.next, dec, func(h Handler) error { return h.Handle(ctx, d) })
-}
-
-// carryOut carries out dec, which h (a middleware, the handler, or the
-// whole chain) decided: it waits and calls h through call as the next
-// attempt until the decision is something other than an in-process retry,
+// Handle calls the middleware, and calls it again as the next attempt
+// after each in-process wait it decides, until it decides something else,
 // and carries that out. It returns nil for an ack or a confirmed hop
 // (d.Outcome() says which), Requeue's error for a requeue or a hop that
 // failed, the decision itself for a reject, and any other error the
-// middleware returned on a later attempt.
-func carryOut(ctx context.Context, d *Delivery, rt Runtime, h Handler, dec *Decision, call func(Handler) error) error {
+// middleware returns.
+func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
 	for {
+		err := c.next.Handle(ctx, d)
+		if err == nil {
+			return nil
+		}
+		dec := decisionOf(err)
+		if dec == nil {
+			return err
+		}
+		rt := d.runtime()
 		switch dec.Outcome {
 		case OutcomeAck:
 			d.outcome, d.cause = OutcomeAck, dec.Cause
@@ -239,27 +226,18 @@ func carryOut(ctx context.Context, d *Delivery, rt Runtime, h Handler, dec *Deci
 			if werr := rt.Wait(ctx, d, dec.Wait); werr != nil {
 				return carry(ctx, d, rt, dec.Cause)
 			}
-			err := call(h)
-			if err == nil {
-				return nil
-			}
-			if dec = decisionOf(err); dec == nil {
-				return err
-			}
 		default: // OutcomeReject, or none given
 			return dec
 		}
 	}
 }
 
-// decisionOf is the Decision err carries, or nil. Apart, so that a
-// delivery that succeeds allocates nothing for it.
+// decisionOf is the Decision err carries, or nil. It allocates nothing
+// (errors.As would, for its target): the carrier outside every middleware
+// asks it of each error passing up.
 func decisionOf(err error) *Decision {
-	var dec *Decision
-	if errors.As(err, &dec) {
-		return dec
-	}
-	return nil
+	dec, _ := errors.AsType[*Decision](err)
+	return dec
 }
 
 // invoke calls h once; a panic that escaped every middleware is a
