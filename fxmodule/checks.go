@@ -28,7 +28,9 @@ type Check struct {
 	// Check answers for it within ctx (ReadyHandler bounds it at
 	// CheckTimeout): an error makes the app not ready, with the error's
 	// text as the reason; detail ("" for none) is worth reporting either
-	// way (how far behind something is, say). Required.
+	// way (how far behind something is, say). It must return once ctx
+	// ends: ReadyHandler answers without it then, and the goroutine it
+	// runs on lasts until it returns. Required.
 	Check func(ctx context.Context) (detail string, err error)
 }
 

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/acemq/acemq-go/mq"
 )
@@ -61,34 +60,43 @@ type checkResult struct {
 
 // runChecks runs every check at once, each within CheckTimeout, and
 // returns their results sorted by name. A check that does not return
-// within its time is reported as failed without waiting for it.
+// within its time is reported as failed without waiting for it: its
+// goroutine, the only one it gets, ends when its Check returns (which a
+// Check does once its context ends), its answer dropped into done's room.
 func runChecks(ctx context.Context, checks []Check) []checkResult {
-	out := make([]checkResult, len(checks))
-	var wg sync.WaitGroup
-	for i, c := range checks {
-		out[i].name = c.Name
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, CheckTimeout)
-			defer cancel()
-			done := make(chan checkResult, 1)
-			go func() {
-				d, err := c.Check(cctx)
-				done <- checkResult{name: c.Name, detail: d, err: err}
-			}()
-			select {
-			case res := <-done:
-				out[i] = res
-			case <-cctx.Done():
-				select {
-				case res := <-done: // it answered as time ran out
-					out[i] = res
-				default:
-					out[i].err = fmt.Errorf("no answer in time: %w", cctx.Err())
-				}
-			}
-		})
+	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
+	defer cancel()
+	type answer struct {
+		i   int
+		res checkResult
 	}
-	wg.Wait()
+	done := make(chan answer, len(checks)) // room for every answer: no sender blocks
+	for i, c := range checks {
+		go func() {
+			d, err := c.Check(ctx)
+			done <- answer{i, checkResult{name: c.Name, detail: d, err: err}}
+		}()
+	}
+	out := make([]checkResult, len(checks))
+	answered := make([]bool, len(checks))
+	take := func(a answer) { out[a.i], answered[a.i] = a.res, true }
+wait:
+	for range checks {
+		select {
+		case a := <-done:
+			take(a)
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	for len(done) > 0 { // those that answered as time ran out
+		take(<-done)
+	}
+	for i, c := range checks {
+		if !answered[i] {
+			out[i] = checkResult{name: c.Name, err: fmt.Errorf("no answer in time: %w", ctx.Err())}
+		}
+	}
 	slices.SortStableFunc(out, func(a, b checkResult) int { return strings.Compare(a.name, b.name) })
 	return out
 }
