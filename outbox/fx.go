@@ -40,22 +40,7 @@ import (
 // and the inbox through each consumer's (fxmodule gives the app's
 // *slog.Logger to the broker).
 func Module(opts ...Option) fx.Option {
-	var (
-		outboxOpts []OutboxOption
-		relayOpts  []RelayOption
-		inboxOpts  []InboxOption
-	)
-	for _, o := range opts {
-		if o, ok := o.(OutboxOption); ok {
-			outboxOpts = append(outboxOpts, o)
-		}
-		if o, ok := o.(RelayOption); ok {
-			relayOpts = append(relayOpts, o)
-		}
-		if o, ok := o.(InboxOption); ok {
-			inboxOpts = append(inboxOpts, o)
-		}
-	}
+	outboxOpts, relayOpts, inboxOpts := only[OutboxOption](opts), only[RelayOption](opts), only[InboxOption](opts)
 	return fx.Module("acemq.outbox",
 		// Built with the app, not here: New reads the global propagator,
 		// which an app may set while it is built.

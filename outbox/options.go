@@ -106,6 +106,18 @@ type config struct {
 	noNotify    bool
 }
 
+// only is the options in opts that are Os: those of the constructor that
+// takes Os, for Module to give it.
+func only[O Option](opts []Option) []O {
+	var out []O
+	for _, o := range opts {
+		if o, ok := o.(O); ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // newConfig is the defaults with opts applied by apply (a constructor's
 // own method of its option type), then the globals for what none set.
 func newConfig[O Option](opts []O, apply func(O, *config)) config {
