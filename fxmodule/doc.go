@@ -12,7 +12,11 @@
 // makes itself ([mq.New], [mq.Broker.Start], [mq.Broker.Declare],
 // [mq.Broker.Consume], [middleware.Standard], [mq.Consumer.Stop],
 // [mq.Broker.Close]); see examples/plain. [ReadyHandler] is
-// [mq.Broker.Check] over HTTP, for any broker.
+// [mq.Broker.Check] over HTTP, for any broker, with the readiness checks
+// of what else the app needs ([Check]): those given to it, and those an
+// fx app fed with [AsCheck], which the module keeps for the app's broker.
+// It runs the checks; what they check is their owners' (package outbox's
+// database, say).
 //
 // # What it must not touch
 //

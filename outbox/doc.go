@@ -88,8 +88,8 @@
 // of the right shape, and creates nothing.
 //
 // What it owns: the outbox and inbox tables and what is written to and read
-// from them, the relay's loop and its LISTEN connection, and the inbox's
-// transaction. What it must not touch: broker connections and channels
+// from them (their checks, at start and for readiness, included), the
+// relay's loop and its LISTEN connection, and the inbox's transaction. What it must not touch: broker connections and channels
 // (the relay publishes through mq.Publisher, as any service does), the
 // caller's transaction beyond the rows it writes (Publish never commits or
 // rolls back), and package mq, which must not import a database driver:
