@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -155,10 +156,19 @@ func withSearchPath(s, schema string) string {
 	return s + " search_path=" + schema
 }
 
-// redact is s without a URL's password.
+// kvPassword is the password of a keyword/value connection string,
+// quoted or not.
+var kvPassword = regexp.MustCompile(`password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
+
+// redact is s without its password, as a URL's or as a keyword/value
+// pair.
 func redact(s string) string {
-	if u, err := url.Parse(s); err == nil && u.User != nil {
+	if u, err := url.Parse(s); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		if q := u.Query(); q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
 		return u.Redacted()
 	}
-	return s
+	return kvPassword.ReplaceAllString(s, "password=xxxxx")
 }
