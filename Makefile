@@ -152,21 +152,21 @@ else
 FIELD_UP   = ./scripts/field.sh up
 FIELD_DOWN = ./scripts/field.sh down
 endif
-field:
-	@exec 9>$(FIELD_LOCK); flock -w 1800 9 || { echo "field: another run holds $(FIELD_LOCK)"; exit 1; }; \
+# FIELD_RUN: the instance's lock, the field up (and down again on exit,
+# failure and Ctrl-C), then the orchestrator; the recipe adds its flags.
+FIELD_RUN = exec 9>$(FIELD_LOCK); flock -w 1800 9 || { echo "field: another run holds $(FIELD_LOCK)"; exit 1; }; \
 	eval "$$(./scripts/broker.sh env 4.3)"; \
 	trap '$(FIELD_DOWN)' EXIT; trap 'exit 130' INT TERM; \
-	$(FIELD_UP) 9>&- && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) $(FIELDFLAGS) 9>&-
+	$(FIELD_UP) 9>&- && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE)
+field:
+	@$(FIELD_RUN) $(FIELDFLAGS) 9>&-
 
 ## soak: the field's workload and faults for DURATION (default 1h), the
 ## workers' RSS, goroutines, fds and connections, the broker's channels and
 ## backlog, and consumer lag sampled every 10 s into docs/soak.tsv, plotted
 ## to docs/soak.png by gnuplot (Debian's gnuplot-nox, installed when missing)
 soak: gnuplot
-	@exec 9>$(FIELD_LOCK); flock -w 1800 9 || { echo "field: another run holds $(FIELD_LOCK)"; exit 1; }; \
-	eval "$$(./scripts/broker.sh env 4.3)"; \
-	trap '$(FIELD_DOWN)' EXIT; trap 'exit 130' INT TERM; \
-	$(FIELD_UP) 9>&- && $(GO) run ./internal/cmd/field -mode $(FIELD_MODE) -soak docs/soak.tsv -sample 10s $(FIELDFLAGS) 9>&-; rc=$$?; \
+	@$(FIELD_RUN) -soak docs/soak.tsv -sample 10s $(FIELDFLAGS) 9>&-; rc=$$?; \
 	./scripts/soakplot.sh docs/soak.tsv docs/soak.png && exit $$rc
 
 ## gnuplot: Debian's gnuplot-nox for the soak's plot (installed when missing)
@@ -234,6 +234,7 @@ lint: vet
 	$(GO) run $(STATICCHECK) -tags 'integration chaos' ./integration/...
 	$(GO) run $(STATICCHECK) -tags cluster ./integration/...
 	$(GO) run $(STATICCHECK) -tags tls ./integration/...
+	$(GO) run $(STATICCHECK) -tags field ./integration/... ./internal/cmd/field
 
 vet:
 	$(GO) vet $(PKGS)
@@ -241,7 +242,7 @@ vet:
 	$(GO) vet -tags 'integration chaos' ./integration/...
 	$(GO) vet -tags cluster ./integration/...
 	$(GO) vet -tags tls ./integration/...
-	$(GO) vet -tags field ./internal/cmd/field
+	$(GO) vet -tags field ./integration/... ./internal/cmd/field
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

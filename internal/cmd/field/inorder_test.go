@@ -5,9 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -59,18 +57,7 @@ func TestInOrderAcrossNodeKill(t *testing.T) {
 // args and returns the bodies in the order they were handled (all three,
 // or what came within 3 minutes).
 func inOrderAcrossNodeKill(t *testing.T, args map[string]any) []string {
-	root, _ := filepath.Abs("../../..")
-	script := filepath.Join(root, "scripts", "field.sh")
-	sh := func(args ...string) string {
-		t.Helper()
-		c := exec.Command(script, args...)
-		c.Dir, c.Stderr = root, os.Stderr
-		out, err := c.Output()
-		if err != nil {
-			t.Fatalf("field.sh %v: %v", args, err)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	script, sh := fieldSh(t)
 	sh("up")
 	t.Cleanup(func() { _ = exec.Command(script, "start", "f1").Run() })
 	urls := strings.Split(sh("urls"), ",")

@@ -75,11 +75,14 @@ func (f *fleet) add(name, role string, env []string) *worker {
 // start starts w and keeps it running until stop.
 func (f *fleet) start(w *worker) error {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.want = true
-	w.mu.Unlock()
 	return f.spawn(w)
 }
 
+// spawn starts w's process and the goroutine that starts it again when it
+// exits. w.mu is held: stop, which clears want under it, either sees this
+// process or keeps the next one from starting.
 func (f *fleet) spawn(w *worker) error {
 	logf, err := os.OpenFile(filepath.Join(w.out, w.name+".log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
@@ -94,10 +97,8 @@ func (f *fleet) spawn(w *worker) error {
 		return err
 	}
 	exited := make(chan struct{})
-	w.mu.Lock()
 	w.cmd, w.exited = cmd, exited
 	w.starts++
-	w.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
 		logf.Close()
@@ -111,15 +112,15 @@ func (f *fleet) spawn(w *worker) error {
 		f.logf("field: %s exited (%v); starting it again", w.name, err)
 		time.Sleep(time.Second)
 		w.mu.Lock()
-		again = w.want
-		w.mu.Unlock()
-		if again {
-			f.mu.Lock()
-			f.restarts++
-			f.mu.Unlock()
-			if err := f.spawn(w); err != nil {
-				f.logf("field: start %s again: %v", w.name, err)
-			}
+		defer w.mu.Unlock()
+		if !w.want {
+			return
+		}
+		f.mu.Lock()
+		f.restarts++
+		f.mu.Unlock()
+		if err := f.spawn(w); err != nil {
+			f.logf("field: start %s again: %v", w.name, err)
 		}
 	}()
 	return nil

@@ -5,9 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -34,18 +32,7 @@ import (
 //
 //	go test -tags field -run TestRungAcrossPartition -timeout 10m -v ./internal/cmd/field
 func TestRungAcrossPartition(t *testing.T) {
-	root, _ := filepath.Abs("../../..")
-	script := filepath.Join(root, "scripts", "field.sh")
-	sh := func(args ...string) string {
-		t.Helper()
-		c := exec.Command(script, args...)
-		c.Dir, c.Stderr = root, os.Stderr
-		out, err := c.Output()
-		if err != nil {
-			t.Fatalf("field.sh %v: %v", args, err)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	script, sh := fieldSh(t)
 	sh("up")
 	t.Cleanup(func() { _ = exec.Command(script, "heal").Run() })
 	urls := strings.Split(sh("urls"), ",")

@@ -51,7 +51,9 @@ func (w *rungWatch) look(ctx context.Context) int {
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.Output()
 	if err != nil {
-		logf("field: where the rungs live: %s queue-nodes: %v", w.o.script, err)
+		if ctx.Err() == nil { // a look cut short by stop is no failure
+			logf("field: where the rungs live: %s queue-nodes: %v", w.o.script, err)
+		}
 		return 0
 	}
 	rungs := w.s.names.Rungs()
@@ -95,16 +97,27 @@ func (w *rungWatch) look(ctx context.Context) int {
 	return found
 }
 
-// watch looks every period until ctx ends.
-func (w *rungWatch) watch(ctx context.Context, period time.Duration) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(period):
+// watch looks every period, in a goroutine of its own, until ctx ends or
+// stop is called; stop waits for that goroutine to end (a look under way is
+// cut short), and may be called more than once.
+func (w *rungWatch) watch(ctx context.Context, period time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(period):
+			}
+			w.look(ctx)
 		}
-		w.look(ctx)
-	}
+	}()
+	return sync.OnceFunc(func() {
+		cancel()
+		<-done
+	})
 }
 
 func (w *rungWatch) all() []check.RungPlace {

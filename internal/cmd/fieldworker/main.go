@@ -70,8 +70,10 @@ func run() error {
 	_ = h.Add(history.Record{Kind: history.KindStart, Key: p.role})
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	go p.stats(ctx, every, portsOf(os.Getenv("FIELD_AMQP_PORTS")))
+	// The stats goroutine ends before the history closes, on every return.
+	statsDone := make(chan struct{})
+	go func() { defer close(statsDone); p.stats(ctx, every, portsOf(os.Getenv("FIELD_AMQP_PORTS"))) }()
+	defer func() { stop(); <-statsDone }()
 
 	var db *sql.DB
 	if p.role != "publisher" && p.role != "worker" {

@@ -17,5 +17,7 @@
 //     when the quiescence bound after the last heal ran out.
 //
 // Check returns the counts (Result.Line is the one FIELD line) and each
-// violation with the part of the history that shows it.
+// violation with the part of the history that shows it. It reads no file,
+// broker or database itself: the orchestrator collects the Input, and
+// Check is a function of it alone.
 package check

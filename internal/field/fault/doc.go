@@ -21,5 +21,6 @@
 // Run executes a schedule through the script, hands the process faults
 // (kill-relay, kill-consumer, conn-cut) to the orchestrator's Procs, checks
 // `field.sh cut-ok` while a cut lasts (re-applying a cut that vanished), and
-// heals everything after the last fault.
+// heals everything after the last fault. It reaches the cluster only
+// through the script and the workload's processes only through Procs.
 package fault
