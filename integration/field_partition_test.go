@@ -335,8 +335,14 @@ func fnetScenario(t *testing.T, scen string, cut []string, pubs []*fnetPub, cons
 		t.Fatalf("the field is not whole before %s (make field-up): %v\n%s", scen, err, out)
 	}
 	clk := &fnetClock{}
+	// The probes, the watcher and the declarations stop and are waited
+	// for on every path: a t.Fatalf below must not leave them running
+	// (the watcher and the declarations log, and a log after the test
+	// has ended panics).
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	stopProbes := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(stopProbes)
 	for _, p := range pubs {
 		p.run(t, fnetDial(t, p.node, heartbeat), stop, &wg)
 	}
@@ -351,9 +357,12 @@ func fnetScenario(t *testing.T, scen string, cut []string, pubs []*fnetPub, cons
 	t.Cleanup(func() { _, _ = fnetSh(t, time.Minute, "heal") })
 	var wstop = make(chan struct{})
 	var wwg sync.WaitGroup
+	stopWatch := sync.OnceFunc(func() { close(wstop); wwg.Wait() })
+	t.Cleanup(stopWatch)
 	fnetWatch(t, scen, clk, wstop, &wwg)
 	time.Sleep(20 * time.Second)
 	var dwg sync.WaitGroup
+	t.Cleanup(dwg.Wait)
 	for _, d := range declares {
 		dwg.Add(1)
 		go func() { defer dwg.Done(); fnetDeclare(t, scen, d[0], d[1], clk) }()
@@ -368,8 +377,7 @@ func fnetScenario(t *testing.T, scen string, cut []string, pubs []*fnetPub, cons
 	clk.heal = time.Now()
 	t.Logf("FIELDFACT %s healed at %s", scen, clk.rel(clk.heal))
 	time.Sleep(fnetAfter)
-	close(stop)
-	wg.Wait()
+	stopProbes()
 	dwg.Wait()
 	// Whole again: every node sees three.
 	deadline := time.Now().Add(2 * time.Minute)
@@ -383,8 +391,7 @@ func fnetScenario(t *testing.T, scen string, cut []string, pubs []*fnetPub, cons
 		}
 		time.Sleep(2 * time.Second)
 	}
-	close(wstop)
-	wwg.Wait()
+	stopWatch()
 	for _, p := range pubs {
 		p.report(t, scen, clk)
 	}

@@ -101,15 +101,10 @@ func TestLoggerGivenOnceReachesLoggingOnceAndRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = down.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- outbox.NewRelay(down, b, outbox.WithSchema(outbox.Schema{Outbox: "logger_outbox"})).Run(ctx)
-	}()
+	// outboxRelay stops the relay when the test ends on any path, and
+	// fails the test if its Run returned an error.
+	stop := outboxRelay(t, outbox.NewRelay(down, b, outbox.WithSchema(outbox.Schema{Outbox: "logger_outbox"})))
 	testenv.Eventually(t, 30*time.Second, func() bool { return len(buf.lines(outbox.EventRelayFailed)) >= 1 },
 		"the relay's %s record in the Broker's logger", outbox.EventRelayFailed)
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
+	stop()
 }

@@ -48,7 +48,8 @@ func TestInboxFxOneLine(t *testing.T) {
 	q := testenv.Name(t)
 	testenv.CleanupDerived(t, q, inboxfxPolicy)
 	var calls, noTx atomic.Int32
-	app := fxApp(t, fxConfig(t),
+	lg := testenv.NewLogRecorder(t)
+	app := fxApp(t, fx.Supply(mq.Config{URLs: []string{testenv.URL()}, Logger: lg.Logger(), ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}),
 		fx.Supply(db),
 		fxmodule.AsTopology(func() *topology.Topology { return topology.New().Queue(q, topology.Retry(inboxfxPolicy)) }),
 		outbox.Module(outbox.WithSchema(s)),
@@ -79,7 +80,9 @@ func TestInboxFxOneLine(t *testing.T) {
 	}
 	testenv.Publish(t, helper, q, mq.Message{MessageId: "o-1"})
 	testenv.WaitCount(t, helper, q, 0, 15*time.Second)
-	time.Sleep(300 * time.Millisecond) // the duplicate, had it been handled
+	// Taken from the queue is not yet decided: wait until the inbox has
+	// logged the redelivery as a duplicate, or the handler ran for it.
+	testenv.Poll(15*time.Second, func() bool { return lg.Count(outbox.EventDuplicate) > 0 || calls.Load() > 2 })
 	app.RequireStop()
 	if n := noTx.Load(); n != 0 {
 		t.Errorf("%d calls had no transaction (outbox.Tx nil): the consumer ran outside the inbox", n)
