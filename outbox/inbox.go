@@ -70,9 +70,10 @@ const (
 // each attempt is a transaction of its own. Options: KeyBy, Retention,
 // WithSchema, WithMeterProvider. It logs to the delivery's logger
 // (Delivery.Logger, the consumer's). Its table must exist
-// (Schema.Create): Consume fails, naming it with its schema, when it is
-// missing or of another shape (see Subscribe); one dropped while the
-// consumer runs is taken for an outage. With fx,
+// (Schema.Create): before its consumer first subscribes it checks the
+// table, and Consume fails with ErrSchema naming it with its schema when
+// it is missing or of another shape; a database that does not answer
+// then, or a table dropped while the consumer runs, is an outage. With fx,
 // fxmodule.Consumer.Inbox runs the inbox Module provides, whose start
 // checks the tables before any consumer starts.
 func Inbox(db *sql.DB, opts ...InboxOption) mq.Middleware {
