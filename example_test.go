@@ -214,7 +214,7 @@ func snippets(t *testing.T, path string) [][]string {
 // mirrorOf names, for a Markdown file whose snippets live in other
 // packages' examples, those files (a snippet may be in any of them);
 // every other snippet is in this one.
-var mirrorOf = map[string][]string{"docs/outbox.md": {"outbox/example_test.go", "outbox/outboxtest/doc_test.go"}}
+var mirrorOf = map[string][]string{"docs/outbox.md": {"outbox/example_test.go", "outbox/outboxtest/doc_test.go", "outbox/outboxtest/doc_fx_test.go"}}
 
 // TestREADMEIsMirrored: every Go snippet of the README and of the docs it
 // links to is in example_test.go (or the file mirrorOf names), line for

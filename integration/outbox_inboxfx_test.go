@@ -23,6 +23,7 @@ import (
 
 	"github.com/acemq/acemq-go/fxmodule"
 	"github.com/acemq/acemq-go/internal/testenv"
+	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/outbox"
 	"github.com/acemq/acemq-go/retry"
@@ -235,5 +236,48 @@ func TestOutboxCheckPlainGo(t *testing.T) {
 	err = outbox.NewRelay(db, helper, outbox.WithSchema(missing)).Run(rctx)
 	if err == nil || !errors.Is(err, outbox.ErrSchema) || !strings.Contains(err.Error(), "public."+missing.Outbox) || time.Since(began) >= time.Second {
 		t.Errorf("Run with a missing table: %v after %v, want ErrSchema naming public.%s at once", err, time.Since(began), missing.Outbox)
+	}
+}
+
+// Without fx, a consumer built as the docs show (Broker, Consume with
+// Standard and outbox.Inbox innermost) whose inbox table is missing, or of
+// another shape, fails its Consume within a second with ErrSchema naming
+// the table with its schema, and leaves the waiting message in its queue;
+// before, Consume succeeded and the inbox took the missing table for an
+// outage, holding the message for ever (TestInboxAuditOutageStillWaits
+// keeps a database that does not answer an outage, waited out).
+func TestInboxConsumeChecksTable(t *testing.T) {
+	db := outboxOpen(t, outboxURL())
+	ctx := testenv.Context(t, 30*time.Second)
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	id := hex.EncodeToString(r[:])
+	other := "goit_inbox_other_" + id
+	if _, err := db.ExecContext(ctx, "CREATE TABLE "+other+" (queue text, key text)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+other) })
+	b := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
+	for _, tc := range []struct{ table, want string }{
+		{"goit_inbox_none_" + id, "public.goit_inbox_none_" + id + " does not exist"},
+		{other, "public." + other + " is of another shape: it has no column received_at"},
+	} {
+		q := testenv.Queue(t, b, inboxfxPolicy, topology.Classic())
+		testenv.Publish(t, b, q, mq.Message{MessageId: "waits"})
+		var calls atomic.Int32
+		began := time.Now()
+		c, err := b.Consume(ctx, q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { calls.Add(1); return nil }),
+			middleware.Standard(inboxfxPolicy), mq.WithMiddleware(outbox.Inbox(db, outbox.WithSchema(outbox.Schema{Inbox: tc.table}))))
+		took := time.Since(began)
+		t.Logf("inbox table %s: Consume returned after %v: %v", tc.table, took, err)
+		if c != nil {
+			testenv.Stop(t, c)
+		}
+		if err == nil || !errors.Is(err, outbox.ErrSchema) || !strings.Contains(err.Error(), tc.want) || took >= time.Second {
+			t.Errorf("Consume with inbox table %s: %v after %v, want ErrSchema saying %q within a second", tc.table, err, took, tc.want)
+		}
+		if n := testenv.Count(t, b, q); n != 1 || calls.Load() != 0 {
+			t.Errorf("inbox table %s: %d messages in %s and %d calls, want the message left there untaken", tc.table, n, q, calls.Load())
+		}
 	}
 }

@@ -680,13 +680,15 @@ func TestOutboxWithoutNotifyPolls(t *testing.T) {
 func TestInboxWaitsOutTheDatabase(t *testing.T) {
 	lg := testenv.NewLogRecorder(t, "acemq.message.settled")
 	db, s, b, q, ctx := outboxRig(t, lg.Logger())
-	if _, err := db.ExecContext(ctx, "ALTER TABLE "+s.Inbox+" RENAME TO "+s.Inbox+"_away"); err != nil {
-		t.Fatal(err)
-	}
 	var calls atomic.Int32
 	c, err := b.Consume(ctx, q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { calls.Add(1); return nil }),
 		mq.WithRequeuePause(50*time.Millisecond), mq.WithMiddleware(outbox.Inbox(db, outbox.WithSchema(s))))
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The table goes away once the consumer runs (missing at Consume, it
+	// fails Consume: TestInboxConsumeChecksTable).
+	if _, err := db.ExecContext(ctx, "ALTER TABLE "+s.Inbox+" RENAME TO "+s.Inbox+"_away"); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Publish(t, b, q, mq.Message{MessageId: "patient"})

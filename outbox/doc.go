@@ -85,7 +85,9 @@
 // Schema.Create makes the tables (names configurable, Schema.SQL prints
 // them for a migration tool of the service's own); replicas may run it at
 // once (it takes an advisory lock). Schema.Check makes sure they are there,
-// of the right shape, and creates nothing.
+// of the right shape, and creates nothing; Relay.Run checks the outbox
+// table before it relays, and an inbox its table before its consumer
+// first subscribes, so a missing one fails Run or Consume at once.
 //
 // What it owns: the outbox and inbox tables and what is written to and read
 // from them (their checks, at start and for readiness, included), the

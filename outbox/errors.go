@@ -48,8 +48,11 @@ const (
 	// relay tries again after a pause.
 	EventRelayFailed = "acemq.outbox.relay.failed"
 	// EventInboxFailed: the inbox's own statements failed because the
-	// database is unreachable (or misconfigured: a missing table); the
-	// delivery waits in the consumer and is tried again after a backoff. A
+	// database is unreachable (or misconfigured: a table dropped while its
+	// consumer runs); the delivery waits in the consumer and is tried
+	// again after a backoff. Also logged when the database does not answer
+	// the inbox's table check before its consumer first subscribes (the
+	// consumer starts). A
 	// failure that is the delivery's own (its deadline, an aborted
 	// transaction, a refused value) is not logged so: it goes down the
 	// retry ladder.

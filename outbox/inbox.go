@@ -69,10 +69,13 @@ const (
 // Place it inside the retry ladder (innermost, next to the handler), so
 // each attempt is a transaction of its own. Options: KeyBy, Retention,
 // WithSchema, WithMeterProvider. It logs to the delivery's logger
-// (Delivery.Logger, the consumer's). The tables must exist
-// (Schema.Create); a missing one is taken for an outage here, so check
-// them at start-up (Schema.Check). With fx, fxmodule.Consumer.Inbox runs
-// the inbox Module provides, which checks them at start.
+// (Delivery.Logger, the consumer's). Its table must exist
+// (Schema.Create): before its consumer first subscribes it checks the
+// table, and Consume fails with ErrSchema naming it with its schema when
+// it is missing or of another shape; a database that does not answer
+// then, or a table dropped while the consumer runs, is an outage. With fx,
+// fxmodule.Consumer.Inbox runs the inbox Module provides, whose start
+// checks the tables before any consumer starts.
 func Inbox(db *sql.DB, opts ...InboxOption) mq.Middleware {
 	c := newConfig(opts, InboxOption.applyInbox)
 	s, serr := c.schema.resolved()
@@ -141,6 +144,35 @@ func (h *inboxHandler) Handle(ctx context.Context, d *mq.Delivery) error {
 		}
 		pause = min(pause*2, 5*time.Second)
 	}
+}
+
+// subscribeCheck bounds the inbox's table check before its consumer's
+// first subscribe: a database that has not answered by then is an outage.
+const subscribeCheck = 5 * time.Second
+
+// Subscribe checks the inbox table before its consumer first subscribes
+// (mq.Subscriber), as Schema.Check does: a table that is missing or lacks
+// a column the inbox uses fails Consume with an error matching ErrSchema
+// that names it with its schema, since no wait would end that. A database
+// that cannot be reached is an outage, not a reason to refuse the
+// consumer: it is logged (EventInboxFailed) and the consumer starts, its
+// deliveries waiting for the database. A resubscribe checks nothing.
+func (h *inboxHandler) Subscribe(ctx context.Context, s *mq.Subscription) error {
+	in := h.in
+	if in.err != nil {
+		return in.err
+	}
+	if s.Resubscribe {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, subscribeCheck)
+	defer cancel()
+	err := in.c.schema.check(cctx, in.db, false, true)
+	if err == nil || errors.Is(err, ErrSchema) || ctx.Err() != nil {
+		return err
+	}
+	s.Logger.LogAttrs(ctx, slog.LevelWarn, EventInboxFailed, slog.Any("error", err))
+	return nil
 }
 
 // outage is an error of the inbox's own statements that is the database's

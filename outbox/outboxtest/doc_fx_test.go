@@ -1,0 +1,32 @@
+//go:build integration
+
+package outboxtest_test
+
+// docs/outbox.md: an fx app's consumer with Inbox set, tested with
+// fxmoduletest and the test's inbox in the app's place.
+
+import (
+	"testing"
+
+	"github.com/acemq/acemq-go/fxmodule/fxmoduletest"
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/outbox/outboxtest"
+)
+
+func TestBillingConsumer(t *testing.T) {
+	db := outboxtest.New(t, tables) // the app's table names, unqualified
+	if _, err := db.Exec(`CREATE TABLE invoices (order_id text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	bc := billingConsumer() // the app's fxmodule.Consumer, with Inbox: true
+	bc.Inbox = false
+	bc.Options = append(bc.Options, mq.WithMiddleware(db.Inbox()))
+	c := fxmoduletest.Consumer(t, bc, billingTopology())
+	m := mq.Message{MessageId: "m-1", Body: []byte("o-1")}
+	if r := c.Deliver(m); r.Outcome != mq.OutcomeAck || r.Attempts != 1 {
+		t.Fatalf("first delivery: %v, want acknowledged after one call", r)
+	}
+	if r := c.Deliver(m); r.Outcome != mq.OutcomeAck || r.Attempts != 0 {
+		t.Fatalf("redelivery: %v, want acknowledged without calling the handler", r)
+	}
+}
