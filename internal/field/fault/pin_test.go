@@ -1,0 +1,63 @@
+package fault
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestGenerateReplaysRecordedSeeds: every seed docs/field.md and
+// docs/field-seeds.tsv record (and seed 1) replays, at its duration, the
+// very faults testdata/schedules-v1.txt holds, printed as they were when
+// those runs were made: a recorded seed must replay its schedule.
+func TestGenerateReplaysRecordedSeeds(t *testing.T) {
+	f, err := os.Open("testdata/schedules-v1.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var seed int64
+	var d time.Duration
+	var want []string
+	n := 0
+	compare := func() {
+		if want == nil {
+			return
+		}
+		n++
+		var got []string
+		for _, g := range Generate(seed, d).Faults {
+			got = append(got, "  "+g.String())
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("seed=%d duration=%s replays another schedule; got:\n%s\nwant:\n%s", seed, d, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		want = nil
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "seed="):
+			s, dur, ok := strings.Cut(strings.TrimPrefix(line, "seed="), " duration=")
+			if seed, err = strconv.ParseInt(s, 10, 64); !ok || err != nil {
+				t.Fatalf("bad line %q", line)
+			}
+			if d, err = time.ParseDuration(dur); err != nil {
+				t.Fatalf("bad line %q: %v", line, err)
+			}
+			want = []string{}
+		case line == "":
+			compare()
+		default:
+			want = append(want, line)
+		}
+	}
+	compare()
+	if n < 20 {
+		t.Fatalf("only %d schedules in testdata/schedules-v1.txt", n)
+	}
+}
