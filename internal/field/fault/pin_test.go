@@ -2,6 +2,7 @@ package fault
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -10,9 +11,10 @@ import (
 )
 
 // TestGenerateReplaysRecordedSeeds: every seed docs/field.md and
-// docs/field-seeds.tsv record (and seed 1) replays, at its duration, the
-// very faults testdata/schedules-v1.txt holds, printed as they were when
-// those runs were made: a recorded seed must replay its schedule.
+// docs/field-seeds.tsv record (and seed 1) replays, at its duration and
+// with version 1 (the generator they ran with), the very faults
+// testdata/schedules-v1.txt holds, printed as they were when those runs
+// were made: a recorded seed must replay its schedule.
 func TestGenerateReplaysRecordedSeeds(t *testing.T) {
 	f, err := os.Open("testdata/schedules-v1.txt")
 	if err != nil {
@@ -28,8 +30,12 @@ func TestGenerateReplaysRecordedSeeds(t *testing.T) {
 			return
 		}
 		n++
+		s := gen(t, seed, d, 1)
+		if s.Version != 1 || !strings.HasPrefix(s.String(), fmt.Sprintf("schedule seed=%d version=1 duration=%s ", seed, d)) {
+			t.Errorf("seed=%d duration=%s: the schedule does not say version 1:\n%s", seed, d, s)
+		}
 		var got []string
-		for _, g := range Generate(seed, d).Faults {
+		for _, g := range s.Faults {
 			got = append(got, "  "+g.String())
 		}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
