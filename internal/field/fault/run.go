@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -152,6 +153,10 @@ func (r *runner) resolve(ctx context.Context, f Fault) (Fault, string) {
 // or holds no quorum queue with a leader, it is fallback; a tie goes to
 // fallback when it is among the tied, else to the first of them by name.
 func mostLeader(rows string, err error, fallback string) (node, why string) {
+	if err != nil {
+		return fallback, fmt.Sprintf("%s by the schedule: the leaders were not listed: %v", fallback, err)
+	}
+	nodes := []string{"f1", "f2", "f3"}
 	led := map[string][]string{}
 	total := 0
 	for _, line := range strings.Split(rows, "\n") {
@@ -159,22 +164,17 @@ func mostLeader(rows string, err error, fallback string) (node, why string) {
 		if len(x) != 3 || x[1] != "quorum" {
 			continue
 		}
-		n, _, ok := strings.Cut(x[2], "@")
-		if !ok || !strings.HasPrefix(n, "f") {
-			continue
+		if n, _, _ := strings.Cut(x[2], "@"); slices.Contains(nodes, n) {
+			led[n] = append(led[n], x[0])
+			total++
 		}
-		led[n] = append(led[n], x[0])
-		total++
-	}
-	if err != nil {
-		return fallback, fmt.Sprintf("%s by the schedule: the leaders were not listed: %v", fallback, err)
 	}
 	if total == 0 {
 		return fallback, fmt.Sprintf("%s by the schedule: no quorum queue with a leader was listed", fallback)
 	}
 	var tied []string
 	most := 0
-	for _, n := range []string{"f1", "f2", "f3"} {
+	for _, n := range nodes {
 		switch k := len(led[n]); {
 		case k > most:
 			most, tied = k, []string{n}

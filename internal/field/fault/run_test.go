@@ -263,6 +263,7 @@ func TestMostLeader(t *testing.T) {
 		{tie, nil, "f2", "f1", "f1 leads 1 of 2 quorum queues (field.inbox); tied with f3, broken by name"},
 		{rows, errors.New("timed out"), "f3", "f3", "f3 by the schedule: the leaders were not listed: timed out"},
 		{"field.work\tquorum\t\nfield.dlq\tclassic\tf1@x\n", nil, "f2", "f2", "f2 by the schedule: no quorum queue with a leader was listed"},
+		{"field.work\tquorum\tf4@127.0.3.24\nfield.inbox\tquorum\tfoo\n", nil, "f1", "f1", "f1 by the schedule: no quorum queue with a leader was listed"},
 	}
 	for _, c := range cases {
 		node, why := mostLeader(c.rows, c.err, c.fallback)
