@@ -52,14 +52,15 @@ const (
 	healTimeout    = 10 * time.Minute
 	// rabbitmqctl's own bound (field.sh's FIELD_CTL_TIMEOUT, seconds) when
 	// listing the leaders, a little less than leaderTimeout, so it does
-	// not outlive the call.
-	leaderCtlTimeout = "15"
+	// not outlive the call (and the rows it printed are kept).
+	leaderCtlTimeout = "40"
 )
 
 // leaderTimeout bounds listing the quorum queues' leaders for a
-// PartitionLeader: rabbitmqctl against a cluster that is partitioned or
-// slow can hang 20-60 s.
-var leaderTimeout = 20 * time.Second
+// PartitionLeader, the time its For sets aside for that (leaderFind):
+// rabbitmqctl against a cluster that is partitioned or slow can hang
+// 20-60 s, and on the loaded field machine one call takes 20-30 s.
+var leaderTimeout = leaderFind
 
 // CutCheckEvery is how often Run runs `field.sh cut-ok` while a cut lasts
 // (more often for cuts shorter than five times this).
@@ -133,25 +134,24 @@ func (r *runner) output(ctx context.Context, timeout time.Duration, env []string
 
 // resolve turns a schedule's PartitionLeader (Args ["else", fN]) into the
 // cut it makes now: Args [node, the two others], node being the one that
-// leads the most quorum queues (listed by `script ctl list_queues name
-// type leader`, within leaderTimeout), and says which node and why.
+// leads the most quorum queues (listed by `script quorum-leaders`, within
+// leaderTimeout), and says which node and why.
 func (r *runner) resolve(ctx context.Context, f Fault) (Fault, string) {
 	fallback := "f1"
 	if len(f.Args) > 0 {
 		fallback = f.Args[len(f.Args)-1]
 	}
 	t0 := time.Now()
-	out, err := r.output(ctx, leaderTimeout, []string{"FIELD_CTL_TIMEOUT=" + leaderCtlTimeout},
-		"ctl", "list_queues", "name", "type", "leader", "--no-table-headers")
+	out, err := r.output(ctx, leaderTimeout, []string{"FIELD_CTL_TIMEOUT=" + leaderCtlTimeout}, "quorum-leaders")
 	node, why := mostLeader(out, err, fallback)
 	f.Args = []string{node, others(node)}
 	return f, fmt.Sprintf("%s (asked in %.1fs)", why, time.Since(t0).Seconds())
 }
 
-// mostLeader picks from list_queues' rows (name, type, leader) the node
-// that leads the most quorum queues, and says why. When the listing failed
-// or holds no quorum queue with a leader, it is fallback; a tie goes to
-// fallback when it is among the tied, else to the first of them by name.
+// mostLeader picks from quorum-leaders' rows (queue, node) the node that
+// leads the most quorum queues, and says why. When the listing failed or
+// holds no leader, it is fallback; a tie goes to fallback when it is
+// among the tied, else to the first of them by name.
 func mostLeader(rows string, err error, fallback string) (node, why string) {
 	if err != nil {
 		return fallback, fmt.Sprintf("%s by the schedule: the leaders were not listed: %v", fallback, err)
@@ -160,17 +160,13 @@ func mostLeader(rows string, err error, fallback string) (node, why string) {
 	led := map[string][]string{}
 	total := 0
 	for _, line := range strings.Split(rows, "\n") {
-		x := strings.Fields(line)
-		if len(x) != 3 || x[1] != "quorum" {
-			continue
-		}
-		if n, _, _ := strings.Cut(x[2], "@"); slices.Contains(nodes, n) {
-			led[n] = append(led[n], x[0])
+		if x := strings.Fields(line); len(x) == 2 && slices.Contains(nodes, x[1]) {
+			led[x[1]] = append(led[x[1]], x[0])
 			total++
 		}
 	}
 	if total == 0 {
-		return fallback, fmt.Sprintf("%s by the schedule: no quorum queue with a leader was listed", fallback)
+		return fallback, fmt.Sprintf("%s by the schedule: no quorum queue's leader was listed", fallback)
 	}
 	var tied []string
 	most := 0
@@ -315,16 +311,23 @@ func Run(ctx context.Context, s Schedule, script string, procs Procs, log func(E
 				return
 			case <-time.After(time.Until(start.Add(f.At))):
 			}
+			end := start.Add(f.End())
 			note := ""
 			if f.Kind == PartitionLeader {
+				// The cut lasts For less the time set aside to find
+				// its node, from when it is found (so no longer than
+				// planned, and as long whether found at once or not).
 				f, note = r.resolve(ctx, f)
+				if cutEnd := time.Now().Add(f.For - leaderTimeout); cutEnd.Before(end) {
+					end = cutEnd
+				}
 			}
 			r.startEvent(f, note)
 			if err := r.begin(ctx, f); err != nil {
 				r.fail(f, err)
 				// A half-applied fault is still undone below.
 			}
-			r.hold(ctx, f, start.Add(f.End()))
+			r.hold(ctx, f, end)
 			if err := r.finish(context.WithoutCancel(ctx), f); err != nil {
 				r.fail(f, err)
 				return

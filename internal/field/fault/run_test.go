@@ -14,9 +14,9 @@ import (
 // fakeScript writes a stand-in for field.sh into a temp dir: it appends
 // each call's arguments to calls.log, exits 1 for any command named in the
 // file fail (one a line), and fails `cut-ok` as many times as the file
-// cutgone says (a rule that vanished), then passes. `ctl` also logs its
-// FIELD_CTL_TIMEOUT, sleeps as many seconds as the file ctl.sleep says and
-// prints the file ctl.out.
+// cutgone says (a rule that vanished), then passes. `quorum-leaders` also
+// logs its FIELD_CTL_TIMEOUT, sleeps as many seconds as the file
+// leaders.sleep says and prints the file leaders.out.
 func fakeScript(t *testing.T) (script, dir string) {
 	t.Helper()
 	dir = t.TempDir()
@@ -29,10 +29,10 @@ if [ "$1" = cut-ok ] && [ -f "$d/cutgone" ]; then
   n="$(cat "$d/cutgone")"
   if [ "$n" -gt 0 ]; then echo $((n - 1)) >"$d/cutgone"; echo "fake: cut 1 has 0 of its 4 rules in place" >&2; exit 1; fi
 fi
-if [ "$1" = ctl ]; then
+if [ "$1" = quorum-leaders ]; then
   echo "env FIELD_CTL_TIMEOUT=$FIELD_CTL_TIMEOUT" >>"$d/calls.log"
-  if [ -f "$d/ctl.sleep" ]; then exec sleep "$(cat "$d/ctl.sleep")"; fi
-  if [ -f "$d/ctl.out" ]; then cat "$d/ctl.out"; fi
+  if [ -f "$d/leaders.sleep" ]; then exec sleep "$(cat "$d/leaders.sleep")"; fi
+  if [ -f "$d/leaders.out" ]; then cat "$d/leaders.out"; fi
 fi
 exit 0
 `
@@ -244,13 +244,13 @@ func TestRunCancelHeals(t *testing.T) {
 	}
 }
 
-// TestMostLeader: the node leading the most quorum queues, classic queues
-// and rows without a leader aside; a tie goes to the schedule's node when
-// it is among the tied, else to the first by name; no listing, or none
-// with a quorum leader, falls back to the schedule's node.
+// TestMostLeader: the node leading the most quorum queues (rows that do
+// not name one of f1-f3 aside); a tie goes to the schedule's node when it
+// is among the tied, else to the first by name; no listing, or no leader
+// listed, falls back to the schedule's node.
 func TestMostLeader(t *testing.T) {
-	rows := "field.work\tquorum\tf2@127.0.3.22\nfield.inbox\tquorum\tf2@127.0.3.22\nfield.work.retry.3s\tclassic\tf1@127.0.3.21\nfield.work.dlq\tclassic\tf1@127.0.3.21\n"
-	tie := "field.work\tquorum\tf3@127.0.3.23\nfield.inbox\tquorum\tf1@127.0.3.21\n"
+	rows := "field.work f2\nfield.inbox f2\nfield.other f1\n"
+	tie := "field.work f3\nfield.inbox f1\n"
 	cases := []struct {
 		rows     string
 		err      error
@@ -258,12 +258,12 @@ func TestMostLeader(t *testing.T) {
 		node     string
 		why      string
 	}{
-		{rows, nil, "f1", "f2", "f2 leads 2 of 2 quorum queues (field.work,field.inbox)"},
+		{rows, nil, "f1", "f2", "f2 leads 2 of 3 quorum queues (field.work,field.inbox)"},
 		{tie, nil, "f3", "f3", "f3 leads 1 of 2 quorum queues (field.work); tied (f1,f3), broken by the schedule's f3"},
 		{tie, nil, "f2", "f1", "f1 leads 1 of 2 quorum queues (field.inbox); tied with f3, broken by name"},
 		{rows, errors.New("timed out"), "f3", "f3", "f3 by the schedule: the leaders were not listed: timed out"},
-		{"field.work\tquorum\t\nfield.dlq\tclassic\tf1@x\n", nil, "f2", "f2", "f2 by the schedule: no quorum queue with a leader was listed"},
-		{"field.work\tquorum\tf4@127.0.3.24\nfield.inbox\tquorum\tfoo\n", nil, "f1", "f1", "f1 by the schedule: no quorum queue with a leader was listed"},
+		{"", nil, "f2", "f2", "f2 by the schedule: no quorum queue's leader was listed"},
+		{"field.work f4\nfield.inbox\nfield.x f1 f2\n", nil, "f1", "f1", "f1 by the schedule: no quorum queue's leader was listed"},
 	}
 	for _, c := range cases {
 		node, why := mostLeader(c.rows, c.err, c.fallback)
@@ -273,28 +273,35 @@ func TestMostLeader(t *testing.T) {
 	}
 }
 
+func withLeaderTimeout(t *testing.T, d time.Duration) {
+	old := leaderTimeout
+	leaderTimeout = d
+	t.Cleanup(func() { leaderTimeout = old })
+}
+
 // TestRunPartitionLeader: a PartitionLeader asks the script for the
 // quorum queues' leaders when it fires (rabbitmqctl bounded below
-// leaderTimeout), cuts the node that leads the most from the two others,
-// keeps that same cut when it applies it again, and logs the cut it made,
-// start and end alike, the start with why that node.
+// leaderTimeout), cuts the node that leads the most from the two others
+// for its For less the time set aside to find it, keeps that same cut
+// when it applies it again, and logs the cut it made, start and end
+// alike, the start with why that node.
 func TestRunPartitionLeader(t *testing.T) {
 	withCutCheckEvery(t, 50*time.Millisecond)
+	withLeaderTimeout(t, time.Second)
 	script, dir := fakeScript(t)
-	rows := "field.work\tquorum\tf3@127.0.3.23\nfield.inbox\tquorum\tf3@127.0.3.23\nfield.work.retry.3s\tclassic\tf1@127.0.3.21\n"
-	if err := os.WriteFile(filepath.Join(dir, "ctl.out"), []byte(rows), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "leaders.out"), []byte("field.work f3\nfield.inbox f3\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cutgone"), []byte("1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f := Fault{At: 0, For: 600 * time.Millisecond, Kind: PartitionLeader, Args: []string{"else", "f1"}}
+	f := Fault{At: 0, For: 1600 * time.Millisecond, Kind: PartitionLeader, Args: []string{"else", "f1"}}
 	var ev events
 	if err := Run(context.Background(), Schedule{Faults: []Fault{f}}, script, nil, ev.log); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	cs := calls(t, dir)
-	asked := index(cs, "ctl list_queues name type leader --no-table-headers", 0)
+	asked := index(cs, "quorum-leaders", 0)
 	first := index(cs, "partition f3 f1,f2", asked)
 	again := index(cs, "partition f3 f1,f2", first+1)
 	if asked < 0 || cs[asked+1] != "env FIELD_CTL_TIMEOUT="+leaderCtlTimeout || first < 0 || again < 0 || index(cs, "heal", again) < 0 {
@@ -315,19 +322,20 @@ func TestRunPartitionLeader(t *testing.T) {
 	if n := ev.ev[0].Note; !strings.HasPrefix(n, "f3 leads 2 of 2 quorum queues (field.work,field.inbox) (asked in ") {
 		t.Fatalf("start note %q", n)
 	}
+	if cut := ev.ev[2].T.Sub(ev.ev[0].T); cut < 550*time.Millisecond || cut > 1300*time.Millisecond {
+		t.Fatalf("the cut lasted %s, want about 600ms (For 1.6s less 1s set aside to find the node)", cut)
+	}
 }
 
 // TestRunPartitionLeaderFallback: when the leaders are not listed within
 // leaderTimeout, the schedule's node is cut, and the start says so.
 func TestRunPartitionLeaderFallback(t *testing.T) {
-	old := leaderTimeout
-	leaderTimeout = 300 * time.Millisecond
-	t.Cleanup(func() { leaderTimeout = old })
+	withLeaderTimeout(t, 300*time.Millisecond)
 	script, dir := fakeScript(t)
-	if err := os.WriteFile(filepath.Join(dir, "ctl.sleep"), []byte("30\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "leaders.sleep"), []byte("30\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f := Fault{At: 0, For: 100 * time.Millisecond, Kind: PartitionLeader, Args: []string{"else", "f2"}}
+	f := Fault{At: 0, For: 400 * time.Millisecond, Kind: PartitionLeader, Args: []string{"else", "f2"}}
 	var ev events
 	t0 := time.Now()
 	if err := Run(context.Background(), Schedule{Faults: []Fault{f}}, script, nil, ev.log); err != nil {

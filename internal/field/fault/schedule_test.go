@@ -152,8 +152,8 @@ func checkArgs(t *testing.T, f Fault, nodes map[string]bool) {
 		if len(f.Args) != 2 || f.Args[0] != "else" || !nodes[f.Args[1]] {
 			t.Fatalf("%s: want else and a fallback node", f)
 		}
-		if f.For < 25*time.Second {
-			t.Fatalf("%s: too short to outlast finding the leader", f)
+		if f.For < leaderFind+12*time.Second {
+			t.Fatalf("%s: not a noticeable cut after the time set aside to find the node", f)
 		}
 	case Partition, PartitionOneway:
 		if len(f.Args) != 2 {
