@@ -14,9 +14,20 @@ import (
 // docs/field-seeds.tsv record (and seed 1) replays, at its duration and
 // with version 1 (the generator they ran with), the very faults
 // testdata/schedules-v1.txt holds, printed as they were when those runs
-// were made: a recorded seed must replay its schedule.
+// were made: a recorded seed must replay its schedule. Version 2's
+// recorded seeds (testdata/schedules-v2.txt) likewise.
 func TestGenerateReplaysRecordedSeeds(t *testing.T) {
-	f, err := os.Open("testdata/schedules-v1.txt")
+	for v, least := range map[int]int{1: 20, 2: 3} {
+		if n := replaysPinned(t, v); n < least {
+			t.Fatalf("only %d schedules in testdata/schedules-v%d.txt", n, v)
+		}
+	}
+}
+
+// replaysPinned compares Generate's faults with version v's pinned ones,
+// and says how many schedules it compared.
+func replaysPinned(t *testing.T, v int) int {
+	f, err := os.Open(fmt.Sprintf("testdata/schedules-v%d.txt", v))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,16 +41,16 @@ func TestGenerateReplaysRecordedSeeds(t *testing.T) {
 			return
 		}
 		n++
-		s := gen(t, seed, d, 1)
-		if s.Version != 1 || !strings.HasPrefix(s.String(), fmt.Sprintf("schedule seed=%d version=1 duration=%s ", seed, d)) {
-			t.Errorf("seed=%d duration=%s: the schedule does not say version 1:\n%s", seed, d, s)
+		s := gen(t, seed, d, v)
+		if s.Version != v || !strings.HasPrefix(s.String(), fmt.Sprintf("schedule seed=%d version=%d duration=%s ", seed, v, d)) {
+			t.Errorf("seed=%d duration=%s: the schedule does not say version %d:\n%s", seed, d, v, s)
 		}
 		var got []string
 		for _, g := range s.Faults {
 			got = append(got, "  "+g.String())
 		}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Errorf("seed=%d duration=%s replays another schedule; got:\n%s\nwant:\n%s", seed, d, strings.Join(got, "\n"), strings.Join(want, "\n"))
+			t.Errorf("seed=%d duration=%s version %d replays another schedule; got:\n%s\nwant:\n%s", seed, d, v, strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
 		want = nil
 	}
@@ -63,7 +74,5 @@ func TestGenerateReplaysRecordedSeeds(t *testing.T) {
 		}
 	}
 	compare()
-	if n < 20 {
-		t.Fatalf("only %d schedules in testdata/schedules-v1.txt", n)
-	}
+	return n
 }
