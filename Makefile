@@ -126,8 +126,9 @@ tls-test:
 ## and Ctrl-C), the workload's processes (internal/cmd/fieldworker: an outbox
 ## writer with two relays, a plain publisher, a Standard consumer with a
 ## scripted handler, an inbox consumer in order), a fault schedule drawn
-## from SEED (printed; the same SEED replays it) for DURATION (default 4m),
-## then heal, quiescence within 3 min of the last heal, and the checker's one
+## from SEED for DURATION (default 4m) by the generator's newest version
+## (printed; SEED, DURATION and SCHEDULE_VERSION=n replay it), then heal,
+## quiescence within 3 min of the last heal, and the checker's one
 ## `FIELD seed=…` line; exits non-zero on any violation, with the seed and
 ## the failing history (all of it under /tmp/acemq-fieldrun/<seed>).
 ## FIELD_MODE=cluster runs on scripts/cluster.sh's nodes instead, with the
@@ -138,9 +139,10 @@ tls-test:
 ## they hold it after the run.
 FIELD_MODE ?= field
 SEED       ?=
+SCHEDULE_VERSION ?=
 field: DURATION ?= 4m
 soak: DURATION ?= 1h
-export SEED DURATION
+export SEED DURATION SCHEDULE_VERSION
 # FIELD_INSTANCE=N (0-9) runs on field.sh's instance N, beside the others:
 # its own nodes, ports, PostgreSQL, histories and lock (the environment
 # carries it to field.sh and the orchestrator).

@@ -21,6 +21,7 @@
 #   pg-kill|pg-start|pg-restart
 #   leader QUEUE [VHOST]     f1/f2/f3 leading a quorum queue, or empty
 #   queue-nodes PREFIX       "QUEUE fN" per queue named PREFIX…: its node
+#   quorum-leaders           "QUEUE fN" per quorum queue: the node leading it
 #   ctl ARGS...              rabbitmqctl against a running node (bounded)
 #   status                   a human summary
 #
@@ -684,6 +685,26 @@ queue_nodes() {
   die "no node listed a queue named $p…"
 }
 
+# quorum-leaders: "QUEUE fN" for each quorum queue and the leader its
+# record in the metadata store names (for the fault partition-leader), from
+# one rabbitmqctl eval bounded by FIELD_CTL_TIMEOUT. Not list_queues: it
+# asks every queue's process and waits out those that do not answer, and
+# twice gave no row within 40 s a minute after a partition healed. No
+# `running` probe first: on the loaded machine one rabbitmqctl call takes
+# 15-30 s, the probe would double it.
+quorum_leaders() {
+  local n out rows
+  for n in "${nodes[@]}"; do
+    out="$(fctl "$n" eval '[{element(4, amqqueue:get_name(Q)), element(2, amqqueue:get_pid(Q))} || Q <- rabbit_amqqueue:list(), amqqueue:get_type(Q) =:= rabbit_quorum_queue].' 2>/dev/null)" || continue
+    rows="$(tr -d ' \n' <<<"$out" | grep -o '{<<"[^"]*">>,'"'"'\?f[0-9]@' | sed -E "s/^\{<<\"([^\"]*)\">>,'?(f[0-9])@\$/\1 \2/")"
+    if [ -n "$rows" ]; then
+      echo "$rows"
+      return 0
+    fi
+  done
+  die "no node listed a quorum queue with a leader"
+}
+
 # ctl ARGS...: rabbitmqctl ARGS against the first node that is running
 # (bounded, quiet: a leading -q is dropped, fctl passes its own).
 ctl() {
@@ -750,7 +771,8 @@ pg-start) pg_start ;;
 pg-restart) pg_restart ;;
 leader) need_up; leader "$@" ;;
 queue-nodes) need_up; queue_nodes "$@" ;;
+quorum-leaders) need_up; quorum_leaders ;;
 ctl) need_up; ctl "$@" ;;
 status) status ;;
-*) die "usage: $0 up|down|urls|pg-url|partition G1 G2|partition-oneway FROM TO|isolate-clients fN|heal|cut-ok|netem fN ARGS|netem-clear|kill fN|start fN|stop fN|restart fN|pg-kill|pg-start|pg-restart|leader QUEUE|queue-nodes PREFIX|ctl ARGS|status" ;;
+*) die "usage: $0 up|down|urls|pg-url|partition G1 G2|partition-oneway FROM TO|isolate-clients fN|heal|cut-ok|netem fN ARGS|netem-clear|kill fN|start fN|stop fN|restart fN|pg-kill|pg-start|pg-restart|leader QUEUE|queue-nodes PREFIX|quorum-leaders|ctl ARGS|status" ;;
 esac

@@ -1,7 +1,8 @@
 // Command field is the orchestrator of `make field` and `make soak`
 // (issue 30): it starts the field's worker processes (internal/cmd/
 // fieldworker) against a three-node RabbitMQ cluster and a PostgreSQL,
-// runs a fault schedule generated from SEED while they work, heals, lets
+// runs a fault schedule generated from SEED (by the generator's version
+// SCHEDULE_VERSION, the newest by default) while they work, heals, lets
 // the load run on for -settle, stops the producers, waits for quiescence
 // within -bound of the last heal, stops everything, collects what the
 // broker and the database hold, and runs the checker (internal/field/

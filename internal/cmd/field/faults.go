@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/acemq/acemq-go/internal/field/fault"
 )
 
 // faultSchedule is -mode field's schedule: fault.Generate's from the
-// seed, run by fault.Run through scripts/field.sh, the process faults
+// seed and the generator's version, run by fault.Run through scripts/field.sh, the process faults
 // (kill-relay, kill-consumer, conn-cut) handed to the fleet.
 type faultSchedule struct {
 	s      fault.Schedule
@@ -15,18 +16,23 @@ type faultSchedule struct {
 }
 
 func fieldSchedule(o options) (schedule, error) {
-	return faultSchedule{s: fault.Generate(o.seed, o.duration), script: o.script}, nil
+	s, err := fault.Generate(o.seed, o.duration, o.version)
+	if err != nil {
+		return nil, fmt.Errorf("SCHEDULE_VERSION: %w", err)
+	}
+	return faultSchedule{s: s, script: o.script}, nil
 }
 
 func (f faultSchedule) String() string { return f.s.String() }
 
 // Counts: partitions are every kind of cut (both ways, one way, a client
-// cut from its node); kills are SIGKILLs of nodes, processes and the
-// database; restarts are graceful ones (a rolling restart is three).
+// cut from its node, the leaders' node cut off); kills are SIGKILLs of
+// nodes, processes and the database; restarts are graceful ones (a
+// rolling restart is three).
 func (f faultSchedule) Counts() (faults, partitions, kills, restarts int) {
 	for _, x := range f.s.Faults {
 		switch string(x.Kind) {
-		case "partition", "partition-oneway", "isolate-clients":
+		case "partition", "partition-oneway", "isolate-clients", "partition-leader":
 			partitions++
 		case "kill", "kill-relay", "kill-consumer", "pg-kill":
 			kills++
@@ -45,7 +51,7 @@ func (f faultSchedule) Run(ctx context.Context, fl *fleet, o options) ([]faultEv
 		return nil, err
 	}
 	err = fault.Run(ctx, f.s, f.script, fl, func(e fault.Event) {
-		log.add(faultEvent{T: e.T, Kind: string(e.Fault.Kind), Args: e.Fault.Args, Phase: e.Phase, Err: e.Err})
+		log.add(faultEvent{T: e.T, Kind: string(e.Fault.Kind), Args: e.Fault.Args, Phase: e.Phase, Err: e.Err, Note: e.Note})
 	})
 	return log.close(), err
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-go/internal/field/check"
+	"github.com/acemq/acemq-go/internal/field/fault"
 	"github.com/acemq/acemq-go/internal/field/history"
 	"github.com/acemq/acemq-go/internal/field/workload"
 	"github.com/acemq/acemq-go/mq"
@@ -26,6 +27,7 @@ import (
 type options struct {
 	seed     int64
 	duration time.Duration
+	version  int // fault.Generate's (-mode field); 0 in -mode cluster
 	mode     string
 	script   string
 	out      string
@@ -40,6 +42,7 @@ func main() {
 	var o options
 	seed := os.Getenv("SEED")
 	dur := os.Getenv("DURATION")
+	version := os.Getenv("SCHEDULE_VERSION")
 	flag.StringVar(&o.mode, "mode", "field", "field (scripts/field.sh and its faults) or cluster (scripts/cluster.sh and a drill of process kills, cuts and a node kill)")
 	flag.StringVar(&o.script, "script", "scripts/field.sh", "the field's script")
 	flag.StringVar(&o.out, "out", "", "folder for the histories and logs (default /tmp/acemq-fieldrun/<seed>, /tmp/acemq-fieldrun-N/<seed> for FIELD_INSTANCE=N)")
@@ -88,6 +91,18 @@ func main() {
 		}
 		o.duration = d
 	}
+	if o.mode == "field" {
+		// A recorded seed replays its schedule only with the version it
+		// ran with (docs/field-seeds.tsv); a new run takes the newest.
+		o.version = fault.Version
+		if version != "" {
+			v, err := strconv.Atoi(version)
+			if err != nil {
+				fail("SCHEDULE_VERSION=%q is not a number", version)
+			}
+			o.version = v
+		}
+	}
 	if o.out == "" {
 		runs := "acemq-fieldrun" // field.sh's instance 0; instance N keeps its own
 		if i := os.Getenv("FIELD_INSTANCE"); i != "" && i != "0" {
@@ -95,7 +110,7 @@ func main() {
 		}
 		o.out = filepath.Join(os.TempDir(), runs, strconv.FormatInt(o.seed, 10))
 	}
-	fmt.Printf("field: seed=%d duration=%s mode=%s bound=%s (replay: make field SEED=%d DURATION=%s)\n", o.seed, o.duration, o.mode, o.bound, o.seed, o.duration)
+	fmt.Printf("field: seed=%d duration=%s schedule_version=%d mode=%s bound=%s (replay: make field %s)\n", o.seed, o.duration, o.version, o.mode, o.bound, o.replay())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	code, err := run(ctx, o)
@@ -106,6 +121,15 @@ func main() {
 		}
 	}
 	os.Exit(code)
+}
+
+// replay is what `make field` takes to run o's schedule again.
+func (o options) replay() string {
+	s := fmt.Sprintf("SEED=%d DURATION=%s", o.seed, o.duration)
+	if o.mode == "cluster" {
+		return s + " FIELD_MODE=cluster"
+	}
+	return s + fmt.Sprintf(" SCHEDULE_VERSION=%d", o.version)
 }
 
 func fail(format string, args ...any) {
@@ -192,6 +216,9 @@ func run(ctx context.Context, o options) (int, error) {
 		return 2, err
 	}
 	fmt.Printf("field: schedule\n%s", sched.String())
+	if err := os.WriteFile(filepath.Join(o.out, "schedule.txt"), []byte(sched.String()), 0o644); err != nil {
+		return 2, err
+	}
 
 	// The tables and the topology, fresh.
 	db, err := sql.Open("pgx", s.pg)
@@ -289,7 +316,7 @@ func run(ctx context.Context, o options) (int, error) {
 	if err != nil {
 		return 2, fmt.Errorf("collect: %w", err)
 	}
-	in.Seed, in.Duration = o.seed, o.duration
+	in.Seed, in.Duration, in.ScheduleVersion = o.seed, o.duration, o.version
 	for _, e := range events {
 		if e.Phase == "end" {
 			in.Heals = append(in.Heals, e.T)
@@ -308,7 +335,7 @@ func run(ctx context.Context, o options) (int, error) {
 	r.Report(os.Stderr, 50)
 	fmt.Println(r.Line())
 	if !r.OK() {
-		fmt.Fprintf(os.Stderr, "field: FAILED seed=%d (%s); histories in %s\n", o.seed, r.Summary(), o.out)
+		fmt.Fprintf(os.Stderr, "field: FAILED seed=%d (%s); histories in %s; replay: make field %s\n", o.seed, r.Summary(), o.out, o.replay())
 		return 1, nil
 	}
 	return 0, nil
@@ -492,6 +519,7 @@ type faultEvent struct {
 	Args  []string  `json:"args,omitempty"`
 	Phase string    `json:"phase"`
 	Err   string    `json:"err,omitempty"`
+	Note  string    `json:"note,omitempty"` // which node a partition-leader cut, and why
 }
 
 // eventLog writes fault events to out/faults.log and stderr.
@@ -515,6 +543,9 @@ func (l *eventLog) add(e faultEvent) {
 	msg := fmt.Sprintf("fault %s %s %v", e.Phase, e.Kind, e.Args)
 	if e.Err != "" {
 		msg += ": " + e.Err
+	}
+	if e.Note != "" {
+		msg += ": " + e.Note
 	}
 	logf("%s", msg)
 }

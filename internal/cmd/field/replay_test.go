@@ -13,26 +13,27 @@ import (
 )
 
 // failedSeeds are the seeds `make field` failed on, each replayed by
-// TestReplayFailedSeeds with the duration it failed at.
+// TestReplayFailedSeeds with the duration and the schedule's version
+// (fault.Generate's) it failed at.
 var failedSeeds = []struct {
-	seed, duration, why string
+	seed, duration, version, why string
 }{
 	// 5 confirmed messages lost, each after its second attempt failed and
 	// went to the broker rung field.work.retry.3s (a classic queue, whose
 	// TTL dead-lettering back to the quorum queue is at-most-once), 15 s
 	// after a partition of f2 from f1,f3 healed: not in field.work, its
 	// rung, .dlq or .parked at the end.
-	{"101525401", "4m", "lost=5 through the broker rung after a partition"},
+	{"101525401", "4m", "1", "lost=5 through the broker rung after a partition"},
 	// The same loss: 5 messages whose second attempt failed at +42 s and
 	// hopped to field.work.retry.3s on f1, cut from f2,f3 at +44 s.
-	{"1537774916", "4m", "lost=5 through the broker rung during a partition"},
+	{"1537774916", "4m", "1", "lost=5 through the broker rung during a partition"},
 	// reordered=19: the inbox consumer's node f3 was partitioned, then its
 	// connection cut; it resubscribed on f1 and handled new orders while
 	// the window RabbitMQ had sent to f3 came back, redelivered, when f3
 	// was seen down. The broker's (docs/reliability.md, InOrder): the
 	// checker counts it as reordered_held (the replay: reordered=0,
 	// reordered_held=10).
-	{"256532473", "4m", "reordered=19 held by the broker across a partition and a connection cut"},
+	{"256532473", "4m", "1", "reordered=19 held by the broker across a partition and a connection cut"},
 }
 
 // TestReplayFailedSeeds runs the field (scripts/field.sh, the whole
@@ -66,7 +67,7 @@ func TestReplayFailedSeeds(t *testing.T) {
 			}
 			cmd := exec.CommandContext(ctx, "go", "run", "./internal/cmd/field", "-mode", "field")
 			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "SEED="+s.seed, "DURATION="+s.duration)
+			cmd.Env = append(os.Environ(), "SEED="+s.seed, "DURATION="+s.duration, "SCHEDULE_VERSION="+s.version)
 			cmd.Stderr = os.Stderr
 			out, err := cmd.Output()
 			line := regexp.MustCompile(`(?m)^FIELD .*$`).Find(out)

@@ -40,6 +40,10 @@ type Place struct {
 type Input struct {
 	Seed     int64
 	Duration time.Duration
+	// ScheduleVersion is the version of the fault schedule's generator
+	// the run used (fault.Version for a new run); 0 when the schedule has
+	// none (-mode cluster's drill).
+	ScheduleVersion int
 	// Records: every worker's history, in time order.
 	Records []history.Record
 	// Orders: the orders table at the end (committed orders only).
@@ -145,8 +149,8 @@ func (r Result) OK() bool { return len(r.Violations) == 0 }
 // Line is the one FIELD line of issue 30.
 func (r Result) Line() string {
 	in := r.In
-	return fmt.Sprintf("FIELD seed=%d duration=%s faults=%d partitions=%d kills=%d restarts=%d published=%d committed=%d effects=%d lost=%d rung_lost=%d duplicate_effects=%d reordered=%d stuck=%d heal_p50_s=%.1f heal_p99_s=%.1f reordered_held=%d",
-		in.Seed, in.Duration, in.Faults, in.Partitions, in.Kills, in.Restarts,
+	return fmt.Sprintf("FIELD seed=%d duration=%s schedule_version=%d faults=%d partitions=%d kills=%d restarts=%d published=%d committed=%d effects=%d lost=%d rung_lost=%d duplicate_effects=%d reordered=%d stuck=%d heal_p50_s=%.1f heal_p99_s=%.1f reordered_held=%d",
+		in.Seed, in.Duration, in.ScheduleVersion, in.Faults, in.Partitions, in.Kills, in.Restarts,
 		r.Published, r.Committed, r.Effects, r.Lost, r.RungLost, r.DuplicateEffects, r.Reordered, r.Stuck,
 		r.HealP50.Seconds(), r.HealP99.Seconds(), r.ReorderedHeld)
 }
@@ -160,7 +164,7 @@ func (r Result) Report(w io.Writer, max int) {
 		writeViolations(w, r.Held, max)
 	}
 	if len(r.RungLosses) > 0 {
-		fmt.Fprintf(w, "field: RUNG_LOST %d confirmed message(s) lost in a broker rung whose node, or its home queue's leader, was cut from the majority when the rung's TTL expired: RabbitMQ dead-letters from a classic queue at most once, and contract §2 makes rungs classic queues (this awaits a contract change; SEED=%d replays it)\n", len(r.RungLosses), r.In.Seed)
+		fmt.Fprintf(w, "field: RUNG_LOST %d confirmed message(s) lost in a broker rung whose node, or its home queue's leader, was cut from the majority when the rung's TTL expired: RabbitMQ dead-letters from a classic queue at most once, and contract §2 makes rungs classic queues (this awaits a contract change; %s replays it)\n", len(r.RungLosses), r.In.replay())
 		for _, l := range r.RungLosses {
 			cut := ""
 			if l.Home != "" {
@@ -173,7 +177,7 @@ func (r Result) Report(w io.Writer, max int) {
 	if r.OK() {
 		return
 	}
-	fmt.Fprintf(w, "field: %d violation(s); replay with SEED=%d DURATION=%s\n", len(r.Violations), r.In.Seed, r.In.Duration)
+	fmt.Fprintf(w, "field: %d violation(s); replay with %s\n", len(r.Violations), r.In.replay())
 	writeViolations(w, r.Violations, max)
 }
 
@@ -532,6 +536,15 @@ func rungLoss(in *Input, id string, hist []history.Record) (RungLoss, bool) {
 	return RungLoss{}, false
 }
 
+// replay is what `make field` takes to run the same schedule again.
+func (in Input) replay() string {
+	s := fmt.Sprintf("SEED=%d DURATION=%s", in.Seed, in.Duration)
+	if in.ScheduleVersion != 0 {
+		s += fmt.Sprintf(" SCHEDULE_VERSION=%d", in.ScheduleVersion)
+	}
+	return s
+}
+
 // placeAt is the node queue lived on (led, for a quorum queue) at t, as
 // last recorded at or before t; empty when unknown.
 func placeAt(places []RungPlace, queue string, t time.Time) string {
@@ -549,14 +562,15 @@ func placeAt(places []RungPlace, queue string, t time.Time) string {
 // majority of nodes it can reach: a partition or a one-way cut whose far
 // side holds a majority's worth of the others, or the node down (killed,
 // restarted, or in a rolling restart, which takes each node down in turn
-// and is logged as one span).
+// and is logged as one span). A partition-leader is logged as the cut it
+// made (its node, the others), so it is judged as a partition.
 func cutFromMajority(f FaultSpan, node string, nodes []string) bool {
 	switch f.Kind {
 	case "kill", "restart":
 		return len(f.Args) > 0 && f.Args[0] == node
 	case "rolling":
 		return true
-	case "partition", "partition-oneway":
+	case "partition", "partition-oneway", "partition-leader":
 		if len(f.Args) != 2 {
 			return false
 		}

@@ -19,7 +19,7 @@ func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Seco
 // rolled back, and one heal.
 func clean() Input {
 	return Input{
-		Seed: 7, Duration: 4 * time.Minute, Faults: 1, Partitions: 1,
+		Seed: 7, Duration: 4 * time.Minute, ScheduleVersion: 2, Faults: 1, Partitions: 1,
 		Records: []history.Record{
 			{T: at(1), Proc: "publisher", Kind: history.KindPublished, ID: "m1", Expect: history.EndHandled},
 			{T: at(1), Proc: "publisher", Kind: history.KindPublished, ID: "m2", Expect: history.EndDLQ},
@@ -46,14 +46,15 @@ func TestCleanHistoryPasses(t *testing.T) {
 		r.Report(&b, 10)
 		t.Fatalf("violations in a clean history:\n%s", b.String())
 	}
-	want := "FIELD seed=7 duration=4m0s faults=1 partitions=1 kills=0 restarts=0 published=4 committed=2 effects=2 lost=0 rung_lost=0 duplicate_effects=0 reordered=0 stuck=0 heal_p50_s=4.0 heal_p99_s=4.0 reordered_held=0"
+	want := "FIELD seed=7 duration=4m0s schedule_version=2 faults=1 partitions=1 kills=0 restarts=0 published=4 committed=2 effects=2 lost=0 rung_lost=0 duplicate_effects=0 reordered=0 stuck=0 heal_p50_s=4.0 heal_p99_s=4.0 reordered_held=0"
 	if got := r.Line(); got != want {
 		t.Fatalf("line\n got %s\nwant %s", got, want)
 	}
 }
 
 // expectOne checks that r has exactly one violation, of inv about id, and
-// that the report names the seed and shows id's history.
+// that the report names the seed (with what replays it) and shows id's
+// history.
 func expectOne(t *testing.T, r Result, inv, id string) {
 	t.Helper()
 	if r.OK() || len(r.Violations) != 1 || r.Violations[0].Invariant != inv || r.Violations[0].ID != id {
@@ -61,7 +62,7 @@ func expectOne(t *testing.T, r Result, inv, id string) {
 	}
 	var b bytes.Buffer
 	r.Report(&b, 10)
-	if !strings.Contains(b.String(), "SEED=7") || !strings.Contains(b.String(), inv+" "+id) {
+	if !strings.Contains(b.String(), "replay with SEED=7 DURATION=4m0s SCHEDULE_VERSION=2\n") || !strings.Contains(b.String(), inv+" "+id) {
 		t.Fatalf("report does not name the seed and the violation:\n%s", b.String())
 	}
 }

@@ -149,3 +149,25 @@ func TestRungLossHomeLeaderCut(t *testing.T) {
 		t.Fatalf("home queue led by f2 at expiry: lost=%d rung_lost=%d; want lost=1 rung_lost=0", r.Lost, r.RungLost)
 	}
 }
+
+// A partition-leader is logged as the cut it made (fault.Run resolves the
+// node when it fires): its node is cut from the majority as by a
+// partition, for the rung's node and for the home queue's leader alike.
+func TestRungLossPartitionLeader(t *testing.T) {
+	in := rungRun()
+	in.FaultLog[1].Kind = "partition-leader"
+	if r := Check(in); !r.OK() || r.RungLost != 1 || r.RungLosses[0].Fault.Kind != "partition-leader" {
+		t.Fatalf("rung's node cut by partition-leader: lost=%d rung_lost=%d violations %+v; want lost=0 rung_lost=1", r.Lost, r.RungLost, r.Violations)
+	}
+	in = rungRun()
+	in.RungNodes = append(in.RungNodes, RungPlace{Queue: "field.work", Node: "f3", At: at(1)})
+	in.FaultLog = []FaultSpan{{Kind: "partition-leader", Args: []string{"f3", "f1,f2"}, Start: at(21.7), End: at(62)}}
+	if r := Check(in); !r.OK() || r.RungLost != 1 || r.RungLosses[0].Home != "f3" {
+		t.Fatalf("home queue's leader cut by partition-leader: lost=%d rung_lost=%d losses %+v", r.Lost, r.RungLost, r.RungLosses)
+	}
+	// Another node cut: still unexplained.
+	in.FaultLog[0].Args = []string{"f2", "f1,f3"}
+	if r := Check(in); r.OK() || r.Lost != 1 || r.RungLost != 0 {
+		t.Fatalf("f2 cut: lost=%d rung_lost=%d; want lost=1 rung_lost=0", r.Lost, r.RungLost)
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +28,9 @@ type Event struct {
 	Fault Fault
 	Phase string // "start", "end" or "error"
 	Err   string // for "error": what failed
+	// Note says, for the start of a fault whose target is found when it
+	// fires (PartitionLeader), which node was cut and why.
+	Note string
 }
 
 // Phases of an Event.
@@ -45,7 +50,17 @@ const (
 	pgTimeout      = 2 * time.Minute
 	cutOKTimeout   = 20 * time.Second
 	healTimeout    = 10 * time.Minute
+	// rabbitmqctl's own bound (field.sh's FIELD_CTL_TIMEOUT, seconds) when
+	// listing the leaders, a little less than leaderTimeout, so it does
+	// not outlive the call (and the rows it printed are kept).
+	leaderCtlTimeout = "40"
 )
+
+// leaderTimeout bounds listing the quorum queues' leaders for a
+// PartitionLeader, the time its For sets aside for that (leaderFind):
+// rabbitmqctl against a cluster that is partitioned or slow can hang
+// 20-60 s, and on the loaded field machine one call takes 20-30 s.
+var leaderTimeout = leaderFind
 
 // CutCheckEvery is how often Run runs `field.sh cut-ok` while a cut lasts
 // (more often for cuts shorter than five times this).
@@ -72,6 +87,14 @@ func (r *runner) event(f Fault, phase string, err error) {
 	}
 }
 
+func (r *runner) startEvent(f Fault, note string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.log != nil {
+		r.log(Event{T: time.Now(), Fault: f, Phase: PhaseStart, Note: note})
+	}
+}
+
 func (r *runner) fail(f Fault, err error) {
 	r.event(f, PhaseError, err)
 	r.mu.Lock()
@@ -82,20 +105,91 @@ func (r *runner) fail(f Fault, err error) {
 // sh runs the script with args, bounded by timeout (and ctx); its stderr is
 // in the error.
 func (r *runner) sh(ctx context.Context, timeout time.Duration, args ...string) error {
+	_, err := r.output(ctx, timeout, nil, args...)
+	return err
+}
+
+// output runs the script with args and env added to the environment,
+// bounded by timeout (and ctx), and returns its stdout; its stderr is in
+// the error.
+func (r *runner) output(ctx context.Context, timeout time.Duration, env []string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, r.script, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if len(msg) > 400 {
 			msg = "…" + msg[len(msg)-400:]
 		}
-		return fmt.Errorf("%s %s: %w: %s", r.script, strings.Join(args, " "), err, msg)
+		return stdout.String(), fmt.Errorf("%s %s: %w: %s", r.script, strings.Join(args, " "), err, msg)
 	}
-	return nil
+	return stdout.String(), nil
+}
+
+// resolve turns a schedule's PartitionLeader (Args ["else", fN]) into the
+// cut it makes now: Args [node, the two others], node being the one that
+// leads the most quorum queues (listed by `script quorum-leaders`, within
+// leaderTimeout), and says which node and why.
+func (r *runner) resolve(ctx context.Context, f Fault) (Fault, string) {
+	fallback := "f1"
+	if len(f.Args) > 0 {
+		fallback = f.Args[len(f.Args)-1]
+	}
+	t0 := time.Now()
+	out, err := r.output(ctx, leaderTimeout, []string{"FIELD_CTL_TIMEOUT=" + leaderCtlTimeout}, "quorum-leaders")
+	node, why := mostLeader(out, err, fallback)
+	f.Args = []string{node, others(node)}
+	return f, fmt.Sprintf("%s (asked in %.1fs)", why, time.Since(t0).Seconds())
+}
+
+// mostLeader picks from quorum-leaders' rows (queue, node) the node that
+// leads the most quorum queues, and says why. When the listing failed or
+// holds no leader, it is fallback; a tie goes to fallback when it is
+// among the tied, else to the first of them by name.
+func mostLeader(rows string, err error, fallback string) (node, why string) {
+	if err != nil {
+		return fallback, fmt.Sprintf("%s by the schedule: the leaders were not listed: %v", fallback, err)
+	}
+	nodes := []string{"f1", "f2", "f3"}
+	led := map[string][]string{}
+	total := 0
+	for _, line := range strings.Split(rows, "\n") {
+		if x := strings.Fields(line); len(x) == 2 && slices.Contains(nodes, x[1]) {
+			led[x[1]] = append(led[x[1]], x[0])
+			total++
+		}
+	}
+	if total == 0 {
+		return fallback, fmt.Sprintf("%s by the schedule: no quorum queue's leader was listed", fallback)
+	}
+	var tied []string
+	most := 0
+	for _, n := range nodes {
+		switch k := len(led[n]); {
+		case k > most:
+			most, tied = k, []string{n}
+		case k == most && k > 0:
+			tied = append(tied, n)
+		}
+	}
+	node = tied[0]
+	rule := ""
+	if len(tied) > 1 {
+		rule = fmt.Sprintf("; tied with %s, broken by name", strings.Join(tied[1:], ","))
+		for _, n := range tied {
+			if n == fallback {
+				node = n
+				rule = fmt.Sprintf("; tied (%s), broken by the schedule's %s", strings.Join(tied, ","), fallback)
+			}
+		}
+	}
+	return node, fmt.Sprintf("%s leads %d of %d quorum queues (%s)%s", node, most, total, strings.Join(led[node], ","), rule)
 }
 
 // begin applies the fault; finish undoes it (for kinds that last).
@@ -103,6 +197,11 @@ func (r *runner) begin(ctx context.Context, f Fault) error {
 	switch f.Kind {
 	case Partition, PartitionOneway, IsolateClients, Netem:
 		return r.sh(ctx, cutTimeout, append([]string{string(f.Kind)}, f.Args...)...)
+	case PartitionLeader:
+		if len(f.Args) != 2 || f.Args[0] == "else" {
+			return fmt.Errorf("%s: the node to cut was not resolved", f)
+		}
+		return r.sh(ctx, cutTimeout, append([]string{string(Partition)}, f.Args...)...)
 	case KillNode:
 		return r.sh(ctx, cutTimeout, append([]string{"kill"}, f.Args...)...)
 	case Restart:
@@ -136,7 +235,7 @@ func (r *runner) begin(ctx context.Context, f Fault) error {
 
 func (r *runner) finish(ctx context.Context, f Fault) error {
 	switch f.Kind {
-	case Partition, PartitionOneway, IsolateClients:
+	case Partition, PartitionOneway, IsolateClients, PartitionLeader:
 		return r.sh(ctx, cutTimeout, "heal")
 	case Netem:
 		return r.sh(ctx, cutTimeout, "netem-clear")
@@ -192,7 +291,8 @@ func (r *runner) hold(ctx context.Context, f Fault, end time.Time) {
 // its offset from now, lasts For (restart and rolling last as long as the
 // restarts take) and is undone; process faults go to procs. Every start and
 // end goes to log (which may be nil), and every failure as an "error"
-// event. While a cut lasts, `script cut-ok` runs every CutCheckEvery; a cut
+// event. A PartitionLeader finds its node when it fires (see resolve): its
+// events carry the cut it made, the start a Note saying why that node. While a cut lasts, `script cut-ok` runs every CutCheckEvery; a cut
 // that vanished is logged as an error and applied again. After the last
 // fault, and when ctx ends, Run heals everything: heal, netem-clear, every
 // node started, PostgreSQL started. It returns the failures of the
@@ -211,12 +311,23 @@ func Run(ctx context.Context, s Schedule, script string, procs Procs, log func(E
 				return
 			case <-time.After(time.Until(start.Add(f.At))):
 			}
-			r.event(f, PhaseStart, nil)
+			end := start.Add(f.End())
+			note := ""
+			if f.Kind == PartitionLeader {
+				// The cut lasts For less the time set aside to find
+				// its node, from when it is found (so no longer than
+				// planned, and as long whether found at once or not).
+				f, note = r.resolve(ctx, f)
+				if cutEnd := time.Now().Add(f.For - leaderTimeout); cutEnd.Before(end) {
+					end = cutEnd
+				}
+			}
+			r.startEvent(f, note)
 			if err := r.begin(ctx, f); err != nil {
 				r.fail(f, err)
 				// A half-applied fault is still undone below.
 			}
-			r.hold(ctx, f, start.Add(f.End()))
+			r.hold(ctx, f, end)
 			if err := r.finish(context.WithoutCancel(ctx), f); err != nil {
 				r.fail(f, err)
 				return

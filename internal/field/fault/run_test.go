@@ -14,7 +14,9 @@ import (
 // fakeScript writes a stand-in for field.sh into a temp dir: it appends
 // each call's arguments to calls.log, exits 1 for any command named in the
 // file fail (one a line), and fails `cut-ok` as many times as the file
-// cutgone says (a rule that vanished), then passes.
+// cutgone says (a rule that vanished), then passes. `quorum-leaders` also
+// logs its FIELD_CTL_TIMEOUT, sleeps as many seconds as the file
+// leaders.sleep says and prints the file leaders.out.
 func fakeScript(t *testing.T) (script, dir string) {
 	t.Helper()
 	dir = t.TempDir()
@@ -26,6 +28,11 @@ if [ -f "$d/fail" ] && grep -qx "$1" "$d/fail"; then echo "fake: $1 fails" >&2; 
 if [ "$1" = cut-ok ] && [ -f "$d/cutgone" ]; then
   n="$(cat "$d/cutgone")"
   if [ "$n" -gt 0 ]; then echo $((n - 1)) >"$d/cutgone"; echo "fake: cut 1 has 0 of its 4 rules in place" >&2; exit 1; fi
+fi
+if [ "$1" = quorum-leaders ]; then
+  echo "env FIELD_CTL_TIMEOUT=$FIELD_CTL_TIMEOUT" >>"$d/calls.log"
+  if [ -f "$d/leaders.sleep" ]; then exec sleep "$(cat "$d/leaders.sleep")"; fi
+  if [ -f "$d/leaders.out" ]; then cat "$d/leaders.out"; fi
 fi
 exit 0
 `
@@ -234,5 +241,115 @@ func TestRunCancelHeals(t *testing.T) {
 	}
 	if i := index(cs, "partition f2 f1,f3", 0); i < 0 || index(cs, "heal", i) < 0 || cs[len(cs)-1] != "start f3" {
 		t.Fatalf("want the partition, a heal and the final heal; calls:\n%s", strings.Join(cs, "\n"))
+	}
+}
+
+// TestMostLeader: the node leading the most quorum queues (rows that do
+// not name one of f1-f3 aside); a tie goes to the schedule's node when it
+// is among the tied, else to the first by name; no listing, or no leader
+// listed, falls back to the schedule's node.
+func TestMostLeader(t *testing.T) {
+	rows := "field.work f2\nfield.inbox f2\nfield.other f1\n"
+	tie := "field.work f3\nfield.inbox f1\n"
+	cases := []struct {
+		rows     string
+		err      error
+		fallback string
+		node     string
+		why      string
+	}{
+		{rows, nil, "f1", "f2", "f2 leads 2 of 3 quorum queues (field.work,field.inbox)"},
+		{tie, nil, "f3", "f3", "f3 leads 1 of 2 quorum queues (field.work); tied (f1,f3), broken by the schedule's f3"},
+		{tie, nil, "f2", "f1", "f1 leads 1 of 2 quorum queues (field.inbox); tied with f3, broken by name"},
+		{rows, errors.New("timed out"), "f3", "f3", "f3 by the schedule: the leaders were not listed: timed out"},
+		{"", nil, "f2", "f2", "f2 by the schedule: no quorum queue's leader was listed"},
+		{"field.work f4\nfield.inbox\nfield.x f1 f2\n", nil, "f1", "f1", "f1 by the schedule: no quorum queue's leader was listed"},
+	}
+	for _, c := range cases {
+		node, why := mostLeader(c.rows, c.err, c.fallback)
+		if node != c.node || why != c.why {
+			t.Errorf("mostLeader(%q, %v, %s) = %s, %q; want %s, %q", c.rows, c.err, c.fallback, node, why, c.node, c.why)
+		}
+	}
+}
+
+func withLeaderTimeout(t *testing.T, d time.Duration) {
+	old := leaderTimeout
+	leaderTimeout = d
+	t.Cleanup(func() { leaderTimeout = old })
+}
+
+// TestRunPartitionLeader: a PartitionLeader asks the script for the
+// quorum queues' leaders when it fires (rabbitmqctl bounded below
+// leaderTimeout), cuts the node that leads the most from the two others
+// for its For less the time set aside to find it, keeps that same cut
+// when it applies it again, and logs the cut it made, start and end
+// alike, the start with why that node.
+func TestRunPartitionLeader(t *testing.T) {
+	withCutCheckEvery(t, 50*time.Millisecond)
+	withLeaderTimeout(t, time.Second)
+	script, dir := fakeScript(t)
+	if err := os.WriteFile(filepath.Join(dir, "leaders.out"), []byte("field.work f3\nfield.inbox f3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cutgone"), []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := Fault{At: 0, For: 1600 * time.Millisecond, Kind: PartitionLeader, Args: []string{"else", "f1"}}
+	var ev events
+	if err := Run(context.Background(), Schedule{Faults: []Fault{f}}, script, nil, ev.log); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	cs := calls(t, dir)
+	asked := index(cs, "quorum-leaders", 0)
+	first := index(cs, "partition f3 f1,f2", asked)
+	again := index(cs, "partition f3 f1,f2", first+1)
+	if asked < 0 || cs[asked+1] != "env FIELD_CTL_TIMEOUT="+leaderCtlTimeout || first < 0 || again < 0 || index(cs, "heal", again) < 0 {
+		t.Fatalf("want the leaders asked (FIELD_CTL_TIMEOUT=%s), f3 cut, cut again, healed; calls:\n%s", leaderCtlTimeout, strings.Join(cs, "\n"))
+	}
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	var phases []string
+	for _, e := range ev.ev {
+		phases = append(phases, e.Phase)
+		if got := strings.Join(e.Fault.Args, " "); e.Fault.Kind != PartitionLeader || got != "f3 f1,f2" {
+			t.Fatalf("%s event logs %s %s, want partition-leader f3 f1,f2", e.Phase, e.Fault.Kind, got)
+		}
+	}
+	if strings.Join(phases, ",") != "start,error,end" {
+		t.Fatalf("events %v, want start,error,end", phases)
+	}
+	if n := ev.ev[0].Note; !strings.HasPrefix(n, "f3 leads 2 of 2 quorum queues (field.work,field.inbox) (asked in ") {
+		t.Fatalf("start note %q", n)
+	}
+	if cut := ev.ev[2].T.Sub(ev.ev[0].T); cut < 550*time.Millisecond || cut > 1300*time.Millisecond {
+		t.Fatalf("the cut lasted %s, want about 600ms (For 1.6s less 1s set aside to find the node)", cut)
+	}
+}
+
+// TestRunPartitionLeaderFallback: when the leaders are not listed within
+// leaderTimeout, the schedule's node is cut, and the start says so.
+func TestRunPartitionLeaderFallback(t *testing.T) {
+	withLeaderTimeout(t, 300*time.Millisecond)
+	script, dir := fakeScript(t)
+	if err := os.WriteFile(filepath.Join(dir, "leaders.sleep"), []byte("30\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := Fault{At: 0, For: 400 * time.Millisecond, Kind: PartitionLeader, Args: []string{"else", "f2"}}
+	var ev events
+	t0 := time.Now()
+	if err := Run(context.Background(), Schedule{Faults: []Fault{f}}, script, nil, ev.log); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if el := time.Since(t0); el > 10*time.Second {
+		t.Fatalf("Run took %s: the listing was not bounded", el)
+	}
+	if cs := calls(t, dir); index(cs, "partition f2 f1,f3", 0) < 0 {
+		t.Fatalf("the schedule's f2 not cut; calls:\n%s", strings.Join(cs, "\n"))
+	}
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	if n := ev.ev[0].Note; ev.ev[0].Phase != PhaseStart || !strings.HasPrefix(n, "f2 by the schedule: the leaders were not listed: ") {
+		t.Fatalf("start note %q", n)
 	}
 }

@@ -1,31 +1,71 @@
 package fault
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 )
 
+// gen is Generate, failing t on an error.
+func gen(t *testing.T, seed int64, d time.Duration, version int) Schedule {
+	t.Helper()
+	s, err := Generate(seed, d, version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestGenerateSameSeedSameSchedule(t *testing.T) {
-	for _, d := range []time.Duration{time.Minute, 4 * time.Minute, 10 * time.Minute} {
-		a, b := Generate(7, d), Generate(7, d)
-		if !reflect.DeepEqual(a, b) {
-			t.Fatalf("seed 7, %s: two schedules differ:\n%s\n%s", d, a, b)
+	for v := 1; v <= Version; v++ {
+		for _, d := range []time.Duration{time.Minute, 4 * time.Minute, 10 * time.Minute} {
+			a, b := gen(t, 7, d, v), gen(t, 7, d, v)
+			if !reflect.DeepEqual(a, b) {
+				t.Fatalf("seed 7, %s, version %d: two schedules differ:\n%s\n%s", d, v, a, b)
+			}
+			if a.String() != b.String() {
+				t.Fatalf("seed 7, %s, version %d: printed differently", d, v)
+			}
 		}
-		if a.String() != b.String() {
-			t.Fatalf("seed 7, %s: printed differently", d)
+		// Different seeds give different schedules (nearly always).
+		seen := map[string]int64{}
+		for seed := int64(1); seed <= 50; seed++ {
+			s := gen(t, seed, 4*time.Minute, v).String()
+			body := s[strings.Index(s, "\n"):]
+			if prev, ok := seen[body]; ok {
+				t.Errorf("version %d: seeds %d and %d give the same faults:\n%s", v, prev, seed, s)
+			}
+			seen[body] = seed
 		}
 	}
-	// Different seeds give different schedules (nearly always).
-	seen := map[string]int64{}
-	for seed := int64(1); seed <= 50; seed++ {
-		s := Generate(seed, 4*time.Minute).String()
-		body := s[strings.Index(s, "\n"):]
-		if prev, ok := seen[body]; ok {
-			t.Errorf("seeds %d and %d give the same faults:\n%s", prev, seed, s)
+}
+
+// TestGenerateVersions: version 1 never draws PartitionLeader; version 2
+// draws it for some seeds (not all), with a fallback node; there is no
+// version 0 nor one past Version.
+func TestGenerateVersions(t *testing.T) {
+	with := 0
+	for seed := int64(0); seed < 200; seed++ {
+		if n := gen(t, seed, 4*time.Minute, 1).Count(PartitionLeader); n != 0 {
+			t.Fatalf("seed %d: version 1 drew %d %s", seed, n, PartitionLeader)
 		}
-		seen[body] = seed
+		s := gen(t, seed, 4*time.Minute, 2)
+		if s.Version != 2 || !strings.HasPrefix(s.String(), fmt.Sprintf("schedule seed=%d version=2 ", seed)) {
+			t.Fatalf("seed %d: not marked version 2:\n%s", seed, s)
+		}
+		if s.Count(PartitionLeader) > 0 {
+			with++
+		}
+	}
+	if with < 40 || with > 180 {
+		t.Fatalf("version 2 drew %s in %d of 200 schedules of 4m, want some but not all", PartitionLeader, with)
+	}
+	for _, v := range []int{0, -1, Version + 1} {
+		if s, err := Generate(1, 4*time.Minute, v); err == nil {
+			t.Fatalf("version %d: no error, schedule:\n%s", v, s)
+		}
 	}
 }
 
@@ -33,13 +73,13 @@ func TestGenerateSameSeedSameSchedule(t *testing.T) {
 // replay the same schedule later (FIELD.md, issue 30); this pins the
 // generator's output for one seed, so a change to it is seen here first.
 func TestGenerateIsPinned(t *testing.T) {
-	got := Generate(1, 4*time.Minute).String()
+	got := gen(t, 1, 4*time.Minute, 1).String()
 	if strings.TrimSpace(got) != strings.TrimSpace(pinned) {
 		t.Fatalf("Generate(1, 4m) changed; recorded seeds would replay other schedules. got:\n%s\nwant:\n%s", got, pinned)
 	}
 }
 
-const pinned = `schedule seed=1 duration=4m0s faults=8 partitions=4 overlaps=3
+const pinned = `schedule seed=1 version=1 duration=4m0s faults=8 partitions=4 overlaps=3
   +22s      for 10s    pg-kill
   +48s      for 13s    partition f3 f1,f2
   +49s      for 0s     conn-cut
@@ -53,9 +93,15 @@ const pinned = `schedule seed=1 duration=4m0s faults=8 partitions=4 overlaps=3
 
 func TestGenerateShape(t *testing.T) {
 	nodes := map[string]bool{"f1": true, "f2": true, "f3": true}
+	for v := 1; v <= Version; v++ {
+		testGenerateShape(t, v, nodes)
+	}
+}
+
+func testGenerateShape(t *testing.T, v int, nodes map[string]bool) {
 	for _, d := range []time.Duration{2 * time.Minute, 4 * time.Minute, 10 * time.Minute, time.Hour} {
 		for seed := int64(-5); seed < 300; seed++ {
-			s := Generate(seed, d)
+			s := gen(t, seed, d, v)
 			if s.Seed != seed || s.Duration != d {
 				t.Fatalf("seed %d, %s: header %d %s", seed, d, s.Seed, s.Duration)
 			}
@@ -102,6 +148,13 @@ func checkArgs(t *testing.T, f Fault, nodes map[string]bool) {
 		return m
 	}
 	switch f.Kind {
+	case PartitionLeader:
+		if len(f.Args) != 2 || f.Args[0] != "else" || !nodes[f.Args[1]] {
+			t.Fatalf("%s: want else and a fallback node", f)
+		}
+		if f.For < leaderFind+12*time.Second {
+			t.Fatalf("%s: not a noticeable cut after the time set aside to find the node", f)
+		}
 	case Partition, PartitionOneway:
 		if len(f.Args) != 2 {
 			t.Fatalf("%s: want two groups", f)
@@ -142,17 +195,19 @@ func checkArgs(t *testing.T, f Fault, nodes map[string]bool) {
 }
 
 func TestGenerateShortWindows(t *testing.T) {
-	if s := Generate(3, 20*time.Second); len(s.Faults) != 0 {
-		t.Fatalf("20s leaves no window after warm-up and tail, got:\n%s", s)
-	}
-	for seed := int64(0); seed < 100; seed++ {
-		s := Generate(seed, time.Minute)
-		if len(s.Faults) < 1 {
-			t.Fatalf("seed %d, 1m: no fault", seed)
+	for v := 1; v <= Version; v++ {
+		if s := gen(t, 3, 20*time.Second, v); len(s.Faults) != 0 {
+			t.Fatalf("version %d: 20s leaves no window after warm-up and tail, got:\n%s", v, s)
 		}
-		for _, f := range s.Faults {
-			if f.At < warmUp || f.End() > time.Minute-quietTail {
-				t.Fatalf("seed %d, 1m: %s outside the window", seed, f)
+		for seed := int64(0); seed < 100; seed++ {
+			s := gen(t, seed, time.Minute, v)
+			if len(s.Faults) < 1 {
+				t.Fatalf("version %d, seed %d, 1m: no fault", v, seed)
+			}
+			for _, f := range s.Faults {
+				if f.At < warmUp || f.End() > time.Minute-quietTail {
+					t.Fatalf("version %d, seed %d, 1m: %s outside the window", v, seed, f)
+				}
 			}
 		}
 	}
@@ -178,6 +233,19 @@ func TestStrandsNode(t *testing.T) {
 		if got := strandsNode(c.n, p); got != c.want {
 			t.Errorf("strandsNode(%s, %s) = %v, want %v", c.n, p, got, c.want)
 		}
+	}
+	// The leader's partition may cut any node: no node fault overlaps it.
+	l := Fault{At: 20 * s, For: 30 * s, Kind: PartitionLeader, Args: []string{"else", "f1"}}
+	for _, n := range []Fault{
+		{At: 25 * s, For: 10 * s, Kind: KillNode, Args: []string{"f2"}},
+		{At: 10 * s, For: 45 * s, Kind: Restart, Args: []string{"f3"}},
+	} {
+		if !strandsNode(n, l) {
+			t.Errorf("strandsNode(%s, %s) = false, want true", n, l)
+		}
+	}
+	if n := (Fault{At: 60 * s, For: 10 * s, Kind: KillNode, Args: []string{"f2"}}); strandsNode(n, l) {
+		t.Errorf("strandsNode(%s, %s) = true, want false", n, l)
 	}
 }
 
