@@ -667,42 +667,52 @@ leader() {
   die "no node answered quorum_status $q: ${err:-no node running}"
 }
 
-# queue-nodes PREFIX: "QUEUE fN" for each queue whose name starts with
-# PREFIX and the node it lives on (a classic queue's only node, a quorum
-# queue's leader: 4.3's list_queues has `leader`, no longer `node`).
-# list_queues prints its rows as it goes and may then wait out a queue
-# that does not answer (a partition): the rows printed are the answer.
-queue_nodes() {
-  local p="${1:-}" n out rows
+# queue_places TYPE PREFIX: "QUEUE fN" for each queue of TYPE (classic,
+# quorum, or all) whose name starts with PREFIX, and the node it lives on
+# (a classic queue's only node, a quorum queue's leader), as the queue's
+# record in the metadata store names it. Not list_queues: it asks every
+# queue's process and waits out those that do not answer; a minute after a
+# partition healed it twice gave no quorum row within 40 s, and the rung
+# watch then never saw the home queue's leader move (seed 256319273). Every
+# node is asked at once (one rabbitmqctl eval each, bounded by
+# FIELD_CTL_TIMEOUT; no `running` probe first, it would double the time on
+# a loaded machine), and each queue goes to the node most answers name: a
+# node cut off from the others may still name itself.
+queue_places_erl='lists:foreach(fun(Q) -> {resource, _, queue, N} = amqqueue:get_name(Q), T = case amqqueue:get_type(Q) of rabbit_quorum_queue -> quorum; rabbit_classic_queue -> classic; _ -> other end, Nd = case amqqueue:get_pid(Q) of {_, X} -> X; P when is_pid(P) -> node(P); _ -> none end, io:format("~s ~s ~s~n", [N, T, Nd]) end, rabbit_amqqueue:list()).'
+queue_places() {
+  local type="$1" p="${2:-}" n tmp rc=0
+  tmp="$(mktemp -d)"
   for n in "${nodes[@]}"; do
-    out="$(ctl_timeout=40 fctl "$n" list_queues name leader --no-table-headers 2>/dev/null)" || true
-    rows="$(awk -v p="$p" 'index($1, p) == 1 && $2 ~ /@/ { split($2, a, "@"); print $1, a[1] }' <<<"$out")"
-    if [ -n "$rows" ]; then
-      echo "$rows"
-      return 0
-    fi
+    (fctl "$n" eval "$queue_places_erl" >"$tmp/$n" 2>/dev/null || true) &
   done
-  die "no node listed a queue named $p…"
+  wait
+  awk -v p="$p" -v type="$type" 'NF == 3 && index($1, p) == 1 && (type == "all" || $2 == type) && $3 ~ /^f[0-9]@/ {
+      split($3, a, "@"); k = $1 " " a[1]
+      if (!(k in votes)) order[++n] = k
+      votes[k]++
+    }
+    END {
+      for (i = 1; i <= n; i++) {
+        split(order[i], x, " ")
+        if (votes[order[i]] > best[x[1]]) { best[x[1]] = votes[order[i]]; pick[x[1]] = x[2] }
+      }
+      for (q in pick) { print q, pick[q]; found = 1 }
+      exit !found
+    }' "$tmp"/f* || rc=1
+  rm -rf "$tmp"
+  return $rc
 }
 
-# quorum-leaders: "QUEUE fN" for each quorum queue and the leader its
-# record in the metadata store names (for the fault partition-leader), from
-# one rabbitmqctl eval bounded by FIELD_CTL_TIMEOUT. Not list_queues: it
-# asks every queue's process and waits out those that do not answer, and
-# twice gave no row within 40 s a minute after a partition healed. No
-# `running` probe first: on the loaded machine one rabbitmqctl call takes
-# 15-30 s, the probe would double it.
+# queue-nodes PREFIX: "QUEUE fN" for each queue named PREFIX…: its node
+# (the rung watch).
+queue_nodes() {
+  queue_places all "${1:-}" || die "no node listed a queue named ${1:-}…"
+}
+
+# quorum-leaders: "QUEUE fN" for each quorum queue: its leader (for the
+# fault partition-leader).
 quorum_leaders() {
-  local n out rows
-  for n in "${nodes[@]}"; do
-    out="$(fctl "$n" eval '[{element(4, amqqueue:get_name(Q)), element(2, amqqueue:get_pid(Q))} || Q <- rabbit_amqqueue:list(), amqqueue:get_type(Q) =:= rabbit_quorum_queue].' 2>/dev/null)" || continue
-    rows="$(tr -d ' \n' <<<"$out" | grep -o '{<<"[^"]*">>,'"'"'\?f[0-9]@' | sed -E "s/^\{<<\"([^\"]*)\">>,'?(f[0-9])@\$/\1 \2/")"
-    if [ -n "$rows" ]; then
-      echo "$rows"
-      return 0
-    fi
-  done
-  die "no node listed a quorum queue with a leader"
+  queue_places quorum "" || die "no node listed a quorum queue with a leader"
 }
 
 # ctl ARGS...: rabbitmqctl ARGS against the first node that is running

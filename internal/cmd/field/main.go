@@ -244,7 +244,7 @@ func run(ctx context.Context, o options) (int, error) {
 	if err := admin.Declare(setup, s.names.Topology()); err != nil {
 		return 2, fmt.Errorf("declare: %w", err)
 	}
-	// Where each rung lives, before the faults begin and then every 30 s
+	// Where each rung lives, before the faults begin and then every 10 s
 	// (a move is recorded; a classic queue does not move unless it is
 	// declared again elsewhere): the checker attributes a loss in a rung
 	// only to a cut of the rung's own node or of its home queue's leader.
@@ -252,7 +252,7 @@ func run(ctx context.Context, o options) (int, error) {
 	stopRungs := func() {}
 	if o.mode == "field" {
 		rungs.first(ctx)
-		stopRungs = rungs.watch(ctx, 30*time.Second)
+		stopRungs = rungs.watch(ctx, 10*time.Second)
 	}
 	defer stopRungs()
 

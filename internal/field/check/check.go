@@ -109,6 +109,11 @@ type RungLoss struct {
 	Hop    time.Time
 	Expiry time.Time
 	Fault  FaultSpan
+	// With is the other faults in force at the expiry that, together with
+	// Fault and none of them alone, left the node without a majority (a
+	// partition and a kill on the two other nodes, say); empty when Fault
+	// alone did.
+	With []FaultSpan
 }
 
 // Violation is one broken invariant: which, the message or order it is
@@ -170,8 +175,12 @@ func (r Result) Report(w io.Writer, max int) {
 			if l.Home != "" {
 				cut = ", its home queue led by " + l.Home + ","
 			}
-			fmt.Fprintf(w, "rung_lost %s: hopped to %s (on %s%s) at %s, TTL expired %s, within %s of %s %s (%s to %s)\n",
-				l.ID, l.Queue, l.Node, cut, stamp(l.Hop), stamp(l.Expiry), r.In.Tolerance, l.Fault.Kind, strings.Join(l.Fault.Args, " "), stamp(l.Fault.Start), stamp(l.Fault.End))
+			with := ""
+			for _, f := range l.With {
+				with += fmt.Sprintf(" with %s %s (%s to %s)", f.Kind, strings.Join(f.Args, " "), stamp(f.Start), stamp(f.End))
+			}
+			fmt.Fprintf(w, "rung_lost %s: hopped to %s (on %s%s) at %s, TTL expired %s, within %s of %s %s (%s to %s)%s\n",
+				l.ID, l.Queue, l.Node, cut, stamp(l.Hop), stamp(l.Expiry), r.In.Tolerance, l.Fault.Kind, strings.Join(l.Fault.Args, " "), stamp(l.Fault.Start), stamp(l.Fault.End), with)
 		}
 	}
 	if r.OK() {
@@ -516,14 +525,9 @@ func rungLoss(in *Input, id string, hist []history.Record) (RungLoss, bool) {
 			lastHeal = h
 		}
 	}
+	// The faults in force at the expiry, give or take the tolerance.
+	var near []FaultSpan
 	for _, f := range in.FaultLog {
-		cutHome := ""
-		if !cutFromMajority(f, node, in.Nodes) {
-			if home == "" || !cutFromMajority(f, home, in.Nodes) {
-				continue
-			}
-			cutHome = home
-		}
 		end := f.End
 		if end.IsZero() {
 			end = lastHeal
@@ -531,7 +535,28 @@ func rungLoss(in *Input, id string, hist []history.Record) (RungLoss, bool) {
 		if expiry.Before(f.Start.Add(-in.Tolerance)) || (!end.IsZero() && expiry.After(end.Add(in.Tolerance))) {
 			continue
 		}
-		return RungLoss{ID: id, Queue: last.Queue, Node: node, Home: cutHome, Hop: last.T, Expiry: expiry, Fault: f}, true
+		near = append(near, f)
+	}
+	loss := RungLoss{ID: id, Queue: last.Queue, Node: node, Hop: last.T, Expiry: expiry}
+	for _, f := range near {
+		loss.Fault = f
+		if cutFromMajority(f, node, in.Nodes) {
+			return loss, true
+		}
+		if home != "" && cutFromMajority(f, home, in.Nodes) {
+			loss.Home = home
+			return loss, true
+		}
+	}
+	// No one fault did it; together they may have: the node reaches fewer
+	// than a majority once every node they cut it from or took down is
+	// counted out (the home queue then has no leader that the dead-letter
+	// could reach).
+	if len(near) > 1 {
+		if used := cutTogether(near, node, in.Nodes); len(used) > 1 {
+			loss.Fault, loss.With = used[0], used[1:]
+			return loss, true
+		}
 	}
 	return RungLoss{}, false
 }
@@ -543,6 +568,57 @@ func (in Input) replay() string {
 		s += fmt.Sprintf(" SCHEDULE_VERSION=%d", in.ScheduleVersion)
 	}
 	return s
+}
+
+// cutTogether says which of the faults, taken together, leave node with
+// fewer than a majority of the nodes it can reach (each one counting out
+// the nodes it cuts node from or takes down); nil when they do not.
+func cutTogether(faults []FaultSpan, node string, nodes []string) []FaultSpan {
+	out := map[string]bool{}
+	var used []FaultSpan
+	for _, f := range faults {
+		gone := unreachable(f, node)
+		if len(gone) == 0 {
+			continue
+		}
+		used = append(used, f)
+		for _, n := range gone {
+			out[n] = true
+		}
+	}
+	reach := 0
+	for _, n := range nodes {
+		if !out[n] {
+			reach++
+		}
+	}
+	if 2*reach > len(nodes) {
+		return nil
+	}
+	return used
+}
+
+// unreachable is the nodes fault f cuts node from or takes down (node
+// itself when f takes node down); empty when f leaves node all it had.
+func unreachable(f FaultSpan, node string) []string {
+	switch f.Kind {
+	case "kill", "restart":
+		if len(f.Args) > 0 {
+			return f.Args[:1]
+		}
+	case "partition", "partition-oneway", "partition-leader":
+		if len(f.Args) != 2 {
+			return nil
+		}
+		a, b := strings.Split(f.Args[0], ","), strings.Split(f.Args[1], ",")
+		switch {
+		case contains(a, node):
+			return b
+		case contains(b, node):
+			return a
+		}
+	}
+	return nil
 }
 
 // placeAt is the node queue lived on (led, for a quorum queue) at t, as

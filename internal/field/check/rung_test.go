@@ -171,3 +171,48 @@ func TestRungLossPartitionLeader(t *testing.T) {
 		t.Fatalf("f2 cut: lost=%d rung_lost=%d; want lost=1 rung_lost=0", r.Lost, r.RungLost)
 	}
 }
+
+// Seed 5012933: the rung (and, as last recorded, the home queue) lived on
+// f1; f3 was partitioned from f1,f2 and, while that lasted, f2 was killed.
+// Neither fault alone cuts f1 from the majority, but together they leave
+// f1 alone: the home quorum queue had no majority and so no leader when
+// the rung's TTL expired, and the dead-letter (at most once) was lost.
+// Faults in force together are judged together; one of them alone is not.
+func TestRungLossFaultsTogetherLeaveNoMajority(t *testing.T) {
+	in := rungRun()
+	in.RungNodes = append(in.RungNodes, RungPlace{Queue: "field.work", Node: "f1", At: at(0)})
+	in.FaultLog = []FaultSpan{
+		{Kind: "partition", Args: []string{"f3", "f1,f2"}, Start: at(2), End: at(44)},
+		{Kind: "kill", Args: []string{"f2"}, Start: at(22), End: at(68)},
+	}
+	r := Check(in)
+	if !r.OK() || r.Lost != 0 || r.RungLost != 1 || len(r.RungLosses) != 1 {
+		t.Fatalf("lost=%d rung_lost=%d violations %+v; want lost=0 rung_lost=1", r.Lost, r.RungLost, r.Violations)
+	}
+	l := r.RungLosses[0]
+	if l.Node != "f1" || len(l.With) != 1 {
+		t.Fatalf("attribution %+v: want the rung on f1, cut by two faults together", l)
+	}
+	var b bytes.Buffer
+	r.Report(&b, 10)
+	if !strings.Contains(b.String(), "partition f3 f1,f2") || !strings.Contains(b.String(), "kill f2") {
+		t.Fatalf("the report does not name both faults:\n%s", b.String())
+	}
+	// Either fault alone leaves f1 with a majority: the loss is not explained.
+	for _, f := range in.FaultLog {
+		one := in
+		one.FaultLog = []FaultSpan{f}
+		if r := Check(one); r.OK() || r.Lost != 1 || r.RungLost != 0 {
+			t.Fatalf("%s %v alone: lost=%d rung_lost=%d; want lost=1 rung_lost=0", f.Kind, f.Args, r.Lost, r.RungLost)
+		}
+	}
+	// Faults that do not overlap the expiry do not add up.
+	apart := in
+	apart.FaultLog = []FaultSpan{
+		{Kind: "partition", Args: []string{"f3", "f1,f2"}, Start: at(2), End: at(5)},
+		{Kind: "kill", Args: []string{"f2"}, Start: at(22), End: at(68)},
+	}
+	if r := Check(apart); r.OK() || r.Lost != 1 || r.RungLost != 0 {
+		t.Fatalf("faults apart in time: lost=%d rung_lost=%d; want lost=1 rung_lost=0", r.Lost, r.RungLost)
+	}
+}
