@@ -39,6 +39,16 @@ func TestRedact(t *testing.T) {
 		{"amqp:u:" + pw + "@host", "<unparseable URL>"},
 		{"amqp://u:" + pw + "@ho st/", "<unparseable URL>"},
 		{"", ""},
+		// A PostgreSQL keyword/value connection string: its password is
+		// hidden, quoted or not, and the rest is kept.
+		{"host=db user=app password=" + pw + " dbname=test", "host=db user=app password=xxxxx dbname=test"},
+		{"host=db password = '" + pw + " two' dbname=test", "host=db password=xxxxx dbname=test"},
+		{`password='it\'s ` + pw + `' host=db`, "password=xxxxx host=db"},
+		{"host=db password=" + pw, "host=db password=xxxxx"},
+		// An unterminated quote hides all that follows it.
+		{"host=db password='" + pw + " dbname=test", "host=db password=xxxxx"},
+		// Not keyword=value throughout: nothing of it.
+		{"host=db " + pw + " password=x", "<unparseable connection string>"},
 	}
 	for _, tt := range tests {
 		got := mq.Redact(tt.in)
