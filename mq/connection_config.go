@@ -148,7 +148,7 @@ func Redact(u string) string {
 // redactKeywords is Redact for a keyword/value connection string, as
 // libpq reads one: keyword = value pairs apart by spaces, a value either
 // single-quoted (a backslash escapes the next character) or up to the next
-// space. An unterminated quote runs to the end.
+// space.
 func redactKeywords(s string) string {
 	var out []string
 	for i := 0; ; {
@@ -159,7 +159,7 @@ func redactKeywords(s string) string {
 			return strings.Join(out, " ")
 		}
 		k := i
-		for i < len(s) && (s[i] == '_' || s[i] >= 'a' && s[i] <= 'z' || s[i] >= 'A' && s[i] <= 'Z') {
+		for i < len(s) && isKeywordByte(s[i]) {
 			i++
 		}
 		key := s[k:i]
@@ -173,6 +173,13 @@ func redactKeywords(s string) string {
 		for i < len(s) && isSpace(s[i]) {
 			i++
 		}
+		secret := strings.Contains(strings.ToLower(key), "password")
+		if !secret && startsKeyword(s[i:]) {
+			// "host= password=…": libpq would take the password
+			// pair for host's value; read it as a pair, so it is hidden.
+			out = append(out, key+"=")
+			continue
+		}
 		v := i
 		if i < len(s) && s[i] == '\'' {
 			for i++; i < len(s) && s[i] != '\''; i++ {
@@ -180,7 +187,10 @@ func redactKeywords(s string) string {
 					i++
 				}
 			}
-			i = min(i+1, len(s))
+			if i >= len(s) {
+				return "<unparseable connection string>" // libpq refuses it too
+			}
+			i++
 		} else {
 			for ; i < len(s) && !isSpace(s[i]); i++ {
 				if s[i] == '\\' {
@@ -190,12 +200,29 @@ func redactKeywords(s string) string {
 			i = min(i, len(s))
 		}
 		val := s[v:i]
-		if strings.Contains(strings.ToLower(key), "password") {
+		if secret {
 			val = "xxxxx"
 		}
 		out = append(out, key+"="+val)
 	}
 }
+
+// startsKeyword reports whether s begins with a keyword and its '='.
+func startsKeyword(s string) bool {
+	i := 0
+	for i < len(s) && isKeywordByte(s[i]) {
+		i++
+	}
+	if i == 0 {
+		return false
+	}
+	for i < len(s) && isSpace(s[i]) {
+		i++
+	}
+	return i < len(s) && s[i] == '='
+}
+
+func isKeywordByte(c byte) bool { return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 
 func isSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
