@@ -150,6 +150,14 @@
 // start context: the broker and its consumers run on contexts of their own
 // that end at Close and Stop.
 //
+// A start that fails after the module's own has succeeded — a later hook
+// outlasting the start context — is not seen by the module: fx (v1.24)
+// then runs no stop hook at all, and the module cannot tell that start
+// context's end from the end of one that outlives a successful start. The
+// consumers keep running and the connection stays open until the process
+// exits. fx.App.Run exits it; a program that calls App.Start itself
+// should exit when it fails, or give the later hooks the time they need.
+//
 // # A consumer that gives up
 //
 // A consumer that ends on its own with an error — with mq.WithGiveUpAfter,

@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -46,4 +47,24 @@ func BenchmarkStandardChain(b *testing.B) {
 			}
 		}
 	})
+	// A failed delivery: the ladder decides a hop to a rung, which the
+	// fake's runtime takes without publishing or waiting; every middleware
+	// looks at the error passing up.
+	failing := mqtest.Chain(mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return errBench }), nil, standardStack(p, nil)...)
+	hop := mqtest.OnHop(func(context.Context, string, mq.Outcome, mq.Message) error { return nil })
+	wait := mqtest.OnWait(func(context.Context, time.Duration) error { return nil })
+	b.Run("failed delivery", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			d := mqtest.NewDelivery("orders", raw, mqtest.Logger(info), hop, wait)
+			if err := failing.Handle(ctx, d); err != nil {
+				b.Fatal(err)
+			}
+			if d.Outcome() != mq.OutcomeRetry {
+				b.Fatalf("outcome %q, want %q", d.Outcome(), mq.OutcomeRetry)
+			}
+		}
+	})
 }
+
+var errBench = errors.New("handler failed")

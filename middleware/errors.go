@@ -30,13 +30,13 @@ func Reject(err error) error { return &rejectError{err} }
 
 // IsPark reports whether err, or an error it wraps, was marked with Park.
 func IsPark(err error) bool {
-	var p *parkError
-	return errors.As(err, &p)
+	_, ok := errors.AsType[*parkError](err)
+	return ok
 }
 
 // IsReject reports whether err, or an error it wraps, was marked with
 // Reject.
 func IsReject(err error) bool {
-	var r *rejectError
-	return errors.As(err, &r)
+	_, ok := errors.AsType[*rejectError](err)
+	return ok
 }

@@ -78,8 +78,7 @@ func (l *ladder) Handle(ctx context.Context, d *mq.Delivery) error {
 	if err == nil || IsPark(err) || IsReject(err) || errors.Is(err, mq.ErrRequeue) {
 		return err
 	}
-	var dec *mq.Decision
-	if errors.As(err, &dec) {
+	if _, decided := errors.AsType[*mq.Decision](err); decided {
 		return err // decided further in
 	}
 	if ctx.Err() != nil {

@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"context"
-	"errors"
 
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
@@ -49,13 +48,11 @@ func (p *parking) Handle(ctx context.Context, d *mq.Delivery) error {
 // unmark strips a Park or Reject mark, so x-acemq-error carries the
 // handler's own error text: the reason header already says which it was.
 func unmark(err error) error {
-	var pe *parkError
-	var re *rejectError
-	switch {
-	case errors.As(err, &pe) && pe == err:
-		return pe.err
-	case errors.As(err, &re) && re == err:
-		return re.err
+	switch e := err.(type) {
+	case *parkError:
+		return e.err
+	case *rejectError:
+		return e.err
 	}
 	return err
 }

@@ -120,7 +120,13 @@ func (c Config) validate() error {
 // dropped. A URL that does not parse is not printed at all, nor is one
 // whose credentials did not parse as credentials (an unescaped '#', '?' or
 // '/' in a password moves the rest of it into another part of the URL).
+// A keyword/value connection string (PostgreSQL's "host=db password=…")
+// keeps its keywords and loses the value of every one naming a password,
+// quoted or not; one that is not keyword=value throughout is not printed.
 func Redact(u string) string {
+	if !strings.Contains(u, "://") && strings.Contains(u, "=") {
+		return redactKeywords(u)
+	}
 	p, err := url.Parse(u)
 	if err != nil || p.Opaque != "" {
 		return "<unparseable URL>"
@@ -137,6 +143,89 @@ func Redact(u string) string {
 	p.ForceQuery = false
 	p.Fragment, p.RawFragment = "", ""
 	return p.String()
+}
+
+// redactKeywords is Redact for a keyword/value connection string, as
+// libpq reads one: keyword = value pairs apart by spaces, a value either
+// single-quoted (a backslash escapes the next character) or up to the next
+// space.
+func redactKeywords(s string) string {
+	var out []string
+	for i := 0; ; {
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		if i == len(s) {
+			return strings.Join(out, " ")
+		}
+		k := i
+		for i < len(s) && isKeywordByte(s[i]) {
+			i++
+		}
+		key := s[k:i]
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		if key == "" || i == len(s) || s[i] != '=' {
+			return "<unparseable connection string>"
+		}
+		i++
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		secret := strings.Contains(strings.ToLower(key), "password")
+		if !secret && startsKeyword(s[i:]) {
+			// "host= password=…": libpq would take the password
+			// pair for host's value; read it as a pair, so it is hidden.
+			out = append(out, key+"=")
+			continue
+		}
+		v := i
+		if i < len(s) && s[i] == '\'' {
+			for i++; i < len(s) && s[i] != '\''; i++ {
+				if s[i] == '\\' {
+					i++
+				}
+			}
+			if i >= len(s) {
+				return "<unparseable connection string>" // libpq refuses it too
+			}
+			i++
+		} else {
+			for ; i < len(s) && !isSpace(s[i]); i++ {
+				if s[i] == '\\' {
+					i++
+				}
+			}
+			i = min(i, len(s))
+		}
+		val := s[v:i]
+		if secret {
+			val = "xxxxx"
+		}
+		out = append(out, key+"="+val)
+	}
+}
+
+// startsKeyword reports whether s begins with a keyword and its '='.
+func startsKeyword(s string) bool {
+	i := 0
+	for i < len(s) && isKeywordByte(s[i]) {
+		i++
+	}
+	if i == 0 {
+		return false
+	}
+	for i < len(s) && isSpace(s[i]) {
+		i++
+	}
+	return i < len(s) && s[i] == '='
+}
+
+func isKeywordByte(c byte) bool { return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
 }
 
 // mangledCredentials reports an '@' after the URL's authority: user info

@@ -39,6 +39,18 @@ func TestRedact(t *testing.T) {
 		{"amqp:u:" + pw + "@host", "<unparseable URL>"},
 		{"amqp://u:" + pw + "@ho st/", "<unparseable URL>"},
 		{"", ""},
+		// A PostgreSQL keyword/value connection string: its password is
+		// hidden, quoted or not, and the rest is kept.
+		{"host=db user=app password=" + pw + " dbname=test", "host=db user=app password=xxxxx dbname=test"},
+		{"host=db password = '" + pw + " two' dbname=test", "host=db password=xxxxx dbname=test"},
+		{`password='it\'s ` + pw + `' host=db`, "password=xxxxx host=db"},
+		{"host=db password=" + pw, "host=db password=xxxxx"},
+		// "host= password=…" is host's value to libpq, and still hidden.
+		{"host= password=" + pw + " dbname=test", "host= password=xxxxx dbname=test"},
+		// Not keyword=value throughout, or a quote left open (which libpq
+		// refuses): nothing of it.
+		{"host=db password='" + pw + " dbname=test", "<unparseable connection string>"},
+		{"host=db " + pw + " password=x", "<unparseable connection string>"},
 	}
 	for _, tt := range tests {
 		got := mq.Redact(tt.in)
@@ -79,6 +91,40 @@ func FuzzRedactNeverShowsPassword(f *testing.F) {
 		u2 := "amqp://" + user + ":" + string(other) + "@" + host + "/" + path
 		if r1, r2 := mq.Redact(u1), mq.Redact(u2); r1 != r2 {
 			t.Fatalf("Redact depends on the password:\n%q -> %q\n%q -> %q", u1, r1, u2, r2)
+		}
+	})
+}
+
+// The same for a keyword/value connection string, its password quoted
+// (escaped as libpq reads it) or not, beside an empty or plain host.
+func FuzzRedactKeywordsNeverShowsPassword(f *testing.F) {
+	f.Add("db", "s3cr3t")
+	f.Add("db", "it's a pass\\word")
+	f.Add("", "0 dbname=1")
+	f.Fuzz(func(t *testing.T, host, pw string) {
+		other := []byte(pw)
+		changed := false
+		for i, c := range other {
+			switch {
+			case c >= '0' && c <= '9':
+				other[i], changed = '0'+(c-'0'+1)%10, true
+			case c >= 'a' && c <= 'z':
+				other[i], changed = 'a'+(c-'a'+1)%26, true
+			}
+		}
+		if !changed || strings.ContainsAny(host, " \t\n\r\f\v'\\=") { // the host a plain value
+			t.Skip()
+		}
+		quote := strings.NewReplacer(`\`, `\\`, `'`, `\'`)
+		kv := func(pw string) string { return "host=" + host + " password='" + quote.Replace(pw) + "' dbname=test" }
+		if r1, r2 := mq.Redact(kv(pw)), mq.Redact(kv(string(other))); r1 != r2 {
+			t.Fatalf("Redact depends on the password:\n%q -> %q\n%q -> %q", kv(pw), r1, kv(string(other)), r2)
+		}
+		if !strings.ContainsAny(pw, " \t\n\r\f\v'\\") {
+			bare := func(pw string) string { return "host=" + host + " password=" + pw }
+			if r1, r2 := mq.Redact(bare(pw)), mq.Redact(bare(string(other))); r1 != r2 {
+				t.Fatalf("Redact depends on the password:\n%q -> %q\n%q -> %q", bare(pw), r1, bare(string(other)), r2)
+			}
 		}
 	})
 }

@@ -103,19 +103,14 @@ const memoAge = 10 * time.Minute
 // deliveries.
 const returnGrace = 2
 
-// attempt is the attempt number a delivery is: the x-acemq-attempt it
+// recall is the attempt number a delivery is: the x-acemq-attempt it
 // carries, plus the returns of the copy the broker counts (quorum queues:
 // x-delivery-count) past returnGrace, and, for a redelivery of the copy
-// this consumer returned, never less than what it remembers of it.
-func (m *attemptMemo) attempt(raw amqp.Delivery) int {
-	a, _ := m.recall(raw)
-	return a
-}
-
-// recall is attempt, and the set-aside the copy's redelivery must make
-// again (nil: none): a copy whose set-aside failed is not handled again,
-// and its attempt stays the one that used the last (the set-aside writes
-// the next, as the first try did).
+// this consumer returned, never less than what it remembers of it. With
+// it, the set-aside the copy's redelivery must make again (nil: none): a
+// copy whose set-aside failed is not handled again, and its attempt stays
+// the one that used the last (the set-aside writes the next, as the first
+// try did).
 func (m *attemptMemo) recall(raw amqp.Delivery) (int, *asideRetry) {
 	a := AttemptOf(raw.Headers)
 	if n, ok := deliveryCount(raw.Headers); ok && n > returnGrace {

@@ -26,10 +26,10 @@ func returned(raw amqp.Delivery, used int) *Delivery {
 func TestMemoIsNeverReadByAFreshDelivery(t *testing.T) {
 	var m attemptMemo
 	m.remember(returned(memoCopy("dup", true, 0), 6))
-	if got := m.attempt(memoCopy("dup", false, 0)); got != 1 {
+	if got, _ := m.recall(memoCopy("dup", false, 0)); got != 1 {
 		t.Fatalf("a fresh message with the id of one returned earlier reads attempt %d, want 1", got)
 	}
-	if got := m.attempt(memoCopy("dup", true, 0)); got != 7 {
+	if got, _ := m.recall(memoCopy("dup", true, 0)); got != 7 {
 		t.Fatalf("the returned copy's redelivery reads attempt %d, want 7", got)
 	}
 }
@@ -37,12 +37,12 @@ func TestMemoIsNeverReadByAFreshDelivery(t *testing.T) {
 func TestMemoEntryEndsWithTheRedeliveryItDescribes(t *testing.T) {
 	var m attemptMemo
 	m.remember(returned(memoCopy("m", true, 0), 1))
-	if got := m.attempt(memoCopy("m", true, 0)); got != 2 {
+	if got, _ := m.recall(memoCopy("m", true, 0)); got != 2 {
 		t.Fatalf("the redelivery reads attempt %d, want 2", got)
 	}
 	// Another replica took the next copy and it came back, dead-lettered
 	// and replayed, to this one: nothing here describes it.
-	if got := m.attempt(memoCopy("m", true, 0)); got != 1 {
+	if got, _ := m.recall(memoCopy("m", true, 0)); got != 1 {
 		t.Fatalf("a second redelivery of the id reads attempt %d from a spent entry, want 1", got)
 	}
 }
@@ -52,7 +52,7 @@ func TestMemoMatchesTheCopyItDescribes(t *testing.T) {
 	m.remember(returned(memoCopy("r", true, 0), 2))
 	replay := memoCopy("r", true, 0)
 	replay.Headers = amqp.Table{HeaderReplayedAt: time.Now().UTC()}
-	if got := m.attempt(replay); got != 1 {
+	if got, _ := m.recall(replay); got != 1 {
 		t.Fatalf("a redelivered replay reads attempt %d from the memo of the copy before it, want 1", got)
 	}
 }
@@ -63,10 +63,10 @@ func TestMemoEvictsOnlyPastItsSize(t *testing.T) {
 	// Another message comes back again and again, each return settled.
 	for range memoSize {
 		m.remember(returned(memoCopy("busy", true, 0), 1))
-		m.attempt(memoCopy("busy", true, 0))
+		m.recall(memoCopy("busy", true, 0))
 	}
 	m.remember(returned(memoCopy("new", true, 0), 1))
-	if got := m.attempt(memoCopy("kept", true, 0)); got != 2 {
+	if got, _ := m.recall(memoCopy("kept", true, 0)); got != 2 {
 		t.Fatalf("with 2 entries in a memo of %d, the older reads attempt %d, want 2", memoSize, got)
 	}
 }

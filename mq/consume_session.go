@@ -489,7 +489,7 @@ func (s *session) settle(d *Delivery, err error) {
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
 		why := KindRequeue
-		if pe := (*PanicError)(nil); errors.As(err, &pe) {
+		if _, ok := errors.AsType[*PanicError](err); ok {
 			why = KindPanic
 		}
 		s.requeued(d, why, err)

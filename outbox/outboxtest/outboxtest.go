@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -79,7 +78,7 @@ func New(tb testing.TB, tables ...outbox.Schema) *DB {
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
-		d.fatalf("outboxtest.New: PostgreSQL at %s does not answer (PG_URL; `make postgres`): %v", redact(base), err)
+		d.fatalf("outboxtest.New: PostgreSQL at %s does not answer (PG_URL; `make postgres`): %v", mq.Redact(base), err)
 	}
 	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+d.Schema); err != nil {
 		_ = db.Close()
@@ -155,21 +154,4 @@ func withSearchPath(s, schema string) string {
 		return u.String()
 	}
 	return s + " search_path=" + schema
-}
-
-// kvPassword is the password of a keyword/value connection string,
-// quoted or not.
-var kvPassword = regexp.MustCompile(`password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
-
-// redact is s without its password, as a URL's or as a keyword/value
-// pair.
-func redact(s string) string {
-	if u, err := url.Parse(s); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		if q := u.Query(); q.Has("password") {
-			q.Set("password", "xxxxx")
-			u.RawQuery = q.Encode()
-		}
-		return u.Redacted()
-	}
-	return kvPassword.ReplaceAllString(s, "password=xxxxx")
 }

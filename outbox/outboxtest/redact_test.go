@@ -3,6 +3,8 @@ package outboxtest
 import (
 	"strings"
 	"testing"
+
+	"github.com/acemq/acemq-go/mq"
 )
 
 // A PostgreSQL that does not answer is named in the failure without its
@@ -14,8 +16,8 @@ func TestRedactHidesPasswords(t *testing.T) {
 		"host=db user=app password=s3cret dbname=test",
 		"host=db password = 's3cret two' dbname=test",
 	} {
-		if got := redact(s); strings.Contains(got, "s3cret") || !strings.Contains(got, "db") {
-			t.Errorf("redact(%q) = %q: want the host kept and the password hidden", s, got)
+		if got := mq.Redact(s); strings.Contains(got, "s3cret") || !strings.Contains(got, "db") {
+			t.Errorf("mq.Redact(%q) = %q: want the host kept and the password hidden", s, got)
 		}
 	}
 }

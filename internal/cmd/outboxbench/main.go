@@ -140,7 +140,7 @@ CREATE TABLE %s (id bigserial PRIMARY KEY, exchange text NOT NULL, routing_key t
 		_, _ = r.b.DeleteQueue(cctx, r.queue)
 	})
 
-	fmt.Printf("outbox and inbox, PostgreSQL %s, broker %s, %d rounds (median)\n\n", redactPG(*pgURL), mq.Redact(*amqpURL), *rounds)
+	fmt.Printf("outbox and inbox, PostgreSQL %s, broker %s, %d rounds (median)\n\n", mq.Redact(*pgURL), mq.Redact(*amqpURL), *rounds)
 	fmt.Printf("%-44s %14s %14s %8s %s\n", "measure", "outbox/inbox", "baseline", "ratio", "target")
 	for _, m := range []struct {
 		name string
@@ -158,8 +158,6 @@ CREATE TABLE %s (id bigserial PRIMARY KEY, exchange text NOT NULL, routing_key t
 	}
 	return nil
 }
-
-func redactPG(u string) string { return mq.Redact(u) }
 
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
