@@ -169,7 +169,7 @@ func (r Result) Report(w io.Writer, max int) {
 		writeViolations(w, r.Held, max)
 	}
 	if len(r.RungLosses) > 0 {
-		fmt.Fprintf(w, "field: RUNG_LOST %d confirmed message(s) lost in a broker rung whose node, or its home queue's leader, was cut from the majority when the rung's TTL expired: RabbitMQ dead-letters from a classic queue at most once, and contract §2 makes rungs classic queues (this awaits a contract change; %s replays it)\n", len(r.RungLosses), r.In.replay())
+		fmt.Fprintf(w, "field: RUNG_LOST %d confirmed message(s) lost in a broker rung whose node, or its home queue's leader, was cut from the majority, or from each other, when the rung's TTL expired: RabbitMQ dead-letters from a classic queue at most once, and contract §2 makes rungs classic queues (this awaits a contract change; %s replays it)\n", len(r.RungLosses), r.In.replay())
 		for _, l := range r.RungLosses {
 			cut := ""
 			if l.Home != "" {
@@ -489,8 +489,8 @@ func stamp(t time.Time) string {
 // come late) is a confirmed hop to a rung whose TTL is known; the rung's
 // node at the expiry (hop + TTL) is known; and a fault of the log cut that
 // node, or the node leading the rung's home queue at the expiry (recorded
-// the same way), from the majority at the expiry, give or take
-// in.Tolerance.
+// the same way), from the majority at the expiry, or cut the rung's node
+// from that leader, give or take in.Tolerance.
 func rungLoss(in *Input, id string, hist []history.Record) (RungLoss, bool) {
 	var last *history.Record
 	for i := range hist {
@@ -543,7 +543,7 @@ func rungLoss(in *Input, id string, hist []history.Record) (RungLoss, bool) {
 		if cutFromMajority(f, node, in.Nodes) {
 			return loss, true
 		}
-		if home != "" && cutFromMajority(f, home, in.Nodes) {
+		if home != "" && (cutFromMajority(f, home, in.Nodes) || home != node && separates(f, node, home)) {
 			loss.Home = home
 			return loss, true
 		}
@@ -568,6 +568,21 @@ func (in Input) replay() string {
 		s += fmt.Sprintf(" SCHEDULE_VERSION=%d", in.ScheduleVersion)
 	}
 	return s
+}
+
+// separates says whether fault f puts nodes a and b on the two sides of a
+// cut, either way round (a one-way cut kills the link both ways: what one
+// side sends goes unacknowledged).
+func separates(f FaultSpan, a, b string) bool {
+	switch f.Kind {
+	case "partition", "partition-oneway", "partition-leader":
+		if len(f.Args) != 2 {
+			return false
+		}
+		x, y := strings.Split(f.Args[0], ","), strings.Split(f.Args[1], ",")
+		return contains(x, a) && contains(y, b) || contains(x, b) && contains(y, a)
+	}
+	return false
 }
 
 // cutTogether says which of the faults, taken together, leave node with

@@ -216,3 +216,33 @@ func TestRungLossFaultsTogetherLeaveNoMajority(t *testing.T) {
 		t.Fatalf("faults apart in time: lost=%d rung_lost=%d; want lost=1 rung_lost=0", r.Lost, r.RungLost)
 	}
 }
+
+// Seed 1224374815 (one-way cuts): the rung lives on f1 and the home queue
+// is led by f2; packets from f2 to f1 are dropped. Neither node is cut
+// from the majority (each still reaches f3), but the link between them
+// dies (f1's sends to f2 go unacknowledged), so the rung's dead-letter to
+// the home queue's leader cannot arrive, and RabbitMQ does it at most
+// once. A cut that separates the rung's node from the home queue's leader
+// explains the loss; a cut elsewhere does not.
+func TestRungLossRungCutFromHomeLeader(t *testing.T) {
+	in := rungRun()
+	in.RungNodes = append(in.RungNodes, RungPlace{Queue: "field.work", Node: "f2", At: at(1)})
+	in.FaultLog = []FaultSpan{{Kind: "partition-oneway", Args: []string{"f2", "f1"}, Start: at(18), End: at(45)}}
+	r := Check(in)
+	if !r.OK() || r.Lost != 0 || r.RungLost != 1 || len(r.RungLosses) != 1 {
+		t.Fatalf("lost=%d rung_lost=%d violations %+v; want lost=0 rung_lost=1", r.Lost, r.RungLost, r.Violations)
+	}
+	if l := r.RungLosses[0]; l.Node != "f1" || l.Home != "f2" {
+		t.Fatalf("attribution %+v: want the rung on f1 cut from the home queue's leader f2", l)
+	}
+	for _, args := range [][]string{{"f1", "f2"}, {"f2", "f1,f3"}} {
+		in.FaultLog[0].Args = args
+		if r := Check(in); r.RungLost != 1 {
+			t.Fatalf("cut %v between rung and home leader: lost=%d rung_lost=%d; want rung_lost=1", args, r.Lost, r.RungLost)
+		}
+	}
+	in.FaultLog[0].Args = []string{"f2", "f3"}
+	if r := Check(in); r.OK() || r.Lost != 1 || r.RungLost != 0 {
+		t.Fatalf("cut f2->f3 only: lost=%d rung_lost=%d; want lost=1 rung_lost=0", r.Lost, r.RungLost)
+	}
+}
