@@ -155,8 +155,12 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) erro
 	defer idle.Stop()
 	var lastStats time.Time
 	pause := 50 * time.Millisecond
-	down := false    // the broker is not connected: claim nothing until it is
-	backlog := false // the last batch was full: more rows wait
+	down := false // the broker is not connected: claim nothing until it is
+	// The last batch was full: more rows wait. A relay may start into a
+	// backlog (after an outage, a deploy), so its first claim reads the
+	// pending index in order too, rather than every pending row (twice
+	// at start: once per loop).
+	backlog := true
 	for {
 		if !r.b.Ready() {
 			if !down && stats {
