@@ -94,7 +94,7 @@ ON o.ordering_key = k.key AND o.id <= k.maxid WHERE o.set_aside_at IS NULL`, t),
 			fail: fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $2, retry_at = now() + make_interval(secs => $3),
 set_aside_at = CASE WHEN $4 THEN now() END WHERE id = $1`, t),
 			stats: fmt.Sprintf(`SELECT count(*) FILTER (WHERE set_aside_at IS NULL), count(*) FILTER (WHERE set_aside_at IS NOT NULL),
-COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE set_aside_at IS NULL)), 0)::float8 FROM %s`, t),
+COALESCE(%s, 0) FROM %s`, oldestAge(t), t),
 		}}
 	r.freed = sync.NewCond(&r.mu)
 	return r
