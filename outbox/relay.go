@@ -513,6 +513,7 @@ func (r *Relay) batch(ctx context.Context, backlog bool) (full bool, err error) 
 
 	var done []int64
 	var transient error
+	var refusals []refusal // logged once their transaction has committed
 	for _, rw := range send {
 		switch {
 		case !rw.sent:
@@ -521,9 +522,11 @@ func (r *Relay) batch(ctx context.Context, backlog bool) (full bool, err error) 
 		case isTransient(rw.err):
 			transient = rw.err
 		default:
-			if err := r.refused(bctx, tx, rw); err != nil {
+			f, err := r.refused(bctx, tx, rw)
+			if err != nil {
 				return false, err
 			}
+			refusals = append(refusals, f)
 		}
 	}
 	if len(done) > 0 {
@@ -532,7 +535,13 @@ func (r *Relay) batch(ctx context.Context, backlog bool) (full bool, err error) 
 		}
 	}
 	if err := tx.Commit(); err != nil {
+		if len(refusals) > 0 {
+			return false, fmt.Errorf("outbox: commit: %w (the %d rows the broker refused in this batch stay as they were: neither their attempt nor a set-aside was recorded)", err, len(refusals))
+		}
 		return false, fmt.Errorf("outbox: commit: %w", err)
+	}
+	for _, f := range refusals {
+		r.logRefusal(bctx, f)
 	}
 	r.m.published(bctx, len(done))
 	if lost {
@@ -845,30 +854,45 @@ func cannotCarry(err error) bool {
 	return errors.Is(err, mq.ErrInvalid) || errors.Is(err, mq.ErrPreconditionFailed)
 }
 
-// refused records a row the broker refused: one more attempt, the error,
-// when to try again, and past MaxAttempts (or for a message the wire cannot
-// carry) set aside.
-func (r *Relay) refused(ctx context.Context, tx *sql.Tx, rw *row) error {
-	attempts := rw.attempts + 1
-	aside := attempts >= r.c.maxAttempts || cannotCarry(rw.err)
-	wait := retryWait(attempts)
+// refusal is a refused row as its batch recorded it, logged and counted
+// once the batch's transaction has committed (logRefusal): a row logged as
+// set aside is set aside for whoever reads the table next.
+type refusal struct {
+	rw       *row
+	attempts int
+	aside    bool
+	wait     time.Duration
+}
+
+// refused records a row the broker refused, in tx: one more attempt, the
+// error, when to try again, and past MaxAttempts (or for a message the
+// wire cannot carry) set aside.
+func (r *Relay) refused(ctx context.Context, tx *sql.Tx, rw *row) (refusal, error) {
+	f := refusal{rw: rw, attempts: rw.attempts + 1}
+	f.aside = f.attempts >= r.c.maxAttempts || cannotCarry(rw.err)
+	f.wait = retryWait(f.attempts)
 	msg := rw.err.Error()
 	if len(msg) > 4096 {
 		msg = msg[:4096]
 	}
-	if _, err := tx.ExecContext(ctx, r.q.fail, rw.id, msg, wait.Seconds(), aside); err != nil {
-		return fmt.Errorf("outbox: record refused row %d: %w", rw.id, err)
+	if _, err := tx.ExecContext(ctx, r.q.fail, rw.id, msg, f.wait.Seconds(), f.aside); err != nil {
+		return refusal{}, fmt.Errorf("outbox: record refused row %d: %w", rw.id, err)
 	}
+	return f, nil
+}
+
+// logRefusal logs and counts a refusal whose transaction has committed.
+func (r *Relay) logRefusal(ctx context.Context, f refusal) {
+	rw := f.rw
 	attrs := []slog.Attr{slog.String("table", r.schema.Outbox), slog.Int64("row", rw.id), slog.String("exchange", rw.exchange),
-		slog.String("routing_key", rw.key), slog.Int("attempts", attempts), slog.Any("error", rw.err)}
-	if aside {
+		slog.String("routing_key", rw.key), slog.Int("attempts", f.attempts), slog.Any("error", rw.err)}
+	if f.aside {
 		r.log.LogAttrs(ctx, slog.LevelError, EventSetAside, attrs...)
 		r.m.outcome(ctx, outcomeSetAside)
-		return nil
+		return
 	}
-	r.log.LogAttrs(ctx, slog.LevelWarn, EventPublishFailed, append(attrs, slog.Duration("retry_in", wait))...)
+	r.log.LogAttrs(ctx, slog.LevelWarn, EventPublishFailed, append(attrs, slog.Duration("retry_in", f.wait))...)
 	r.m.outcome(ctx, outcomeRetry)
-	return nil
 }
 
 // retryWait is the wait before a refused row's next attempt: 1 s after the
