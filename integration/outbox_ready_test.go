@@ -130,6 +130,39 @@ VALUES (now() - interval '90 seconds', 'ready-nowhere', 'k', '\x', '{}', now() +
 	}, "%s to reach 90 s: %v", outbox.MetricOldestAge, age)
 }
 
+// /readyz's oldest pending row and the relay's gauge are one definition:
+// the first pending row in the order rows were written (id), the next the
+// relays send. Here the row written first was created a minute ago and
+// one written after it an hour ago (a transaction that ran long before
+// it wrote its row): both must say a minute.
+func TestReadyOutboxOldestAgreesWithGauge(t *testing.T) {
+	db := outboxOpen(t, outboxURL())
+	s := outboxTables(t, db)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	b := readyApp(t, db, outbox.Module(outbox.WithSchema(s), outbox.PollInterval(100*time.Millisecond)),
+		fx.Supply(fx.Annotate(mp, fx.As(new(metric.MeterProvider)))))
+	ctx := testenv.Context(t, time.Minute)
+	for _, ago := range []string{"60 seconds", "1 hour"} { // in id order; neither can be sent for an hour
+		if _, err := db.ExecContext(ctx, `INSERT INTO `+s.Outbox+` (created_at, exchange, routing_key, body, properties, retry_at, attempts)
+VALUES (now() - $1::interval, 'ready-nowhere', 'k', '\x', '{}', now() + interval '1 hour', 1)`, ago); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, body := readyProbe(fxmodule.ReadyHandler(b))
+	if code != http.StatusOK || !strings.Contains(body, "oldest pending row 1m0") {
+		t.Fatalf("readyz: %d %q, want 200 and the first row's age, 1m0s", code, body)
+	}
+	var age float64
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		age, _ = outboxGauge(t, reader, outbox.MetricOldestAge, "")
+		return age > 0
+	}, "%s to be refreshed", outbox.MetricOldestAge)
+	if age < 60 || age > 90 {
+		t.Fatalf("%s = %.0f s, readyz %q: want the same row's age, 60 s", outbox.MetricOldestAge, age, body)
+	}
+}
+
 // The relay's gauge of its oldest pending row goes on while the broker is
 // unreachable: rows pile up, the gauge says how long for.
 func TestReadyOutboxAgeBrokerDown(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 )
 
 // A backlog is drained reading the pending index in id order, whatever
-// the table's statistics say. Statistics taken while the table was empty
+// the table's statistics say, from the relay's first claim on. Statistics taken while the table was empty
 // (the usual state of an outbox) made every claim of a backlog read and
 // sort every pending row, and every delete read the whole table to find
 // its batch: the rows the table gave out grew with the square of the
@@ -84,11 +84,12 @@ FROM generate_series(1, $2) g`, s.Outbox), q, n); err != nil {
 	perRow := float64(got-before) / n
 	t.Logf("%d rows relayed in batches of %d: %.1f rows read per row relayed", n, batch, perRow)
 	// In index order each claim reads its batch (and the rows other claims
-	// hold); the relay's first claims and its one gauge refresh read the
-	// whole table once each. Sorting every pending row reads n/batch/2 per
-	// row, 40 here.
-	if perRow > 10 {
-		t.Errorf("%.1f rows read per row relayed, want at most 10: the claims read the backlog rather than the pending index in order", perRow)
+	// hold), each delete its batch, and the relay's one gauge refresh the
+	// whole table once (measured: 3.6). Sorting every pending row reads
+	// n/batch/2 per row, 40 here; first claims that sort it (one per loop,
+	// a relay started into a backlog) add 2 (measured: 7.6).
+	if perRow > 5 {
+		t.Errorf("%.1f rows read per row relayed, want at most 5: the claims read the backlog rather than the pending index in order", perRow)
 	}
 	var left int
 	if err := db.QueryRowContext(context.WithoutCancel(ctx), "SELECT count(*) FROM "+s.Outbox).Scan(&left); err != nil || left != 0 {

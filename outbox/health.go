@@ -24,20 +24,29 @@ import (
 // tables, as WithSchema does.
 func RelayCheck(db *sql.DB, s Schema) fxmodule.Check {
 	s, err := s.resolved()
-	q := fmt.Sprintf(`SELECT EXTRACT(EPOCH FROM now() - created_at)::float8 FROM %s WHERE set_aside_at IS NULL ORDER BY id LIMIT 1`, s.Outbox)
+	q := "SELECT " + oldestAge(s.Outbox)
 	return fxmodule.Check{Name: "outbox", Check: func(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		var age float64
+		var age sql.NullFloat64
 		switch err := db.QueryRowContext(ctx, q).Scan(&age); {
-		case errors.Is(err, sql.ErrNoRows):
-			return s.Outbox + ": no pending row", nil
 		case err != nil:
 			return "", fmt.Errorf("%s: %w", s.Outbox, err)
+		case !age.Valid:
+			return s.Outbox + ": no pending row", nil
 		}
-		return fmt.Sprintf("%s: oldest pending row %v old", s.Outbox, time.Duration(age*float64(time.Second)).Round(100*time.Millisecond)), nil
+		return fmt.Sprintf("%s: oldest pending row %v old", s.Outbox, time.Duration(age.Float64*float64(time.Second)).Round(100*time.Millisecond)), nil
 	}}
+}
+
+// oldestAge is the SQL of the age, in seconds, of table's oldest pending
+// row: the first not set aside in the order rows were written (id), the
+// next the relays send (NULL when none is pending). RelayCheck's detail
+// and MetricOldestAge both read it, so the two always name the same row;
+// it reads one entry of the pending index, not the table.
+func oldestAge(table string) string {
+	return fmt.Sprintf(`(SELECT EXTRACT(EPOCH FROM now() - created_at)::float8 FROM %s WHERE set_aside_at IS NULL ORDER BY id LIMIT 1)`, table)
 }
 
 // InboxCheck is the readiness check of the inbox's database, for

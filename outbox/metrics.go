@@ -27,7 +27,9 @@ const (
 	// PollInterval, at least 1 s apart).
 	MetricDepth = "acemq.outbox.depth"
 	// MetricOldestAge is the age of the oldest pending row, in seconds: how
-	// far the relay is behind.
+	// far the relay is behind. The oldest is the first pending row in the
+	// order rows were written (id), the next the relays send: the row
+	// RelayCheck reports too.
 	MetricOldestAge = "acemq.outbox.oldest.age"
 	// MetricDuplicates counts deliveries the inbox acknowledged without
 	// calling the handler.

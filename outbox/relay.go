@@ -43,7 +43,8 @@ type Relay struct {
 	closing int    // publishers being closed, still holding their channels
 	tick    uint64 // orders the publishers' last use
 
-	busy atomic.Int32 // loops in a batch now (the probe rests while all are)
+	busy atomic.Int32  // loops in a batch now (the probe rests while all are)
+	idle chan struct{} // a loop left its batch (see rest)
 }
 
 type relayQueries struct {
@@ -70,7 +71,7 @@ func NewRelay(db *sql.DB, b *mq.Broker, opts ...RelayOption) *Relay {
 	}
 	t := s.Outbox
 	r := &Relay{db: db, b: b, c: c, schema: s, err: err, log: log, m: newRelayMetrics(c.mp),
-		pubs: map[string]*pubEntry{},
+		pubs: map[string]*pubEntry{}, idle: make(chan struct{}, 1),
 		q: relayQueries{
 			// A row whose key's first pending row waits for its retry could
 			// not be sent (the order), so it is not claimed: such rows would
@@ -93,7 +94,7 @@ ON o.ordering_key = k.key AND o.id <= k.maxid WHERE o.set_aside_at IS NULL`, t),
 			fail: fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $2, retry_at = now() + make_interval(secs => $3),
 set_aside_at = CASE WHEN $4 THEN now() END WHERE id = $1`, t),
 			stats: fmt.Sprintf(`SELECT count(*) FILTER (WHERE set_aside_at IS NULL), count(*) FILTER (WHERE set_aside_at IS NOT NULL),
-COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE set_aside_at IS NULL)), 0)::float8 FROM %s`, t),
+COALESCE(%s, 0) FROM %s`, oldestAge(t), t),
 		}}
 	r.freed = sync.NewCond(&r.mu)
 	return r
@@ -154,8 +155,12 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) erro
 	defer idle.Stop()
 	var lastStats time.Time
 	pause := 50 * time.Millisecond
-	down := false    // the broker is not connected: claim nothing until it is
-	backlog := false // the last batch was full: more rows wait
+	down := false // the broker is not connected: claim nothing until it is
+	// The last batch was full: more rows wait. A relay may start into a
+	// backlog (after an outage, a deploy), so its first claim reads the
+	// pending index in order too, rather than every pending row (twice
+	// at start: once per loop).
+	backlog := true
 	for {
 		if !r.b.Ready() {
 			if !down && stats {
@@ -185,6 +190,10 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) erro
 		r.busy.Add(1)
 		full, err := r.batch(ctx, backlog)
 		r.busy.Add(-1)
+		select {
+		case r.idle <- struct{}{}:
+		default:
+		}
 		backlog = full
 		if errors.Is(err, mq.ErrClosed) {
 			return err
@@ -343,13 +352,28 @@ func (p *prober) saw(top int64) bool {
 	return top > 0
 }
 
-// allBusy: every loop is in a batch, so none could answer a wake now, and
-// the probe only loads the database (a backlog drained at full speed
-// changes the table all the time). A loop whose batch was full claims
-// again at once; one whose batch was not waits for a wake, and the probe,
-// resumed as soon as that loop is idle, compares with what it saw before
-// it rested, so a row committed meanwhile still wakes it.
-func (r *Relay) allBusy() bool { return r.busy.Load() >= loops }
+// rest waits, while every loop is in a batch, until one leaves its batch
+// or ctx ends. While all are busy none could answer a wake, and the probe
+// would only load the database (a backlog drained at full speed changes
+// the table all the time) and this process (a wait of 1 ms, again and
+// again, measured at a tenth of the relay's CPU while it drained). A loop
+// whose batch was full claims again at once; one whose batch was not
+// waits for a wake, and the probe, resumed as soon as that loop is idle,
+// compares with what it saw before it rested, so a row committed
+// meanwhile still wakes it. It says whether it waited.
+func (r *Relay) rest(ctx context.Context) bool {
+	if r.busy.Load() < loops {
+		return false
+	}
+	for r.busy.Load() >= loops {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-r.idle:
+		}
+	}
+	return true
+}
 
 // probePool probes through db's pool, for a driver that cannot LISTEN.
 func (r *Relay) probePool(ctx context.Context, wakes []chan struct{}, p *prober) {
@@ -358,7 +382,7 @@ func (r *Relay) probePool(ctx context.Context, wakes []chan struct{}, p *prober)
 			p.wait = p.most // the loops claim nothing until the broker is back
 			continue
 		}
-		if r.allBusy() {
+		if r.rest(ctx) {
 			continue
 		}
 		qctx, cancel := context.WithTimeout(ctx, max(r.c.poll, time.Second))
@@ -418,8 +442,8 @@ func (r *Relay) listenOnce(ctx context.Context, wake []chan struct{}, p *prober)
 				p.wait = p.most // the loops claim nothing until the broker is back
 				continue
 			}
-			if r.allBusy() {
-				continue // every loop claims again when its batch ends (see allBusy)
+			if r.rest(ctx) {
+				continue // every loop claims again when its batch ends (see rest)
 			}
 			var top int64
 			if err := c.QueryRow(ctx, r.q.probe).Scan(&top); err != nil {
@@ -489,6 +513,7 @@ func (r *Relay) batch(ctx context.Context, backlog bool) (full bool, err error) 
 
 	var done []int64
 	var transient error
+	var refusals []refusal // logged once their transaction has committed
 	for _, rw := range send {
 		switch {
 		case !rw.sent:
@@ -497,9 +522,11 @@ func (r *Relay) batch(ctx context.Context, backlog bool) (full bool, err error) 
 		case isTransient(rw.err):
 			transient = rw.err
 		default:
-			if err := r.refused(bctx, tx, rw); err != nil {
+			f, err := r.refused(bctx, tx, rw)
+			if err != nil {
 				return false, err
 			}
+			refusals = append(refusals, f)
 		}
 	}
 	if len(done) > 0 {
@@ -508,7 +535,13 @@ func (r *Relay) batch(ctx context.Context, backlog bool) (full bool, err error) 
 		}
 	}
 	if err := tx.Commit(); err != nil {
+		if len(refusals) > 0 {
+			return false, fmt.Errorf("outbox: commit: %w (the %d rows the broker refused in this batch stay as they were: neither their attempt nor a set-aside was recorded)", err, len(refusals))
+		}
 		return false, fmt.Errorf("outbox: commit: %w", err)
+	}
+	for _, f := range refusals {
+		r.logRefusal(bctx, f)
 	}
 	r.m.published(bctx, len(done))
 	if lost {
@@ -821,30 +854,45 @@ func cannotCarry(err error) bool {
 	return errors.Is(err, mq.ErrInvalid) || errors.Is(err, mq.ErrPreconditionFailed)
 }
 
-// refused records a row the broker refused: one more attempt, the error,
-// when to try again, and past MaxAttempts (or for a message the wire cannot
-// carry) set aside.
-func (r *Relay) refused(ctx context.Context, tx *sql.Tx, rw *row) error {
-	attempts := rw.attempts + 1
-	aside := attempts >= r.c.maxAttempts || cannotCarry(rw.err)
-	wait := retryWait(attempts)
+// refusal is a refused row as its batch recorded it, logged and counted
+// once the batch's transaction has committed (logRefusal): a row logged as
+// set aside is set aside for whoever reads the table next.
+type refusal struct {
+	rw       *row
+	attempts int
+	aside    bool
+	wait     time.Duration
+}
+
+// refused records a row the broker refused, in tx: one more attempt, the
+// error, when to try again, and past MaxAttempts (or for a message the
+// wire cannot carry) set aside.
+func (r *Relay) refused(ctx context.Context, tx *sql.Tx, rw *row) (refusal, error) {
+	f := refusal{rw: rw, attempts: rw.attempts + 1}
+	f.aside = f.attempts >= r.c.maxAttempts || cannotCarry(rw.err)
+	f.wait = retryWait(f.attempts)
 	msg := rw.err.Error()
 	if len(msg) > 4096 {
 		msg = msg[:4096]
 	}
-	if _, err := tx.ExecContext(ctx, r.q.fail, rw.id, msg, wait.Seconds(), aside); err != nil {
-		return fmt.Errorf("outbox: record refused row %d: %w", rw.id, err)
+	if _, err := tx.ExecContext(ctx, r.q.fail, rw.id, msg, f.wait.Seconds(), f.aside); err != nil {
+		return refusal{}, fmt.Errorf("outbox: record refused row %d: %w", rw.id, err)
 	}
+	return f, nil
+}
+
+// logRefusal logs and counts a refusal whose transaction has committed.
+func (r *Relay) logRefusal(ctx context.Context, f refusal) {
+	rw := f.rw
 	attrs := []slog.Attr{slog.String("table", r.schema.Outbox), slog.Int64("row", rw.id), slog.String("exchange", rw.exchange),
-		slog.String("routing_key", rw.key), slog.Int("attempts", attempts), slog.Any("error", rw.err)}
-	if aside {
+		slog.String("routing_key", rw.key), slog.Int("attempts", f.attempts), slog.Any("error", rw.err)}
+	if f.aside {
 		r.log.LogAttrs(ctx, slog.LevelError, EventSetAside, attrs...)
 		r.m.outcome(ctx, outcomeSetAside)
-		return nil
+		return
 	}
-	r.log.LogAttrs(ctx, slog.LevelWarn, EventPublishFailed, append(attrs, slog.Duration("retry_in", wait))...)
+	r.log.LogAttrs(ctx, slog.LevelWarn, EventPublishFailed, append(attrs, slog.Duration("retry_in", f.wait))...)
 	r.m.outcome(ctx, outcomeRetry)
-	return nil
 }
 
 // retryWait is the wait before a refused row's next attempt: 1 s after the

@@ -43,3 +43,37 @@ func TestProberWakesOnChangeAndBacksOff(t *testing.T) {
 		t.Errorf("PollInterval 3 ms: the probe waits %v, want at most the poll", short.wait)
 	}
 }
+
+// While every loop is in a batch the probe rests until one leaves it,
+// rather than waking every millisecond for nothing (a tenth of the relay's
+// CPU while it drained a backlog); with a loop idle it does not rest.
+func TestProbeRestsWhileEveryLoopIsBusy(t *testing.T) {
+	r := &Relay{idle: make(chan struct{}, 1)}
+	if r.rest(t.Context()) {
+		t.Fatal("rest waited with every loop idle")
+	}
+	r.busy.Store(loops)
+	rested := make(chan bool, 1)
+	go func() { rested <- r.rest(t.Context()) }()
+	select {
+	case <-rested:
+		t.Fatal("rest returned while every loop was busy")
+	case <-time.After(50 * time.Millisecond):
+	}
+	r.idle <- struct{}{} // a loop left its batch and took the next at once
+	select {
+	case <-rested:
+		t.Fatal("rest returned while every loop was busy again")
+	case <-time.After(50 * time.Millisecond):
+	}
+	r.busy.Add(-1)
+	r.idle <- struct{}{}
+	select {
+	case got := <-rested:
+		if !got {
+			t.Fatal("rest said it did not wait")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("rest still waiting 5 s after a loop went idle")
+	}
+}

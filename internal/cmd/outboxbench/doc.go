@@ -12,7 +12,10 @@
 //     mq.Publisher by as many goroutines as the relay's batch (target at
 //     least 0.9x), the two taking turns to go first after the rows are
 //     written, with this process's CPU per message for each (not
-//     PostgreSQL's or the broker's);
+//     PostgreSQL's or the broker's); each side ends at its last confirm
+//     (the relay's: the count of its published messages reaching the
+//     round's, told by its counter as it counts), after a warm-up round
+//     of each that is not counted;
 //   - commit to delivery: a row committed while the relay is idle (10 to
 //     50 ms after the last), until a consumer has it, in the default
 //     configuration: no NOTIFY, the relay's probe finds it (p50 and p99;
@@ -25,6 +28,7 @@
 //
 //	OUTBOX writers8=<ratio> relay=<ratio> p50_ms=<ms>
 //
-// (printed only when all three were measured, i.e. without -only). `make bench` runs it; everything it creates is named goit_* /
-// goit.* and removed.
+// (printed only when all three were measured, i.e. without -only). `make
+// bench` runs it; everything it creates is named goit_* / goit.* and
+// removed.
 package main
