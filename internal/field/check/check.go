@@ -570,19 +570,25 @@ func (in Input) replay() string {
 	return s
 }
 
+// sides is the two groups of nodes a partition, one-way cut or
+// partition-leader put apart (a partition-leader is logged as the cut it
+// made: its node, the others); ok is false for any other fault.
+func sides(f FaultSpan) (a, b []string, ok bool) {
+	switch f.Kind {
+	case "partition", "partition-oneway", "partition-leader":
+		if len(f.Args) == 2 {
+			return strings.Split(f.Args[0], ","), strings.Split(f.Args[1], ","), true
+		}
+	}
+	return nil, nil, false
+}
+
 // separates says whether fault f puts nodes a and b on the two sides of a
 // cut, either way round (a one-way cut kills the link both ways: what one
 // side sends goes unacknowledged).
 func separates(f FaultSpan, a, b string) bool {
-	switch f.Kind {
-	case "partition", "partition-oneway", "partition-leader":
-		if len(f.Args) != 2 {
-			return false
-		}
-		x, y := strings.Split(f.Args[0], ","), strings.Split(f.Args[1], ",")
-		return contains(x, a) && contains(y, b) || contains(x, b) && contains(y, a)
-	}
-	return false
+	x, y, ok := sides(f)
+	return ok && (contains(x, a) && contains(y, b) || contains(x, b) && contains(y, a))
 }
 
 // cutTogether says which of the faults, taken together, leave node with
@@ -621,17 +627,13 @@ func unreachable(f FaultSpan, node string) []string {
 		if len(f.Args) > 0 {
 			return f.Args[:1]
 		}
-	case "partition", "partition-oneway", "partition-leader":
-		if len(f.Args) != 2 {
-			return nil
-		}
-		a, b := strings.Split(f.Args[0], ","), strings.Split(f.Args[1], ",")
-		switch {
-		case contains(a, node):
-			return b
-		case contains(b, node):
-			return a
-		}
+	}
+	a, b, _ := sides(f)
+	switch {
+	case contains(a, node):
+		return b
+	case contains(b, node):
+		return a
 	}
 	return nil
 }
@@ -662,16 +664,9 @@ func cutFromMajority(f FaultSpan, node string, nodes []string) bool {
 	case "rolling":
 		return true
 	case "partition", "partition-oneway", "partition-leader":
-		if len(f.Args) != 2 {
+		far := unreachable(f, node)
+		if len(far) == 0 {
 			return false
-		}
-		a, b := strings.Split(f.Args[0], ","), strings.Split(f.Args[1], ",")
-		far := b
-		if !contains(a, node) {
-			if !contains(b, node) {
-				return false
-			}
-			far = a
 		}
 		reach := 0
 		for _, n := range nodes {
