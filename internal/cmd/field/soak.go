@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/acemq/acemq-go/internal/field/history"
@@ -91,7 +92,14 @@ func channels(ctx context.Context, s site) int {
 		return -1
 	}
 	args := append(append([]string(nil), s.ctl[1:]...), "-q", "list_connections", "client_properties", "channels", "--no-table-headers")
-	out, err := exec.CommandContext(ctx, s.ctl[0], args...).Output()
+	// The control forks (field.sh, chroot, rabbitmqctl's own wrapper): the
+	// context's end kills the whole process group, and Wait gives up on the
+	// output pipe 5 s later even if something still holds it open.
+	cmd := exec.CommandContext(ctx, s.ctl[0], args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.Output()
 	if err != nil {
 		return -1
 	}
