@@ -22,8 +22,11 @@ type batchTx interface {
 	// blockers runs relayQueries.blockers.
 	blockers(ctx context.Context, keys []string, ids []int64) ([]keyed, error)
 	// finish records each refusal, deletes the rows done and commits; an
-	// error of the commit itself is a commitError.
-	finish(ctx context.Context, refusals []refusal, done []int64) error
+	// error of the commit itself is a commitError. next asks it to claim
+	// the next batch's rows (as claim would, with backlog) right after the
+	// commit, when it can do so at no cost of its own (pgxTx: in the same
+	// round trip); the next claim then returns them.
+	finish(ctx context.Context, refusals []refusal, done []int64, next bool) error
 }
 
 // commitError is a batch's commit that failed.
@@ -78,7 +81,7 @@ func (t *sqlTx) blockers(ctx context.Context, keys []string, ids []int64) ([]key
 	return found, res.Err()
 }
 
-func (t *sqlTx) finish(ctx context.Context, refusals []refusal, done []int64) error {
+func (t *sqlTx) finish(ctx context.Context, refusals []refusal, done []int64, _ bool) error {
 	for _, f := range refusals {
 		if _, err := t.tx.ExecContext(ctx, t.q.fail, f.args()...); err != nil {
 			return fmt.Errorf("outbox: record refused row %d: %w", f.rw.id, err)
@@ -99,24 +102,34 @@ func (t *sqlTx) finish(ctx context.Context, refusals []refusal, done []int64) er
 // database/sql one (sql.Conn.Raw): begin, the settings and the claim are
 // sent together, as are the refusals, the delete and the commit (a pgx
 // batch: one round trip each), so a batch costs the database two round
-// trips rather than four or five; the statements and what they do are
-// sqlTx's. The connection goes back to db's pool only once its
-// transaction has ended (end).
+// trips rather than four or five; while a backlog drains, the next
+// batch's begin and claim go with the commit, one round trip a batch. The
+// statements and what they do are sqlTx's. The connection goes back to
+// db's pool only once its transaction has ended (end).
 type pgxTx struct {
 	q *relayQueries
 	c *pgx.Conn
+	// The claim's arguments, for the next batch's claimed in finish.
+	limit int
+	ms    string
+	next  []*row // the next batch's rows, claimed by finish
 }
 
-func (t *pgxTx) claim(ctx context.Context, backlog bool, limit int, ms string) ([]*row, error) {
-	b := &pgx.Batch{}
+// queueClaim queues the statements of a claim on b.
+func (t *pgxTx) queueClaim(b *pgx.Batch, backlog bool) {
 	b.Queue("begin")
 	if backlog {
 		b.Queue(t.q.indexOrder)
 	}
-	b.Queue(t.q.claim, limit, ms)
-	br := t.c.SendBatch(ctx, b)
-	defer br.Close() //nolint:errcheck // the results are read and checked below
-	for range b.Len() - 1 {
+	b.Queue(t.q.claim, t.limit, t.ms)
+}
+
+// readClaim reads the results of queueClaim's statements from br.
+func readClaim(br pgx.BatchResults, backlog bool) ([]*row, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	if backlog {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
@@ -134,7 +147,21 @@ func (t *pgxTx) claim(ctx context.Context, backlog bool, limit int, ms string) (
 		}
 		rows = append(rows, rw)
 	}
-	if err := res.Err(); err != nil {
+	return rows, res.Err()
+}
+
+func (t *pgxTx) claim(ctx context.Context, backlog bool, limit int, ms string) ([]*row, error) {
+	if rows := t.next; len(rows) > 0 {
+		t.next = nil
+		return rows, nil
+	}
+	t.limit, t.ms = limit, ms
+	b := &pgx.Batch{}
+	t.queueClaim(b, backlog)
+	br := t.c.SendBatch(ctx, b)
+	defer br.Close() //nolint:errcheck // the results are read and checked below
+	rows, err := readClaim(br, backlog)
+	if err != nil {
 		return nil, err
 	}
 	return rows, br.Close()
@@ -157,7 +184,7 @@ func (t *pgxTx) blockers(ctx context.Context, keys []string, ids []int64) ([]key
 	return found, res.Err()
 }
 
-func (t *pgxTx) finish(ctx context.Context, refusals []refusal, done []int64) error {
+func (t *pgxTx) finish(ctx context.Context, refusals []refusal, done []int64, next bool) error {
 	b := &pgx.Batch{}
 	for _, f := range refusals {
 		b.Queue(t.q.fail, f.args()...)
@@ -166,6 +193,9 @@ func (t *pgxTx) finish(ctx context.Context, refusals []refusal, done []int64) er
 		b.Queue(t.q.del, done)
 	}
 	b.Queue("commit")
+	if next {
+		t.queueClaim(b, true)
+	}
 	br := t.c.SendBatch(ctx, b)
 	defer br.Close() //nolint:errcheck // the results are read and checked below
 	// After a statement fails the server skips the rest (the commit too)
@@ -185,11 +215,24 @@ func (t *pgxTx) finish(ctx context.Context, refusals []refusal, done []int64) er
 		// A commit of a failed transaction answers ROLLBACK, not an error.
 		err = fmt.Errorf("the transaction was rolled back (%s)", tag)
 	}
-	if err == nil {
-		err = br.Close()
-	}
 	if err != nil {
 		return commitError{err}
+	}
+	if next {
+		// This batch has committed, whatever the next claim does: a claim
+		// that failed is only not made (end rolls back what it began; the
+		// loop's next batch claims again, and reports what fails).
+		rows, err := readClaim(br, true)
+		if err != nil {
+			rows = nil
+		}
+		t.next = rows
+	}
+	if err := br.Close(); err != nil {
+		t.next = nil
+		if !next {
+			return commitError{err}
+		}
 	}
 	return nil
 }

@@ -161,8 +161,13 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) erro
 	// pending index in order too, rather than every pending row (twice
 	// at start: once per loop).
 	backlog := true
+	// The connection whose transaction holds the next batch's rows, claimed
+	// with the last batch's commit (see run); given back on every way out.
+	held := &heldConn{}
+	defer r.letGo(ctx, held)
 	for {
 		if !r.b.Ready() {
+			r.letGo(ctx, held)
 			if !down && stats {
 				r.log.LogAttrs(ctx, slog.LevelWarn, EventRelayFailed, slog.String("table", r.schema.Outbox), slog.Any("error", errNoBroker))
 			}
@@ -188,7 +193,7 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) erro
 		}
 		down = false
 		r.busy.Add(1)
-		full, err := r.batch(ctx, backlog)
+		full, err := r.batch(ctx, backlog, held)
 		r.busy.Add(-1)
 		select {
 		case r.idle <- struct{}{}:
@@ -487,14 +492,22 @@ type row struct {
 // refusals, delete and commit in one more, rather than one each. With any
 // other driver it runs in a database/sql transaction (sqlTx), a round
 // trip a statement.
-func (r *Relay) batch(ctx context.Context, backlog bool) (full bool, err error) {
+func (r *Relay) batch(ctx context.Context, backlog bool, held *heldConn) (full bool, err error) {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.timeout)
 	defer cancel()
-	conn, err := r.db.Conn(bctx)
-	if err != nil {
-		return false, err
+	conn, t := held.conn, held.tx
+	*held = heldConn{}
+	if conn == nil {
+		if conn, err = r.db.Conn(bctx); err != nil {
+			return false, err
+		}
 	}
-	defer conn.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			conn.Close()
+		}
+	}()
 	pgxConn := false
 	_ = conn.Raw(func(dc any) error {
 		pc, ok := dc.(interface{ Conn() *pgx.Conn })
@@ -502,8 +515,15 @@ func (r *Relay) batch(ctx context.Context, backlog bool) (full bool, err error) 
 			return nil
 		}
 		pgxConn = true
-		t := &pgxTx{q: &r.q, c: pc.Conn()}
-		full, err = r.run(bctx, t, backlog)
+		if t == nil {
+			t = &pgxTx{q: &r.q, c: pc.Conn()}
+		}
+		full, err = r.run(bctx, ctx, t, backlog)
+		if len(t.next) > 0 {
+			keep = true
+			*held = heldConn{conn: conn, tx: t}
+			return nil
+		}
 		return t.end(ctx)
 	})
 	if pgxConn {
@@ -514,11 +534,34 @@ func (r *Relay) batch(ctx context.Context, backlog bool) (full bool, err error) 
 		return false, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	return r.run(bctx, &sqlTx{q: &r.q, tx: tx}, backlog)
+	return r.run(bctx, ctx, &sqlTx{q: &r.q, tx: tx}, backlog)
 }
 
-// run is batch in the transaction t.
-func (r *Relay) run(ctx context.Context, t batchTx, backlog bool) (full bool, err error) {
+// heldConn is a connection a loop keeps between two batches: its
+// transaction holds the rows of the next batch, claimed in the same round
+// trip as the last one's commit.
+type heldConn struct {
+	conn *sql.Conn
+	tx   *pgxTx
+}
+
+// letGo gives back the rows and the connection held, if any: the
+// transaction is rolled back (the rows are free again at once), and the
+// connection goes back to the pool (or is closed, when it cannot be).
+func (r *Relay) letGo(ctx context.Context, held *heldConn) {
+	if held.conn == nil {
+		return
+	}
+	_ = held.conn.Raw(func(any) error { return held.tx.end(ctx) })
+	held.conn.Close()
+	*held = heldConn{}
+}
+
+// run is batch in the transaction t, within ctx; live is the relay's own
+// context: a full batch, while live has not ended and the broker is
+// connected, has the next batch's rows claimed with its commit (on pgx: in
+// the same round trip; see pgxTx.finish).
+func (r *Relay) run(ctx, live context.Context, t batchTx, backlog bool) (full bool, err error) {
 	// The claim bounds its transaction on the server too: a relay that
 	// freezes (SIGSTOP, a paused container, a partition) while it holds
 	// claimed rows has its session ended after PublishTimeout
@@ -561,7 +604,9 @@ func (r *Relay) run(ctx context.Context, t batchTx, backlog bool) (full bool, er
 			refusals = append(refusals, r.refused(rw))
 		}
 	}
-	if err := t.finish(ctx, refusals, done); err != nil {
+	full = len(rows) == r.c.batch && len(done) == len(rows)
+	next := full && !lost && transient == nil && live.Err() == nil && r.b.Ready()
+	if err := t.finish(ctx, refusals, done, next); err != nil {
 		var ce commitError
 		if errors.As(err, &ce) && len(refusals) > 0 {
 			return false, fmt.Errorf("%w (the %d rows the broker refused in this batch stay as they were: neither their attempt nor a set-aside was recorded)", err, len(refusals))
@@ -578,7 +623,7 @@ func (r *Relay) run(ctx context.Context, t batchTx, backlog bool) (full bool, er
 	if transient != nil {
 		return false, transient
 	}
-	return len(rows) == r.c.batch && len(done) == len(rows), nil
+	return full, nil
 }
 
 // keyed is a pending row of an ordering key, as unblocked reads them.
