@@ -491,7 +491,9 @@ type row struct {
 // (pgxTx): its begin, settings and claim go in one round trip, and its
 // refusals, delete and commit in one more, rather than one each. With any
 // other driver it runs in a database/sql transaction (sqlTx), a round
-// trip a statement.
+// trip a statement. held is the loop's: a connection kept from its last
+// batch, whose transaction holds this batch's rows (claimed with that
+// batch's commit, see run), and where batch leaves the next one's.
 func (r *Relay) batch(ctx context.Context, backlog bool, held *heldConn) (full bool, err error) {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.timeout)
 	defer cancel()
