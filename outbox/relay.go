@@ -77,7 +77,7 @@ func NewRelay(db *sql.DB, b *mq.Broker, opts ...RelayOption) *Relay {
 			// not be sent (the order), so it is not claimed: such rows would
 			// otherwise fill every batch and hold up every other key.
 			// The claim also bounds its transaction (bound, in the same
-			// round trip): see batch.
+			// round trip): see run.
 			claim: fmt.Sprintf(`WITH bound AS MATERIALIZED (SELECT set_config('idle_in_transaction_session_timeout', $2, true),
 set_config('statement_timeout', $2, true), set_config('synchronous_commit', 'off', true))
 SELECT o.id, o.exchange, o.routing_key, o.ordering_key, o.body, o.properties, o.trace, o.attempts FROM %[1]s o, bound
@@ -161,8 +161,13 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) erro
 	// pending index in order too, rather than every pending row (twice
 	// at start: once per loop).
 	backlog := true
+	// The connection whose transaction holds the next batch's rows, claimed
+	// with the last batch's commit (see run); given back on every way out.
+	held := &heldConn{}
+	defer r.letGo(ctx, held)
 	for {
 		if !r.b.Ready() {
+			r.letGo(ctx, held)
 			if !down && stats {
 				r.log.LogAttrs(ctx, slog.LevelWarn, EventRelayFailed, slog.String("table", r.schema.Outbox), slog.Any("error", errNoBroker))
 			}
@@ -188,7 +193,7 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) erro
 		}
 		down = false
 		r.busy.Add(1)
-		full, err := r.batch(ctx, backlog)
+		full, err := r.batch(ctx, backlog, held)
 		r.busy.Add(-1)
 		select {
 		case r.idle <- struct{}{}:
@@ -480,32 +485,108 @@ type row struct {
 // pending row, to sort them for the claim and to find the batch's rows
 // for the delete, so each batch of a backlog costs time in proportion to
 // the backlog until autovacuum analyzes the table again (measured: a claim
-// of 200 among 10 000 rows 125 ms, against 1 ms in index order). It costs
-// one more round trip, so it is only paid while a backlog drains.
-func (r *Relay) batch(ctx context.Context, backlog bool) (full bool, err error) {
+// of 200 among 10 000 rows 125 ms, against 1 ms in index order).
+//
+// With the pgx driver the batch runs on the pgx connection under db's
+// (pgxTx): its begin, settings and claim go in one round trip, and its
+// refusals, delete and commit in one more, rather than one each. With any
+// other driver it runs in a database/sql transaction (sqlTx), a round
+// trip a statement. held is the loop's: a connection kept from its last
+// batch, whose transaction holds this batch's rows (claimed with that
+// batch's commit, see run), and where batch leaves the next one's.
+func (r *Relay) batch(ctx context.Context, backlog bool, held *heldConn) (full bool, err error) {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.c.timeout)
 	defer cancel()
-	tx, err := r.db.BeginTx(bctx, nil)
+	conn, t := held.conn, held.tx
+	*held = heldConn{}
+	if conn == nil {
+		if conn, err = r.db.Conn(bctx); err != nil {
+			return false, err
+		}
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			conn.Close()
+		}
+	}()
+	pgxConn := false
+	_ = conn.Raw(func(dc any) error {
+		pc, ok := dc.(interface{ Conn() *pgx.Conn })
+		if !ok {
+			return nil
+		}
+		pgxConn = true
+		if t == nil {
+			t = &pgxTx{q: &r.q, c: pc.Conn()}
+		}
+		full, err = r.run(bctx, ctx, t, backlog)
+		if len(t.next) > 0 {
+			keep = true
+			*held = heldConn{conn: conn, tx: t}
+			return nil
+		}
+		return t.end(ctx)
+	})
+	if pgxConn {
+		return full, err
+	}
+	tx, err := conn.BeginTx(bctx, nil)
 	if err != nil {
 		return false, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	if backlog {
-		if _, err := tx.ExecContext(bctx, r.q.indexOrder); err != nil {
-			return false, fmt.Errorf("outbox: claim rows: %w", err)
-		}
+	return r.run(bctx, ctx, &sqlTx{q: &r.q, tx: tx}, backlog)
+}
+
+// heldConn is a connection a loop keeps between two batches: its
+// transaction holds the rows of the next batch, claimed in the same round
+// trip as the last one's commit.
+type heldConn struct {
+	conn *sql.Conn
+	tx   *pgxTx
+}
+
+// letGo gives back the rows and the connection held, if any: the
+// transaction is rolled back (the rows are free again at once), and the
+// connection goes back to the pool (or is closed, when it cannot be).
+func (r *Relay) letGo(ctx context.Context, held *heldConn) {
+	if held.conn == nil {
+		return
 	}
-	rows, err := r.claim(bctx, tx)
-	if err != nil || len(rows) == 0 {
-		return false, err
+	_ = held.conn.Raw(func(any) error { return held.tx.end(ctx) })
+	held.conn.Close()
+	*held = heldConn{}
+}
+
+// run is batch in the transaction t, within ctx; live is the relay's own
+// context: a full batch, while live has not ended and the broker is
+// connected, has the next batch's rows claimed with its commit (on pgx: in
+// the same round trip; see pgxTx.finish).
+func (r *Relay) run(ctx, live context.Context, t batchTx, backlog bool) (full bool, err error) {
+	// The claim bounds its transaction on the server too: a relay that
+	// freezes (SIGSTOP, a paused container, a partition) while it holds
+	// claimed rows has its session ended after PublishTimeout
+	// (idle_in_transaction_session_timeout, statement_timeout), and the
+	// rows go to another relay; no live batch is idle that long, its
+	// context has ended by then. The batch's commit does not wait for the
+	// disk (synchronous_commit off): deletes lost in a database crash only
+	// publish their rows again, which at-least-once allows.
+	ms := strconv.FormatInt(max(r.c.timeout.Milliseconds(), 1), 10)
+	rows, err := t.claim(ctx, backlog, r.c.batch, ms)
+	if err != nil {
+		return false, fmt.Errorf("outbox: claim rows: %w", err)
 	}
-	send, err := r.unblocked(bctx, tx, rows)
+	if len(rows) == 0 {
+		return false, nil
+	}
+	send, err := r.unblocked(ctx, t, rows)
 	if err != nil {
 		return false, err
 	}
 	// The publishes get nine tenths of the batch's time, so the deletes and
 	// the commit of what was confirmed still fit in it.
-	pctx, pcancel := context.WithTimeout(bctx, r.c.timeout*9/10)
+	pctx, pcancel := context.WithTimeout(ctx, r.c.timeout*9/10)
 	watch := r.watchBroker(pctx, pcancel)
 	r.publish(pctx, send)
 	pcancel()
@@ -522,72 +603,42 @@ func (r *Relay) batch(ctx context.Context, backlog bool) (full bool, err error) 
 		case isTransient(rw.err):
 			transient = rw.err
 		default:
-			f, err := r.refused(bctx, tx, rw)
-			if err != nil {
-				return false, err
-			}
-			refusals = append(refusals, f)
+			refusals = append(refusals, r.refused(rw))
 		}
 	}
-	if len(done) > 0 {
-		if _, err := tx.ExecContext(bctx, r.q.del, done); err != nil {
-			return false, fmt.Errorf("outbox: delete published rows: %w", err)
+	full = len(rows) == r.c.batch && len(done) == len(rows)
+	next := full && !lost && transient == nil && live.Err() == nil && r.b.Ready()
+	if err := t.finish(ctx, refusals, done, next); err != nil {
+		var ce commitError
+		if errors.As(err, &ce) && len(refusals) > 0 {
+			return false, fmt.Errorf("%w (the %d rows the broker refused in this batch stay as they were: neither their attempt nor a set-aside was recorded)", err, len(refusals))
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		if len(refusals) > 0 {
-			return false, fmt.Errorf("outbox: commit: %w (the %d rows the broker refused in this batch stay as they were: neither their attempt nor a set-aside was recorded)", err, len(refusals))
-		}
-		return false, fmt.Errorf("outbox: commit: %w", err)
+		return false, err
 	}
 	for _, f := range refusals {
-		r.logRefusal(bctx, f)
+		r.logRefusal(ctx, f)
 	}
-	r.m.published(bctx, len(done))
+	r.m.published(ctx, len(done))
 	if lost {
 		return false, errBrokerLost
 	}
 	if transient != nil {
 		return false, transient
 	}
-	return len(rows) == r.c.batch && len(done) == len(rows), nil
+	return full, nil
 }
 
-// claim locks and reads up to BatchSize due rows. In the same statement
-// it has the server, not only this process, bound the transaction: a
-// relay that freezes (SIGSTOP, a paused container, a partition) while it
-// holds claimed rows has its session ended after PublishTimeout
-// (idle_in_transaction_session_timeout, statement_timeout), and the rows
-// go to another relay; no live batch is idle that long, its context has
-// ended by then. The batch's commit does not wait for the disk
-// (synchronous_commit off): deletes lost in a database crash only publish
-// their rows again, which at-least-once allows.
-func (r *Relay) claim(ctx context.Context, tx *sql.Tx) ([]*row, error) {
-	ms := strconv.FormatInt(max(r.c.timeout.Milliseconds(), 1), 10)
-	res, err := tx.QueryContext(ctx, r.q.claim, r.c.batch, ms)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: claim rows: %w", err)
-	}
-	defer res.Close()
-	var rows []*row
-	for res.Next() {
-		rw := &row{}
-		if err := res.Scan(&rw.id, &rw.exchange, &rw.key, &rw.ordering, &rw.body, &rw.props, &rw.trace, &rw.attempts); err != nil {
-			return nil, fmt.Errorf("outbox: claim rows: %w", err)
-		}
-		rows = append(rows, rw)
-	}
-	if err := res.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: claim rows: %w", err)
-	}
-	return rows, nil
+// keyed is a pending row of an ordering key, as unblocked reads them.
+type keyed struct {
+	id  int64
+	key string
 }
 
 // unblocked is rows without those an earlier row of their ordering key
 // holds up: one this relay did not claim (another relay's, one waiting for
 // its retry, one written but not yet committed when it was claimed is not
 // seen, see the package doc) comes first.
-func (r *Relay) unblocked(ctx context.Context, tx *sql.Tx, rows []*row) ([]*row, error) {
+func (r *Relay) unblocked(ctx context.Context, t batchTx, rows []*row) ([]*row, error) {
 	maxID := map[string]int64{}
 	for _, rw := range rows {
 		if rw.ordering != "" {
@@ -602,29 +653,13 @@ func (r *Relay) unblocked(ctx context.Context, tx *sql.Tx, rows []*row) ([]*row,
 	for k, id := range maxID {
 		keys, ids = append(keys, k), append(ids, id)
 	}
-	res, err := tx.QueryContext(ctx, r.q.blockers, keys, ids)
+	found, err := t.blockers(ctx, keys, ids)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read ordering keys: %w", err)
 	}
-	defer res.Close()
 	mine := make(map[int64]bool, len(rows))
 	for _, rw := range rows {
 		mine[rw.id] = true
-	}
-	type keyed struct {
-		id  int64
-		key string
-	}
-	var found []keyed
-	for res.Next() {
-		var k keyed
-		if err := res.Scan(&k.id, &k.key); err != nil {
-			return nil, fmt.Errorf("outbox: read ordering keys: %w", err)
-		}
-		found = append(found, k)
-	}
-	if err := res.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: read ordering keys: %w", err)
 	}
 	// In id order, sorted here rather than by the statement, which may run
 	// with sorting off (see batch).
@@ -854,7 +889,7 @@ func cannotCarry(err error) bool {
 	return errors.Is(err, mq.ErrInvalid) || errors.Is(err, mq.ErrPreconditionFailed)
 }
 
-// refusal is a refused row as its batch recorded it, logged and counted
+// refusal is a refused row as its batch records it, logged and counted
 // once the batch's transaction has committed (logRefusal): a row logged as
 // set aside is set aside for whoever reads the table next.
 type refusal struct {
@@ -864,21 +899,23 @@ type refusal struct {
 	wait     time.Duration
 }
 
-// refused records a row the broker refused, in tx: one more attempt, the
-// error, when to try again, and past MaxAttempts (or for a message the
-// wire cannot carry) set aside.
-func (r *Relay) refused(ctx context.Context, tx *sql.Tx, rw *row) (refusal, error) {
+// refused is how the batch records a row the broker refused: one more
+// attempt, the error, when to try again, and past MaxAttempts (or for a
+// message the wire cannot carry) set aside.
+func (r *Relay) refused(rw *row) refusal {
 	f := refusal{rw: rw, attempts: rw.attempts + 1}
 	f.aside = f.attempts >= r.c.maxAttempts || cannotCarry(rw.err)
 	f.wait = retryWait(f.attempts)
-	msg := rw.err.Error()
+	return f
+}
+
+// args is the arguments of the statement that records f (relayQueries.fail).
+func (f refusal) args() []any {
+	msg := f.rw.err.Error()
 	if len(msg) > 4096 {
 		msg = msg[:4096]
 	}
-	if _, err := tx.ExecContext(ctx, r.q.fail, rw.id, msg, f.wait.Seconds(), f.aside); err != nil {
-		return refusal{}, fmt.Errorf("outbox: record refused row %d: %w", rw.id, err)
-	}
-	return f, nil
+	return []any{f.rw.id, msg, f.wait.Seconds(), f.aside}
 }
 
 // logRefusal logs and counts a refusal whose transaction has committed.

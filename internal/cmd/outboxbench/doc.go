@@ -6,7 +6,10 @@
 //     insert of the same row into a table without the outbox's index and
 //     notify (and the statement alone); then transactions per second with
 //     8 concurrent writers, the default (no NOTIFY) and WithNotify, against
-//     plain ones (target: the default at least 0.9x);
+//     plain ones (target: the default at least 0.9x): twice the rounds
+//     of the other measures, the default and the plain writers one right
+//     after the other and taking turns to go first, the notifying ones
+//     last, and each ratio the median of the rounds' own ratios;
 //   - relay throughput: rows already committed, drained by one relay,
 //     against the same number of messages published directly through one
 //     mq.Publisher by as many goroutines as the relay's batch (target at
