@@ -29,6 +29,40 @@ type batchTx interface {
 	finish(ctx context.Context, refusals []refusal, done []int64, next bool) error
 }
 
+// resultRows is the rows a claim or blockers statement returned, as
+// database/sql (*sql.Rows) and pgx (pgx.Rows) both give them.
+type resultRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// scanClaimed reads the claim's rows (relayQueries.claim's columns).
+func scanClaimed(res resultRows) ([]*row, error) {
+	var rows []*row
+	for res.Next() {
+		rw := &row{}
+		if err := res.Scan(&rw.id, &rw.exchange, &rw.key, &rw.ordering, &rw.body, &rw.props, &rw.trace, &rw.attempts); err != nil {
+			return nil, err
+		}
+		rows = append(rows, rw)
+	}
+	return rows, res.Err()
+}
+
+// scanKeyed reads relayQueries.blockers' rows.
+func scanKeyed(res resultRows) ([]keyed, error) {
+	var found []keyed
+	for res.Next() {
+		var k keyed
+		if err := res.Scan(&k.id, &k.key); err != nil {
+			return nil, err
+		}
+		found = append(found, k)
+	}
+	return found, res.Err()
+}
+
 // commitError is a batch's commit that failed.
 type commitError struct{ err error }
 
@@ -53,15 +87,7 @@ func (t *sqlTx) claim(ctx context.Context, backlog bool, limit int, ms string) (
 		return nil, err
 	}
 	defer res.Close()
-	var rows []*row
-	for res.Next() {
-		rw := &row{}
-		if err := res.Scan(&rw.id, &rw.exchange, &rw.key, &rw.ordering, &rw.body, &rw.props, &rw.trace, &rw.attempts); err != nil {
-			return nil, err
-		}
-		rows = append(rows, rw)
-	}
-	return rows, res.Err()
+	return scanClaimed(res)
 }
 
 func (t *sqlTx) blockers(ctx context.Context, keys []string, ids []int64) ([]keyed, error) {
@@ -70,15 +96,7 @@ func (t *sqlTx) blockers(ctx context.Context, keys []string, ids []int64) ([]key
 		return nil, err
 	}
 	defer res.Close()
-	var found []keyed
-	for res.Next() {
-		var k keyed
-		if err := res.Scan(&k.id, &k.key); err != nil {
-			return nil, err
-		}
-		found = append(found, k)
-	}
-	return found, res.Err()
+	return scanKeyed(res)
 }
 
 func (t *sqlTx) finish(ctx context.Context, refusals []refusal, done []int64, _ bool) error {
@@ -139,15 +157,7 @@ func readClaim(br pgx.BatchResults, backlog bool) ([]*row, error) {
 		return nil, err
 	}
 	defer res.Close()
-	var rows []*row
-	for res.Next() {
-		rw := &row{}
-		if err := res.Scan(&rw.id, &rw.exchange, &rw.key, &rw.ordering, &rw.body, &rw.props, &rw.trace, &rw.attempts); err != nil {
-			return nil, err
-		}
-		rows = append(rows, rw)
-	}
-	return rows, res.Err()
+	return scanClaimed(res)
 }
 
 func (t *pgxTx) claim(ctx context.Context, backlog bool, limit int, ms string) ([]*row, error) {
@@ -173,15 +183,7 @@ func (t *pgxTx) blockers(ctx context.Context, keys []string, ids []int64) ([]key
 		return nil, err
 	}
 	defer res.Close()
-	var found []keyed
-	for res.Next() {
-		var k keyed
-		if err := res.Scan(&k.id, &k.key); err != nil {
-			return nil, err
-		}
-		found = append(found, k)
-	}
-	return found, res.Err()
+	return scanKeyed(res)
 }
 
 func (t *pgxTx) finish(ctx context.Context, refusals []refusal, done []int64, next bool) error {
