@@ -96,12 +96,17 @@ erl_ip() { echo "{$(addr "$1" | tr . ,)}"; } # f1 -> {127,0,0,21}
 use() { node="$1" base="$fbase/$1"; }
 
 # fctl NODE ARGS...: rabbitmqctl against a field node, bounded in time.
+# It runs the CLI itself as root, not Debian's /usr/sbin wrapper: that one
+# goes through su, whose session timeout's kill does not reach, and a CLI
+# cut off there lived on, holding one of the eleven ports every
+# rabbitmqctl of this RabbitMQ listens on, until none could start
+# (TestCtlTimeoutLeavesNoCLI). fqueues does the same.
 fctl() {
   local n="$1"
   shift
   timeout --kill-after=5 "$ctl_timeout" chroot "$root" env HOME=/var/lib/rabbitmq \
     ERL_EPMD_PORT="$epmd_port" RABBITMQ_USE_LONGNAME=true \
-    rabbitmqctl -q --longnames -n "$(name "$n")" "$@"
+    /usr/lib/rabbitmq/bin/rabbitmqctl -q --longnames -n "$(name "$n")" "$@"
 }
 
 running() { fctl "$1" status >/dev/null 2>&1; }
@@ -642,7 +647,7 @@ fqueues() {
   shift
   timeout --kill-after=5 "$ctl_timeout" chroot "$root" env HOME=/var/lib/rabbitmq \
     ERL_EPMD_PORT="$epmd_port" RABBITMQ_USE_LONGNAME=true \
-    rabbitmq-queues -q --longnames -n "$(name "$n")" "$@"
+    /usr/lib/rabbitmq/bin/rabbitmq-queues -q --longnames -n "$(name "$n")" "$@"
 }
 
 # leader: the member that says it leads, from quorum_status (which asks only
