@@ -95,6 +95,7 @@
 // (the relay publishes through mq.Publisher, as any service does), the
 // caller's transaction beyond the rows it writes (Publish never commits or
 // rolls back), and package mq, which must not import a database driver:
-// only this package imports pgx (for LISTEN), and only its importers
-// compile it.
+// only this package imports pgx (for LISTEN, and for the relay's batches,
+// which go in fewer round trips when db's driver is pgx's: any other
+// driver takes database/sql's path), and only its importers compile it.
 package outbox
