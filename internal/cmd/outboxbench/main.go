@@ -287,13 +287,7 @@ func (r *rig) txCost(ctx context.Context) error {
 			return err
 		}
 	}
-	ratio := func(ob *outbox.Outbox) float64 {
-		var per []float64
-		for k, rate := range rates[ob] {
-			per = append(per, rate/rates[nil][k])
-		}
-		return median(per)
-	}
+	ratio := func(ob *outbox.Outbox) float64 { return median(perRound(rates[ob], rates[nil])) }
 	rp, rn, rq := median(rates[nil]), median(rates[notifying]), median(rates[quiet])
 	fmt.Printf("%-44s %10.0f tx/s %10.0f tx/s %7.2fx\n", fmt.Sprintf("tx: %d concurrent writers, WithNotify", writers), rn, rp, ratio(notifying))
 	fmt.Printf("%-44s %10.0f tx/s %10.0f tx/s %7.2fx %s\n", fmt.Sprintf("tx: %d concurrent writers, default", writers), rq, rp, ratio(quiet), "≥ 0.90x")
@@ -430,10 +424,7 @@ func (r *rig) throughput(ctx context.Context) error {
 	// direct side of the same round), as for the writers: the broker's rate
 	// drifts between rounds by a factor of up to four on this machine, and a
 	// ratio of two medians taken from different rounds carries that drift.
-	var per []float64
-	for k := range relayRates {
-		per = append(per, relayRates[k]/directRates[k])
-	}
+	per := perRound(relayRates, directRates)
 	mr, md := median(relayRates), median(directRates)
 	fmt.Printf("%-44s %10.0f m/s %10.0f m/s %7.2fx %s\n", fmt.Sprintf("throughput: relay vs Publisher (%d at once)", *batch), mr, md, median(per), "≥ 0.90x")
 	fmt.Printf("%-44s %s\n", "  each round's ratio", fmtRatios(per))
@@ -571,6 +562,16 @@ func (r *rig) latency(ctx context.Context) error {
 	fmt.Printf("%-44s %11.2f ms %14s %8s\n", "commit to delivery p99 (default)", p(0.99), "", "")
 	r.p50 = p(0.5)
 	return nil
+}
+
+// perRound is each round's own ratio: num[k] against den[k], the two
+// sides of round k measured one right after the other.
+func perRound(num, den []float64) []float64 {
+	per := make([]float64, len(num))
+	for k := range num {
+		per[k] = num[k] / den[k]
+	}
+	return per
 }
 
 // fmtRatios is ratios as a list, two decimals each.
