@@ -14,8 +14,12 @@
 //     against the same number of messages published directly through one
 //     mq.Publisher by as many goroutines as the relay's batch (target at
 //     least 0.9x), the two taking turns to go first after the rows are
-//     written, with this process's CPU per message for each (not
-//     PostgreSQL's or the broker's); each side ends at its last confirm
+//     written, with the CPU per message of each side for this process,
+//     the broker (every beam.smp process of the machine) and PostgreSQL
+//     (every postgres process), read from /proc: the three share the
+//     machine's cores, so what the relay costs PostgreSQL slows the
+//     broker too; each ratio is the median of the rounds' own ratios,
+//     each of them printed; each side ends at its last confirm
 //     (the relay's: the count of its published messages reaching the
 //     round's, told by its counter as it counts), after a warm-up round
 //     of each that is not counted;

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,6 +101,9 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Idle connections are kept, so that no PostgreSQL backend ends
+	// (taking its CPU time out of procCPU's sum) between two readings.
+	db.SetMaxIdleConns(16)
 	r.db = db
 	r.cleanup = append(r.cleanup, func() { _ = db.Close() })
 	if err := db.PingContext(ctx); err != nil {
@@ -325,16 +330,25 @@ func (r *rig) throughput(ctx context.Context) error {
 		}
 		return r.b.Declare(ctx, topology.New().Queue(r.queue, topology.Classic()))
 	}
-	// A side's rate and this process's CPU per message; record false for
-	// the warm-up.
-	var relayRates, directRates, relayCPU, directCPU []float64
-	note := func(rates, cpus *[]float64, n int, took, cpu time.Duration) {
+	// A side's rate, and its CPU per message for this process, the broker
+	// and PostgreSQL (on this machine the three share two cores, so what
+	// one side costs the others slows it); record false for the warm-up.
+	type sideCPU struct{ own, broker, pg []float64 }
+	var relayRates, directRates []float64
+	var relayCPU, directCPU sideCPU
+	type reading struct{ own, broker, pg time.Duration }
+	read := func() reading { return reading{cpuTime(), procCPU("beam.smp"), procCPU("postgres")} }
+	note := func(rates *[]float64, cpus *sideCPU, n int, took time.Duration, from reading) {
+		to := read()
+		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
 		*rates = append(*rates, float64(n)/took.Seconds())
-		*cpus = append(*cpus, float64(cpu.Microseconds())/float64(n))
+		cpus.own = append(cpus.own, per(to.own-from.own))
+		cpus.broker = append(cpus.broker, per(to.broker-from.broker))
+		cpus.pg = append(cpus.pg, per(to.pg-from.pg))
 	}
 	direct := func(n int, record bool) error {
 		pub := r.b.Publisher("")
-		cpu0 := cpuTime()
+		cpu0 := read()
 		start := time.Now()
 		var wg sync.WaitGroup
 		errs := make(chan error, *batch)
@@ -350,7 +364,7 @@ func (r *rig) throughput(ctx context.Context) error {
 		}
 		wg.Wait()
 		if record {
-			note(&directRates, &directCPU, n, time.Since(start), cpuTime()-cpu0)
+			note(&directRates, &directCPU, n, time.Since(start), cpu0)
 		}
 		pub.Close()
 		select {
@@ -372,7 +386,7 @@ func (r *rig) throughput(ctx context.Context) error {
 		count := &publishedCount{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())),
 			want: int64(n), done: make(chan struct{})}
 		relay := outbox.NewRelay(r.db, r.b, outbox.WithSchema(r.s), outbox.BatchSize(*batch), outbox.WithMeterProvider(count))
-		cpu0 := cpuTime()
+		cpu0 := read()
 		start := time.Now()
 		done := make(chan error, 1)
 		go func() { done <- relay.Run(rctx) }()
@@ -382,7 +396,7 @@ func (r *rig) throughput(ctx context.Context) error {
 			return fmt.Errorf("the relay stopped with %d of %d published: %v", count.n.Load(), n, err)
 		}
 		if record {
-			note(&relayRates, &relayCPU, n, time.Since(start), cpuTime()-cpu0)
+			note(&relayRates, &relayCPU, n, time.Since(start), cpu0)
 		}
 		stop()
 		if err := <-done; err != nil {
@@ -428,9 +442,54 @@ func (r *rig) throughput(ctx context.Context) error {
 	mr, md := median(relayRates), median(directRates)
 	fmt.Printf("%-44s %10.0f m/s %10.0f m/s %7.2fx %s\n", fmt.Sprintf("throughput: relay vs Publisher (%d at once)", *batch), mr, md, median(per), "≥ 0.90x")
 	fmt.Printf("%-44s %s\n", "  each round's ratio", fmtRatios(per))
-	fmt.Printf("%-44s %11.0f µs %11.0f µs %7.2fx %s\n", "  this process's CPU per message", median(relayCPU), median(directCPU), median(relayCPU)/median(directCPU), "(not PostgreSQL's or the broker's)")
+	for _, c := range []struct {
+		what          string
+		relay, direct []float64
+	}{
+		{"  CPU per message: this process", relayCPU.own, directCPU.own},
+		{"  CPU per message: the broker (beam.smp)", relayCPU.broker, directCPU.broker},
+		{"  CPU per message: PostgreSQL", relayCPU.pg, directCPU.pg},
+	} {
+		fmt.Printf("%-44s %11.1f µs %11.1f µs\n", c.what, median(c.relay), median(c.direct))
+	}
 	r.relay = median(per)
 	return nil
+}
+
+// procCPU is the CPU (user and system) that every process of this
+// machine named one of names has used so far, from /proc: the broker's
+// (beam.smp) and PostgreSQL's (postgres, each backend a process). A
+// process that ends between two readings takes its time with it, so the
+// sides are measured over runs that open no backend and end none.
+func procCPU(names ...string) time.Duration {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var ticks int64
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ... utime stime: fields 14 and 15, counted
+		// after the comm's closing parenthesis (a comm may hold spaces).
+		open, shut := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || shut < open || !slices.Contains(names, string(b[open+1:shut])) {
+			continue
+		}
+		f := strings.Fields(string(b[shut+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * (time.Second / 100) // USER_HZ, 100 on Linux
 }
 
 // cpuTime is the CPU this process used so far, user and system.
