@@ -22,6 +22,7 @@ import (
 	"github.com/acemq/acemq-go/internal/field/history"
 	"github.com/acemq/acemq-go/internal/field/workload"
 	"github.com/acemq/acemq-go/mq"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 type options struct {
@@ -495,10 +496,28 @@ func drain(ctx context.Context, b *mq.Broker, queue string) ([]string, error) {
 		return nil, err
 	}
 	defer ch.Close()
+	return drainFrom(ctx, ch, queue)
+}
+
+// getter is the part of a channel drain uses.
+type getter interface {
+	Get(queue string, autoAck bool) (amqp.Delivery, bool, error)
+	Close() error
+}
+
+// drainFrom is drain on ch. A basic.get has no bound of its own (a quorum
+// queue without a leader may never answer), so ch is closed when ctx
+// ends, which ends the get in flight.
+func drainFrom(ctx context.Context, ch getter, queue string) ([]string, error) {
+	stop := context.AfterFunc(ctx, func() { _ = ch.Close() })
+	defer stop()
 	var ids []string
 	for ctx.Err() == nil {
 		d, ok, err := ch.Get(queue, false)
 		if err != nil {
+			if ctx.Err() != nil {
+				return ids, fmt.Errorf("%w (a basic.get unanswered)", ctx.Err())
+			}
 			return ids, err
 		}
 		if !ok {
