@@ -7,6 +7,9 @@
 #   scripts/broker.sh env VERSION     up, then print `export AMQP_URL=…` and
 #                                     `export RABBITMQCTL=…` lines, for
 #                                     eval "$(scripts/broker.sh env 4.3)"
+#   scripts/broker.sh ctl VERSION ARGS...
+#                                     rabbitmqctl ARGS against that node, bounded
+#                                     (BROKER_CTL_TIMEOUT seconds, default 60)
 #   scripts/broker.sh versions        the versions it knows, one a line
 #
 # VERSION 3.10 (the default) is the machine's own broker: rabbit@localhost on
@@ -34,6 +37,7 @@ set -euo pipefail
 me=broker
 brokers_dir="${BROKERS_DIR:-/var/cache/acemq/brokers}"
 start_timeout="${BROKER_START_TIMEOUT:-120}" # seconds
+ctl_timeout="${BROKER_CTL_TIMEOUT:-60}"       # seconds, per rabbitmqctl call
 
 say() { echo "$me: $*" >&2; }
 die() { echo "$me: $*" >&2; exit 1; }
@@ -53,11 +57,21 @@ layout() {
 }
 
 # ctl ARGS...: rabbitmqctl against the version's node, bounded in time.
+# As root it runs the CLI itself rather than Debian's wrapper
+# (/usr/sbin/rabbitmqctl), which runs it through su in a session of its
+# own: timeout's kill would reach only the wrapper, and the CLI's VM would
+# live on, holding one of the eleven ports every CLI of that RabbitMQ may
+# listen on (with all eleven taken, no rabbitmqctl starts). HOME is the
+# rabbitmq user's, for the node's cookie.
 ctl() {
+  local -a cli=(rabbitmqctl)
+  if [ "$(id -u)" -eq 0 ] && [ -x "$dir/usr/lib/rabbitmq/bin/rabbitmqctl" ]; then
+    cli=(env HOME=/var/lib/rabbitmq /usr/lib/rabbitmq/bin/rabbitmqctl)
+  fi
   if [ -z "$suite" ]; then
-    timeout --kill-after=10 60 rabbitmqctl -q "$@"
+    timeout --kill-after=10 "$ctl_timeout" "${cli[@]}" -q "$@"
   else
-    timeout --kill-after=10 60 chroot "$dir" rabbitmqctl -q -n "$node" "$@"
+    timeout --kill-after=10 "$ctl_timeout" chroot "$dir" "${cli[@]}" -q -n "$node" "$@"
   fi
 }
 
@@ -195,6 +209,12 @@ case "${1:-up}" in
 up) up "${2:-3.10}" ;;
 down) down "${2:-}" ;;
 env) env_lines "${2:-3.10}" ;;
+ctl)
+  [ $# -ge 3 ] || die "usage: $0 ctl VERSION ARGS..."
+  layout "$2"
+  shift 2
+  ctl "$@"
+  ;;
 versions) printf '%s\n' 3.10 4.0 4.3 ;;
-*) die "usage: $0 [up [VERSION] | down VERSION | env VERSION | versions]" ;;
+*) die "usage: $0 [up [VERSION] | down VERSION | env VERSION | ctl VERSION ARGS... | versions]" ;;
 esac

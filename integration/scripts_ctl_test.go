@@ -1,0 +1,77 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// scripts/broker.sh bounds each rabbitmqctl call with timeout(1). Run as
+// root, Debian's /usr/sbin/rabbitmqctl runs the CLI through su, in a
+// session of its own, so the kill reaches only the wrapper and the CLI's
+// Erlang VM lives on, waiting on its node; each such VM holds one of the
+// eleven ports a CLI of that RabbitMQ may listen on, and with all taken
+// no rabbitmqctl on the machine starts (what stopped a soak and four field
+// seeds, through field.sh, which was mended first). A call that times out
+// must leave no CLI behind, on the machine's broker and on 4.3's.
+func TestBrokerCtlTimeoutLeavesNoCLI(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the wrapper's su applies to root only; not root here")
+	}
+	versions := []string{"3.10"}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:5673", time.Second); err == nil {
+		c.Close()
+		versions = append(versions, "4.3")
+	}
+	for _, v := range versions {
+		t.Run(v, func(t *testing.T) {
+			marker := fmt.Sprintf("timer:sleep(%d)", 600000+time.Now().UnixNano()%1000)
+			c := exec.Command("../scripts/broker.sh", "ctl", v, "eval", marker+".")
+			c.Env = append(os.Environ(), "BROKER_CTL_TIMEOUT=5")
+			// To a file, not a pipe: a CLI left behind would hold a pipe
+			// open, and the test would wait on it rather than fail.
+			out, err := os.Create(t.TempDir() + "/out")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer out.Close()
+			c.Stdout, c.Stderr = out, out
+			start := time.Now()
+			if err := c.Run(); err == nil {
+				b, _ := os.ReadFile(out.Name())
+				t.Fatalf("broker.sh ctl %s eval %s. succeeded (%s); want it cut off by BROKER_CTL_TIMEOUT=5", v, marker, b)
+			}
+			if d := time.Since(start); d > time.Minute {
+				t.Fatalf("broker.sh ctl returned after %s, want about 5 s", d)
+			}
+			time.Sleep(2 * time.Second)
+			if left := killCLIs(marker); len(left) > 0 {
+				t.Fatalf("broker.sh ctl %s timed out after %s and left the CLI's VM running (pids %v, now killed)", v, time.Since(start).Round(time.Second), left)
+			}
+		})
+	}
+}
+
+// killCLIs kills every rabbitmqctl VM whose command line holds marker and
+// returns their pids.
+func killCLIs(marker string) []int {
+	var left []int
+	out, _ := exec.Command("pgrep", "-f", "escript/rabbitmqctl").Output()
+	for _, f := range strings.Fields(string(out)) {
+		pid, _ := strconv.Atoi(f)
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && strings.Contains(string(cmdline), marker) {
+			left = append(left, pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	return left
+}
