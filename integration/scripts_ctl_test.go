@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/acemq/acemq-go/internal/testenv"
 )
 
 // scripts/broker.sh bounds each rabbitmqctl call with timeout(1). Run as
@@ -74,4 +77,27 @@ func killCLIs(marker string) []int {
 		}
 	}
 	return left
+}
+
+// The tests' own rabbitmqctl calls (testenv.Rabbitmqctl, bounded by their
+// context) must not leave a CLI behind either when the bound cuts one off:
+// the suite makes hundreds of them, on every version CI runs.
+func TestRabbitmqctlTimeoutLeavesNoCLI(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the wrapper's su applies to root only; not root here")
+	}
+	marker := fmt.Sprintf("timer:sleep(%d)", 600000+time.Now().UnixNano()%1000)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if out, err := testenv.Rabbitmqctl(ctx, "", "eval", marker+"."); err == nil {
+		t.Fatalf("rabbitmqctl eval %s. succeeded (%s); want it cut off by its 5 s context", marker, out)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Fatalf("testenv.Rabbitmqctl returned after %s, want about 5 s", d)
+	}
+	time.Sleep(2 * time.Second)
+	if left := killCLIs(marker); len(left) > 0 {
+		t.Fatalf("testenv.Rabbitmqctl was cut off after %s and left the CLI's VM running (pids %v, now killed)", time.Since(start).Round(time.Second), left)
+	}
 }

@@ -17,10 +17,39 @@ const CtlTimeout = 90 * time.Second
 // it, e.g. `chroot /var/cache/acemq/brokers/sid rabbitmqctl -n
 // rabbit43@localhost`), else plain `rabbitmqctl` (the machine's broker).
 func ctlCommand() []string {
-	if f := strings.Fields(os.Getenv("RABBITMQCTL")); len(f) > 0 {
+	f := strings.Fields(os.Getenv("RABBITMQCTL"))
+	if len(f) == 0 {
+		f = []string{"rabbitmqctl"}
+	}
+	return unwrapped(f, os.Geteuid() == 0)
+}
+
+// cliPath is where Debian's RabbitMQ keeps the CLI itself; /usr/sbin's
+// rabbitmqctl is a wrapper around it.
+const cliPath = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+
+// unwrapped is the command f with the Debian wrapper (a bare
+// `rabbitmqctl`, after `chroot DIR` or alone) replaced by the CLI itself
+// when root runs it and the installation has it: as root the wrapper runs
+// the CLI through su, in a session of its own, so the kill that ends a
+// call cut off by its context reaches only the wrapper, and the CLI's VM
+// lives on holding one of the eleven ports every CLI of that RabbitMQ may
+// listen on (with all eleven taken, no rabbitmqctl starts). HOME is the
+// rabbitmq user's, for the nodes' cookie.
+func unwrapped(f []string, root bool) []string {
+	dir, i := "", 0
+	if len(f) > 2 && f[0] == "chroot" {
+		dir, i = f[1], 2
+	}
+	if !root || f[i] != "rabbitmqctl" {
 		return f
 	}
-	return []string{"rabbitmqctl"}
+	if _, err := os.Stat(dir + cliPath); err != nil {
+		return f
+	}
+	out := append([]string{}, f[:i]...)
+	out = append(out, "env", "HOME=/var/lib/rabbitmq", cliPath)
+	return append(out, f[i+1:]...)
 }
 
 // ctlArgs builds the full command for node (node "" is ctlCommand's own
@@ -54,7 +83,8 @@ func Rabbitmqctl(ctx context.Context, node string, args ...string) (string, erro
 	defer cancel()
 	full := ctlArgs(node, args)
 	cmd := exec.CommandContext(ctx, full[0], full[1:]...)
-	cmd.WaitDelay = 5 * time.Second // the Debian wrapper forks su; don't wait on its pipes forever
+	ownGroup(cmd)
+	cmd.WaitDelay = 5 * time.Second // a CLI that outlives the kill (the wrapper's, not root) holds the pipes
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		if ctx.Err() != nil {

@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 )
@@ -30,8 +32,9 @@ func TestParseVersion(t *testing.T) {
 }
 
 func TestCtlArgs(t *testing.T) {
+	root := os.Geteuid() == 0
 	t.Setenv("RABBITMQCTL", "")
-	if got, want := ctlArgs("", []string{"status"}), []string{"rabbitmqctl", "-q", "status"}; !reflect.DeepEqual(got, want) {
+	if got, want := ctlArgs("", []string{"status"}), append(unwrapped([]string{"rabbitmqctl"}, root), "-q", "status"); !reflect.DeepEqual(got, want) {
 		t.Errorf("default: %q, want %q", got, want)
 	}
 	t.Setenv("RABBITMQCTL", "chroot /b/sid rabbitmqctl -n rabbit43@localhost")
@@ -40,5 +43,33 @@ func TestCtlArgs(t *testing.T) {
 	}
 	if got, want := ctlArgs("c1@localhost", []string{"status"}), []string{"chroot", "/b/sid", "rabbitmqctl", "-q", "-n", "c1@localhost", "status"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("another node: %q, want %q", got, want)
+	}
+}
+
+// As root, the wrapper gives way to the CLI itself where the installation
+// has it; otherwise the command is left as it is.
+func TestUnwrapped(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Dir(dir+cliPath), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+cliPath, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in := []string{"chroot", dir, "rabbitmqctl", "-n", "rabbit43@localhost"}
+	want := []string{"chroot", dir, "env", "HOME=/var/lib/rabbitmq", cliPath, "-n", "rabbit43@localhost"}
+	if got := unwrapped(in, true); !reflect.DeepEqual(got, want) {
+		t.Errorf("root, CLI present: %q, want %q", got, want)
+	}
+	if got := unwrapped(in, false); !reflect.DeepEqual(got, in) {
+		t.Errorf("not root: %q, want it unchanged", got)
+	}
+	absent := []string{"chroot", t.TempDir(), "rabbitmqctl"}
+	if got := unwrapped(absent, true); !reflect.DeepEqual(got, absent) {
+		t.Errorf("root, no CLI in the installation: %q, want it unchanged", got)
+	}
+	other := []string{"/opt/rabbitmq/sbin/rabbitmqctl"}
+	if got := unwrapped(other, true); !reflect.DeepEqual(got, other) {
+		t.Errorf("a CLI named by path: %q, want it unchanged", got)
 	}
 }
