@@ -8,9 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -56,27 +53,11 @@ func TestBrokerCtlTimeoutLeavesNoCLI(t *testing.T) {
 				t.Fatalf("broker.sh ctl returned after %s, want about 5 s", d)
 			}
 			time.Sleep(2 * time.Second)
-			if left := killCLIs(marker); len(left) > 0 {
+			if left := testenv.KillCLIs(marker); len(left) > 0 {
 				t.Fatalf("broker.sh ctl %s timed out after %s and left the CLI's VM running (pids %v, now killed)", v, time.Since(start).Round(time.Second), left)
 			}
 		})
 	}
-}
-
-// killCLIs kills every rabbitmqctl VM whose command line holds marker and
-// returns their pids.
-func killCLIs(marker string) []int {
-	var left []int
-	out, _ := exec.Command("pgrep", "-f", "escript/rabbitmqctl").Output()
-	for _, f := range strings.Fields(string(out)) {
-		pid, _ := strconv.Atoi(f)
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err == nil && strings.Contains(string(cmdline), marker) {
-			left = append(left, pid)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	return left
 }
 
 // The tests' own rabbitmqctl calls (testenv.Rabbitmqctl, bounded by their
@@ -97,7 +78,7 @@ func TestRabbitmqctlTimeoutLeavesNoCLI(t *testing.T) {
 		t.Fatalf("testenv.Rabbitmqctl returned after %s, want about 5 s", d)
 	}
 	time.Sleep(2 * time.Second)
-	if left := killCLIs(marker); len(left) > 0 {
+	if left := testenv.KillCLIs(marker); len(left) > 0 {
 		t.Fatalf("testenv.Rabbitmqctl was cut off after %s and left the CLI's VM running (pids %v, now killed)", time.Since(start).Round(time.Second), left)
 	}
 }

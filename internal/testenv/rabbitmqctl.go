@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -93,4 +94,26 @@ func Rabbitmqctl(ctx context.Context, node string, args ...string) (string, erro
 		return string(out), fmt.Errorf("%s: %w: %s", strings.Join(full, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
+}
+
+// KillCLIs kills every RabbitMQ CLI VM (rabbitmqctl's escript) whose
+// command line holds marker, and returns their pids: what a test that
+// cuts a call off finds left behind.
+func KillCLIs(marker string) []int {
+	var left []int
+	out, _ := exec.Command("pgrep", "-f", "escript/rabbitmqctl").Output()
+	for _, f := range strings.Fields(string(out)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && strings.Contains(string(cmdline), marker) {
+			left = append(left, pid)
+			if p, err := os.FindProcess(pid); err == nil {
+				_ = p.Kill()
+			}
+		}
+	}
+	return left
 }

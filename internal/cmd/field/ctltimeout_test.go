@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/acemq/acemq-go/internal/testenv"
 )
 
 // TestCtlTimeoutLeavesNoCLI replays what broke the soak of seed 1853179153
@@ -43,16 +42,7 @@ func TestCtlTimeoutLeavesNoCLI(t *testing.T) {
 		t.Fatalf("field.sh ctl returned after %s, want about 5 s", d)
 	}
 	time.Sleep(2 * time.Second)
-	var left []int
-	out, _ := exec.Command("pgrep", "-f", "escript/rabbitmqctl").Output()
-	for _, f := range strings.Fields(string(out)) {
-		pid, _ := strconv.Atoi(f)
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err == nil && strings.Contains(string(cmdline), marker) {
-			left = append(left, pid)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
+	left := testenv.KillCLIs(marker)
 	if len(left) > 0 {
 		t.Fatalf("field.sh ctl timed out after %s and left the CLI's VM running (pids %v, now killed)", time.Since(start).Round(time.Second), left)
 	}
