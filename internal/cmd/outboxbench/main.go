@@ -337,7 +337,10 @@ func (r *rig) throughput(ctx context.Context) error {
 	var relayRates, directRates []float64
 	var relayCPU, directCPU sideCPU
 	type reading struct{ own, broker, pg time.Duration }
-	read := func() reading { return reading{cpuTime(), procCPU("beam.smp"), procCPU("postgres")} }
+	read := func() reading {
+		by := procCPU("beam.smp", "postgres")
+		return reading{cpuTime(), by["beam.smp"], by["postgres"]}
+	}
 	note := func(rates *[]float64, cpus *sideCPU, n int, took time.Duration, from reading) {
 		to := read()
 		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
@@ -456,17 +459,18 @@ func (r *rig) throughput(ctx context.Context) error {
 	return nil
 }
 
-// procCPU is the CPU (user and system) that every process of this
-// machine named one of names has used so far, from /proc: the broker's
-// (beam.smp) and PostgreSQL's (postgres, each backend a process). A
-// process that ends between two readings takes its time with it, so the
-// sides are measured over runs that open no backend and end none.
-func procCPU(names ...string) time.Duration {
+// procCPU is the CPU (user and system) that the processes of this
+// machine named each of names have used so far, by name, from one pass
+// over /proc: the broker's (beam.smp) and PostgreSQL's (postgres, each
+// backend a process). A process that ends between two readings takes its
+// time with it, so the sides are measured over runs that open no backend
+// and end none.
+func procCPU(names ...string) map[string]time.Duration {
+	ticks := map[string]int64{}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return nil
 	}
-	var ticks int64
 	for _, e := range ents {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
 			continue
@@ -478,7 +482,11 @@ func procCPU(names ...string) time.Duration {
 		// pid (comm) state ... utime stime: fields 14 and 15, counted
 		// after the comm's closing parenthesis (a comm may hold spaces).
 		open, shut := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-		if open < 0 || shut < open || !slices.Contains(names, string(b[open+1:shut])) {
+		if open < 0 || shut < open {
+			continue
+		}
+		name := string(b[open+1 : shut])
+		if !slices.Contains(names, name) {
 			continue
 		}
 		f := strings.Fields(string(b[shut+1:]))
@@ -487,9 +495,13 @@ func procCPU(names ...string) time.Duration {
 		}
 		u, _ := strconv.ParseInt(f[11], 10, 64)
 		s, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + s
+		ticks[name] += u + s
 	}
-	return time.Duration(ticks) * (time.Second / 100) // USER_HZ, 100 on Linux
+	out := make(map[string]time.Duration, len(ticks))
+	for name, t := range ticks {
+		out[name] = time.Duration(t) * (time.Second / 100) // USER_HZ, 100 on Linux
+	}
+	return out
 }
 
 // cpuTime is the CPU this process used so far, user and system.
