@@ -10,8 +10,11 @@
 //   - faults and checks: Proxy (a TCP proxy in front of the broker, to cut
 //     or refuse connections), ClosedAddr, Rabbitmqctl (the command line from
 //     RABBITMQCTL, default `rabbitmqctl`: every rabbitmqctl call of the
-//     tests goes through it), Eventually, Poll and Wait, NoLeaks (goroutines
-//     back to baseline when the test ends), CPU;
+//     tests goes through it; as root it runs the CLI itself, not Debian's
+//     su wrapper, in a process group killed whole when the call runs out
+//     of time), KillCLIs (the CLI VMs a cut-off call left behind),
+//     Eventually, Poll and Wait, NoLeaks (goroutines back to baseline when
+//     the test ends), CPU;
 //   - the broker's version (BrokerVersion, from the connection's server
 //     properties), for the tests whose assertions differ by version;
 //   - logs: Logger and Discard, and LogRecorder, a slog.Handler that keeps
