@@ -40,7 +40,7 @@ PKGS    := $(addsuffix /...,$(filter-out ./integration,$(MODULES)))
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test test-all suites unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium pika postgres bench-outbox field soak gnuplot
+.PHONY: all test test-all suites unit integration lint vet fmt broker demo chaos cluster-test tls-test fuzz bench chromium pika nft postgres bench-outbox field soak gnuplot
 
 all: lint test
 
@@ -93,6 +93,12 @@ chromium:
 	@command -v chromium >/dev/null || { echo "chromium: not installed; installing the Debian package chromium for the console's browser tests, which drive it headless through the dead-letter console's pages (apt-get install; on Debian 12: 123 packages, 145 MB download, 476 MB on disk)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
+## nft: Debian's nftables, with which a chaos scenario drops one connection's
+## packets (its own table, removed after; installed when missing)
+nft:
+	@command -v nft >/dev/null || { echo "nft: not installed; installing the Debian package nftables (apt-get install, under 1 MB) for the chaos scenario that cuts one connection"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables; }
+
 ## pika: Debian's python3-pika, the second service of the quorum-vhost test (installed when missing)
 pika:
 	@/usr/bin/python3 -c 'import pika' 2>/dev/null || { echo "pika: not importable by /usr/bin/python3; installing the Debian package python3-pika (apt-get install, under 1 MB) for the Go-and-Python agreement test"; \
@@ -101,8 +107,9 @@ pika:
 ## chaos: the fault suite against the local broker (connection cuts through a
 ## proxy of its own, the broker closing the suite's own connections, a few
 ## seconds of memory alarm, failing handlers, a deleted queue); every message
-## counted, one `CHAOS <scenario>: …` line each, summed up at the end
-chaos: broker
+## counted, one `CHAOS <scenario>: …` line each, summed up at the end; one
+## scenario cuts a connection of its own with nftables (root)
+chaos: broker nft
 	$(ON_BROKER) $(GO) test -race -count=1 -tags 'integration chaos' -run 'TestChaos' -timeout 15m -v ./integration/...
 
 ## cluster-test: failover on a three-node cluster of its own (c1-c3@localhost,

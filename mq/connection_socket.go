@@ -287,11 +287,55 @@ func (s *socket) SetWriteDeadline(t time.Time) error {
 
 // Close closes the socket and opens the gate above it, so a read held
 // there ends; idempotent.
+//
+// A socket whose bytes the broker has not all acknowledged within
+// closeDrain is aborted (a reset, SO_LINGER 0): the kernel throws away
+// what it still holds rather than sending it. Closed the usual way, it
+// would go on resending, for minutes once orphaned: a connection given up
+// during a network cut (a heartbeat timeout, a stall, Close's context
+// ending) would deliver its last publishes when the cut heals, after
+// their callers were told they failed and had sent them again elsewhere,
+// so behind what was sent since (field seed 1063112964). Nothing is lost
+// by it: a publish counts only once confirmed, an ack only once the broker
+// has it. A clean close (its close-ok read, everything acknowledged) still
+// ends with a FIN, which the broker logs as an orderly close; where the
+// kernel cannot say what it holds (not Linux), the socket is always reset.
 func (s *socket) Close() error {
 	var err error
 	if !s.closed.Swap(true) {
+		if !drained(s.Conn, closeDrain) {
+			if tc, ok := s.Conn.(interface{ SetLinger(int) error }); ok {
+				_ = tc.SetLinger(0)
+			}
+		}
 		err = s.Conn.Close()
 	}
 	s.release()
 	return err
+}
+
+// closeDrain is how long Close waits for the broker to acknowledge what
+// the socket sent before it resets the connection: a few round trips on
+// the longest path a broker is used over; what a clean close sent last
+// (a TLS close_notify) is acknowledged well within it.
+const closeDrain = 250 * time.Millisecond
+
+// drained waits up to wait for c's kernel to hold no byte for the peer
+// (every byte sent and acknowledged), and says whether it does; false when
+// it cannot tell.
+func drained(c net.Conn, wait time.Duration) bool {
+	end := time.Now().Add(wait)
+	for {
+		n, ok := unacked(c)
+		if !ok {
+			return false
+		}
+		if n == 0 {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

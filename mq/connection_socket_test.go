@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -259,5 +261,65 @@ func TestSocketClosedByAFailedSendSaysWhy(t *testing.T) {
 	}
 	if _, err := s.Read(make([]byte, 8)); !errors.Is(err, reset) {
 		t.Errorf("read after the failed send: %v, want %v", err, reset)
+	}
+}
+
+// A socket closed with bytes the broker never acknowledged resets the
+// connection, so the kernel cannot deliver them later (field seed
+// 1063112964: a relay's publishes, given up during a cut, reached the
+// broker when it healed); one whose bytes all arrived ends with a FIN,
+// which the broker logs as an orderly close. Here the peer stops reading,
+// so what fills its window stays in the client's kernel.
+func TestSocketCloseResetsWhatTheBrokerNeverGot(t *testing.T) {
+	if _, ok := unacked(nil); !ok && runtime.GOOS != "linux" {
+		t.Log("this system cannot say what a socket holds: every close resets")
+	}
+	for _, tc := range []struct {
+		name      string
+		size      int // written before the close; the peer reads it only after
+		wantReset bool
+	}{
+		{"everything acknowledged", 1 << 10, false},
+		{"more than the peer's window", 64 << 20, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			peer, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer peer.Close()
+			_ = peer.(*net.TCPConn).SetReadBuffer(64 << 10)
+			s := newSocket(c, time.Minute)
+			// The write ends when the kernel took it all, or (a full
+			// window) with its deadline.
+			_ = s.Conn.SetWriteDeadline(time.Now().Add(500 * time.Millisecond))
+			_, _ = s.Conn.Write(make([]byte, tc.size))
+			if !tc.wantReset && !drained(s.Conn, 5*time.Second) {
+				t.Fatal("1 KiB to a listening peer on loopback not acknowledged within 5 s")
+			}
+			start := time.Now()
+			_ = s.Close()
+			if took := time.Since(start); took > closeDrain+time.Second {
+				t.Errorf("Close took %v; want at most about %v", took, closeDrain)
+			}
+			_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, err = io.Copy(io.Discard, peer)
+			reset := errors.Is(err, syscall.ECONNRESET)
+			switch {
+			case tc.wantReset && !reset:
+				t.Errorf("the peer read to %v; want a reset, nothing of what it had not acknowledged delivered", err)
+			case !tc.wantReset && err != nil:
+				t.Errorf("the peer read to %v; want the end of the stream (a FIN)", err)
+			}
+		})
 	}
 }

@@ -2,9 +2,11 @@ package tcpproxy
 
 import (
 	"encoding/binary"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // Proxy forwards connections from a loopback listener to a target address.
@@ -381,10 +383,16 @@ func (p *Proxy) pipe(w *framer, src net.Conn, dir int) {
 				break
 			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
+				if reset(werr) {
+					abort(src)
+				}
 				break
 			}
 		}
 		if err != nil { // io.EOF or a cut: either way this pair is done
+			if reset(err) {
+				abort(dst)
+			}
 			break
 		}
 	}
@@ -433,5 +441,21 @@ func (p *Proxy) waitFlowing(dst net.Conn, dir int) bool {
 			return true
 		}
 		<-resume
+	}
+}
+
+// reset says whether err is the peer's reset of its connection.
+func reset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// abort makes c's close a reset (SO_LINGER 0). A side that reset its
+// connection threw away what its kernel held; the proxy resets the other
+// side's connection likewise, or what its own kernel holds for that side
+// would still arrive later, which a direct connection would not do (the
+// library resets a connection it gives up: mq's socket.Close).
+func abort(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
 	}
 }
