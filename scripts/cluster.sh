@@ -8,6 +8,9 @@
 #   scripts/cluster.sh kill cN  SIGKILL node cN (a crash, for the failover test)
 #   scripts/cluster.sh start cN start node cN again after a kill or stop, and
 #                               wait until it runs in the cluster
+#   scripts/cluster.sh ctl cN ARGS...
+#                               rabbitmqctl ARGS against node cN, bounded by
+#                               CLUSTER_CTL_TIMEOUT seconds (default 60)
 #
 # The nodes run beside the shared node (rabbit@localhost on 5672), which this
 # script never touches: each has its own node name, AMQP port (5681-5683),
@@ -36,7 +39,7 @@ me=cluster
 base="${CLUSTER_BASE:-/tmp/acemq-cluster}"
 nodes=(c1 c2 c3)
 start_timeout="${CLUSTER_START_TIMEOUT:-120}" # seconds, per wait
-ctl_timeout=60                                # seconds, per rabbitmqctl call
+ctl_timeout="${CLUSTER_CTL_TIMEOUT:-60}"       # seconds, per rabbitmqctl call
 
 say() { echo "cluster: $*"; }
 die() { echo "cluster: $*" >&2; exit 1; }
@@ -44,11 +47,12 @@ die() { echo "cluster: $*" >&2; exit 1; }
 port() { echo $((5680 + ${1#c})); }       # c1 -> 5681
 dist_port() { echo $((25680 + ${1#c})); } # c1 -> 25681
 
-# ctl NODE ARGS...: rabbitmqctl against one of our nodes, bounded in time.
+# ctl NODE ARGS...: rabbitmqctl against one of our nodes, bounded in time
+# (cli: node-lib.sh's, the CLI itself as root).
 ctl() {
   local node="$1"
   shift
-  timeout --kill-after=10 "$ctl_timeout" "${rootcmd[@]}" rabbitmqctl -q -n "$node@localhost" "$@"
+  timeout --kill-after=10 "$ctl_timeout" "${rootcmd[@]}" "${cli[@]}" -q -n "$node@localhost" "$@"
 }
 
 # node_env NODE: the environment one node runs with. RABBITMQ_CONF_ENV_FILE
@@ -262,5 +266,9 @@ down) down ;;
 status) status ;;
 kill) kill_node "${2:-}" ;;
 start) start_node "${2:-}" ;;
-*) die "usage: $0 up|down|status|kill cN|start cN" ;;
+ctl)
+  case "${2:-}" in c1 | c2 | c3) ;; *) die "name a node: c1, c2 or c3" ;; esac
+  ctl "${@:2}"
+  ;;
+*) die "usage: $0 up|down|status|kill cN|start cN|ctl cN ARGS..." ;;
 esac

@@ -29,7 +29,16 @@ fi
 # in_root CMD...: run CMD in the node's installation.
 in_root() { "${rootcmd[@]}" "$@"; }
 
-ctl() { timeout --kill-after=10 "$ctl_timeout" "${rootcmd[@]}" rabbitmqctl -q -n "$node@localhost" "$@"; }
+# cli: the rabbitmqctl ctl runs. As root, the CLI itself with the rabbitmq
+# user's HOME (its Erlang cookie), not Debian's wrapper: the wrapper's su
+# puts the CLI's VM out of reach of timeout's kill, so a call cut off by
+# ctl_timeout would leave it running, holding a CLI port (as in
+# scripts/broker.sh's ctl).
+cli=(rabbitmqctl)
+if [ "$(id -u)" -eq 0 ] && [ -x "$root/usr/lib/rabbitmq/bin/rabbitmqctl" ]; then
+  cli=(env HOME=/var/lib/rabbitmq /usr/lib/rabbitmq/bin/rabbitmqctl)
+fi
+ctl() { timeout --kill-after=10 "$ctl_timeout" "${rootcmd[@]}" "${cli[@]}" -q -n "$node@localhost" "$@"; }
 answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 node_env() {
