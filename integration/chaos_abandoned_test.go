@@ -102,20 +102,11 @@ func chaosPeerPort(t *testing.T, ctx context.Context, name string) int {
 // connections named name.
 func chaosPeerPorts(t *testing.T, ctx context.Context, name string) []int {
 	t.Helper()
-	out, err := testenv.Rabbitmqctl(ctx, "", "list_connections", "peer_port", "client_properties", "--no-table-headers")
-	if err != nil {
-		t.Fatalf("list connections: %v", err)
-	}
-	want := fmt.Sprintf(`{"connection_name","%s"}`, name)
 	var ports []int
-	for line := range strings.Lines(out) {
-		port, props, ok := strings.Cut(strings.TrimSpace(line), "\t")
-		if !ok || !strings.Contains(props, want) {
-			continue
-		}
-		n, err := strconv.Atoi(port)
+	for _, p := range chaosConnections(t, ctx, name, "peer_port") {
+		n, err := strconv.Atoi(p)
 		if err != nil {
-			t.Fatalf("list connections: port %q: %v", port, err)
+			t.Fatalf("list connections: port %q: %v", p, err)
 		}
 		ports = append(ports, n)
 	}

@@ -121,17 +121,24 @@ func TestChaosBrokerClosesConnection(t *testing.T) {
 // name is exactly name, by their Erlang pid (what close_connection takes).
 func chaosConnectionPids(t *testing.T, ctx context.Context, name string) []string {
 	t.Helper()
-	out, err := testenv.Rabbitmqctl(ctx, "", "list_connections", "pid", "client_properties", "--no-table-headers")
+	return chaosConnections(t, ctx, name, "pid")
+}
+
+// chaosConnections lists one item (a list_connections column) of each of
+// the broker's connections whose client-provided name is exactly name.
+func chaosConnections(t *testing.T, ctx context.Context, name, item string) []string {
+	t.Helper()
+	out, err := testenv.Rabbitmqctl(ctx, "", "list_connections", item, "client_properties", "--no-table-headers")
 	if err != nil {
 		t.Fatalf("list connections: %v", err)
 	}
 	want := fmt.Sprintf(`{"connection_name","%s"}`, name)
-	var pids []string
+	var items []string
 	for line := range strings.Lines(out) {
-		pid, props, ok := strings.Cut(strings.TrimSpace(line), "\t")
+		v, props, ok := strings.Cut(strings.TrimSpace(line), "\t")
 		if ok && strings.Contains(props, want) {
-			pids = append(pids, pid)
+			items = append(items, v)
 		}
 	}
-	return pids
+	return items
 }
