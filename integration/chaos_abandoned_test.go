@@ -18,17 +18,16 @@ import (
 
 // Field seed 1063112964 (CI, RabbitMQ 4.3): two orders of a key took
 // effect after a later order of that key, each from a copy never
-// delivered before. Both relays and the inbox consumer reached the
-// cluster through f3 when its clients were cut off (isolate-clients f3,
-// 24 s); after 15 s they gave their connections up, the relays gave their
-// rows back and sent them again elsewhere, in order. But the copies
-// written to the sockets they gave up were still in the kernel, which
-// went on sending them: at the heal f3 received those publishes and
-// queued them, behind the later order. A socket closed the usual way
-// keeps trying to deliver what it holds; the library had stopped caring
-// about it.
+// delivered before, at the heal of isolate-clients f3 (24 s). In the
+// replay both relays and the inbox consumer reached the cluster through
+// f3, gave their connections up after 15 s, and the relays sent their
+// rows again elsewhere, in order. A socket closed the usual way keeps
+// trying to deliver what it holds, so what the relays had written to the
+// sockets they gave up could reach f3 at the heal and be queued behind
+// the later order: the library had stopped caring about those bytes, the
+// kernel had not.
 //
-// The test cuts one connection of the shared broker (its client port
+// The test cuts one connection of the suite's broker (its client port
 // only, with nftables tables of its own), publishes (no confirm comes),
 // closes the Broker with a context that ends (it gives the connection
 // up), then lets the client-to-broker direction through again while the

@@ -38,7 +38,9 @@
 //
 // The library owns the socket under each connection: a write that moves no
 // byte for two heartbeat intervals ends the connection, so no call waits on
-// a dead socket, and every call takes a context and returns by its end. TLS
+// a dead socket, and every call takes a context and returns by its end. A
+// connection given up with bytes the broker never acknowledged is reset,
+// so none of them reaches the broker later, behind what was sent since. TLS
 // for amqps:// is done by this package ([Config].TLS or the URL's
 // parameters), not by amqp091-go. [Broker.Check] says whether the service is
 // ready; [Broker.Blocked] whether the broker blocks publishing.

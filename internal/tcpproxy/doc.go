@@ -7,7 +7,8 @@
 // unblocked frames in (SendBlocked, SendUnblocked, BlockAfterHandshake). It
 // follows the AMQP frames only as far as that needs, and counts what it
 // sees: connections (Accepted, Opened) and the methods clients send (Sent,
-// LastSent).
+// LastSent). A side that resets its connection has the other side's
+// reset too, as a direct connection would end.
 //
 // It must not be imported by non-test code.
 package tcpproxy

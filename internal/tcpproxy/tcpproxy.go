@@ -444,7 +444,8 @@ func (p *Proxy) waitFlowing(dst net.Conn, dir int) bool {
 	}
 }
 
-// reset says whether err is the peer's reset of its connection.
+// reset says whether err says the peer reset its connection: a read's
+// ECONNRESET, or a write's EPIPE once the reset has arrived.
 func reset(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
