@@ -93,7 +93,7 @@ func (l *ladder) Handle(ctx context.Context, d *mq.Delivery) error {
 		// middleware outside it sees one call per delivery.
 		return &mq.Decision{Outcome: mq.OutcomeRetry, Wait: step.Wait, Cause: err}
 	case step.Next > 0:
-		return &mq.Decision{Outcome: mq.OutcomeRetry, Queue: topology.RungQueue(d.Queue(), step.Wait), Wait: step.Wait, Cause: err}
+		return &mq.Decision{Outcome: mq.OutcomeRetry, Queue: topology.Rung(d.Queue(), l.p, step.Wait).Name, Wait: step.Wait, Cause: err}
 	default:
 		return &mq.Decision{Outcome: mq.OutcomeDeadLetter, Queue: topology.DeadLetterQueue(d.Queue()), Reason: mq.ReasonExhausted, Cause: err}
 	}

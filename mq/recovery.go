@@ -236,7 +236,7 @@ func (r *remembered) group(queue string) (declaration, bool) {
 	src := r.queues[i]
 	names := []string{queue, topology.DeadLetterQueue(queue), topology.ParkedQueue(queue)}
 	for _, w := range src.Retry.BrokerRungs() {
-		names = append(names, topology.RungQueue(queue, w))
+		names = append(names, topology.Rung(queue, src.Retry, w).Name)
 	}
 	var d declaration
 	for _, q := range r.queues {

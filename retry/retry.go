@@ -37,6 +37,7 @@ type Policy struct {
 	waits    []time.Duration
 	limit    time.Duration
 	limitSet bool
+	durable  bool
 	err      error
 }
 
@@ -60,6 +61,19 @@ func InProcessLimit(d time.Duration) Option {
 		}
 		p.limit, p.limitSet = d, true
 	})
+}
+
+// DurableRungs keeps the policy's broker waits in durable rungs: quorum
+// queues that dead-letter at least once (docs/contract.md, "Durable
+// rungs"), so a wait survives a partition or a node's loss as its home
+// queue does. The default is the family's classic rungs, which dead-letter
+// at most once and lose what waits in them when their node is cut off.
+// The choice travels with the policy: the topology that declares the queue
+// and every consumer that runs the policy derive the same rungs from it.
+// Anyone who runs a cluster should use it (RabbitMQ 3.10 or later; 4.3.3
+// or later preferred). It changes nothing for waits in-process.
+func DurableRungs() Option {
+	return optionFunc(func(p *Policy) { p.durable = true })
 }
 
 // Exponential is attempts deliveries in all, with attempts-1 waits that
@@ -174,6 +188,10 @@ func (p Policy) InProcessLimit() time.Duration {
 	return p.limit
 }
 
+// DurableRungs reports whether the policy's broker waits go through
+// durable rungs (the [DurableRungs] option) rather than classic ones.
+func (p Policy) DurableRungs() bool { return p.durable }
+
 // InProcess reports whether a wait of d is waited in the consumer's process.
 func (p Policy) InProcess(d time.Duration) bool { return d <= p.InProcessLimit() }
 
@@ -263,9 +281,10 @@ func (e *invalidError) Error() string   { return "retry: invalid policy: " + e.e
 func (e *invalidError) Unwrap() []error { return []error{ErrInvalid, e.err} }
 
 // Equal reports whether p and q retry the same way: the same schedule and the
-// same in-process limit.
+// same in-process limit, with broker waits in the same kind of rung.
 func (p Policy) Equal(q Policy) bool {
 	return slices.Equal(p.waits, q.waits) && p.InProcessLimit() == q.InProcessLimit() &&
+		p.durable == q.durable &&
 		(p.err == nil) == (q.err == nil)
 }
 
@@ -281,6 +300,9 @@ func (p Policy) String() string {
 		fmt.Fprintf(&b, ", waits %v", p.waits)
 	}
 	fmt.Fprintf(&b, ", in-process up to %v", p.InProcessLimit())
+	if p.durable {
+		b.WriteString(", durable rungs")
+	}
 	if p.err != nil {
 		b.WriteString(" (invalid)")
 	}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/acemq/acemq-go/retry"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -22,6 +23,10 @@ const (
 	// RetryExchange is the direct, durable exchange a retry rung
 	// dead-letters through on its way back to the queue it came from.
 	RetryExchange = "acemq.retry"
+	// DurableRungSuffix ends the name of a durable rung, after the classic
+	// rung's name: orders.new.retry.40s.quorum. A classic rung's name ends
+	// in a delay, so the two kinds never share a name and live side by side.
+	DurableRungSuffix = ".quorum"
 	// DeadLetterExchange is the direct, durable exchange the dead-letter and
 	// parked queues are bound to.
 	DeadLetterExchange = "acemq.dlx"
@@ -33,6 +38,15 @@ const (
 	ArgDeadLetterExchange   = "x-dead-letter-exchange"
 	ArgDeadLetterRoutingKey = "x-dead-letter-routing-key"
 	ArgMessageTTL           = "x-message-ttl"
+	ArgDeadLetterStrategy   = "x-dead-letter-strategy"
+	ArgOverflow             = "x-overflow"
+	// DeadLetterAtLeastOnce is a durable rung's x-dead-letter-strategy: the
+	// quorum queue's leader re-publishes each expired message with
+	// confirms until one is received.
+	DeadLetterAtLeastOnce = "at-least-once"
+	// OverflowRejectPublish is a durable rung's x-overflow: a full rung nacks
+	// the hop (with drop-head the broker falls back to at most once).
+	OverflowRejectPublish = "reject-publish"
 	// QueueTypeQuorum is the value of x-queue-type for a quorum queue. There
 	// is deliberately no constant for classic: a classic queue is declared by
 	// leaving x-queue-type off.
@@ -48,6 +62,23 @@ func ParkedQueue(q string) string { return q + ParkedSuffix }
 // RungQueue is the broker rung of q that waits d: RungQueue("orders.new",
 // 30*time.Second) is "orders.new.retry.30s".
 func RungQueue(q string, d time.Duration) string { return q + RetrySegment + Short(d) }
+
+// DurableRungQueue is the durable rung of q that waits d:
+// DurableRungQueue("orders.new", 40*time.Second) is
+// "orders.new.retry.40s.quorum". It is never the name of a classic rung.
+func DurableRungQueue(q string, d time.Duration) string {
+	return RungQueue(q, d) + DurableRungSuffix
+}
+
+// Rung is the rung of q that p keeps a wait of d in: a classic rung, or a
+// durable one when p asks for [retry.DurableRungs]. This is the one place
+// that picks the kind; the topology, the ladder and the tools all ask it.
+func Rung(q string, p retry.Policy, d time.Duration) Queue {
+	if p.DurableRungs() {
+		return Queue{Name: DurableRungQueue(q, d), Durable: true, Args: DurableRungArguments(q, d)}
+	}
+	return Queue{Name: RungQueue(q, d), Durable: true, Args: RungArguments(q, d)}
+}
 
 // Short writes a duration as the shortest thing that reads as one, in whole
 // seconds (truncated): 30s, 90s, 2m, 90m, 2h. Anything under a second is 0s.
@@ -74,6 +105,22 @@ func RungArguments(q string, d time.Duration) amqp.Table {
 		ArgDeadLetterExchange:   RetryExchange,
 		ArgDeadLetterRoutingKey: q,
 		ArgMessageTTL:           d.Milliseconds(),
+	}
+}
+
+// DurableRungArguments is the argument table of q's durable rung that
+// waits d: a quorum queue whose expired messages dead-letter at least once
+// through [RetryExchange] back to q, refusing publishes when full, with no
+// x-expires. This is the only place the table is built; the TTL is an
+// integer number of milliseconds, as in [RungArguments].
+func DurableRungArguments(q string, d time.Duration) amqp.Table {
+	return amqp.Table{
+		ArgQueueType:            QueueTypeQuorum,
+		ArgDeadLetterExchange:   RetryExchange,
+		ArgDeadLetterRoutingKey: q,
+		ArgMessageTTL:           d.Milliseconds(),
+		ArgDeadLetterStrategy:   DeadLetterAtLeastOnce,
+		ArgOverflow:             OverflowRejectPublish,
 	}
 }
 

@@ -266,7 +266,7 @@ func (t *Topology) failureHalf(call, q string, p retry.Policy) {
 	derived := []string{DeadLetterQueue(q), ParkedQueue(q)}
 	rungs := p.BrokerRungs()
 	for _, d := range rungs {
-		derived = append(derived, RungQueue(q, d))
+		derived = append(derived, Rung(q, p, d).Name)
 	}
 	for _, n := range derived {
 		switch {
@@ -285,7 +285,7 @@ func (t *Topology) failureHalf(call, q string, p retry.Policy) {
 	t.addQueue(call, Queue{Name: DeadLetterQueue(q), Durable: true})
 	t.addQueue(call, Queue{Name: ParkedQueue(q), Durable: true})
 	for _, d := range rungs {
-		t.addQueue(call, Queue{Name: RungQueue(q, d), Durable: true, Args: RungArguments(q, d)})
+		t.addQueue(call, Rung(q, p, d))
 	}
 	t.addBinding(call, Binding{Queue: DeadLetterQueue(q), Exchange: DeadLetterExchange, Key: DeadLetterQueue(q)})
 	t.addBinding(call, Binding{Queue: ParkedQueue(q), Exchange: DeadLetterExchange, Key: ParkedQueue(q)})

@@ -30,7 +30,7 @@ func Queue(t testing.TB, b *mq.Broker, p retry.Policy, opts ...topology.QueueOpt
 func CleanupDerived(t testing.TB, q string, p retry.Policy) {
 	qs := []string{q, topology.DeadLetterQueue(q), topology.ParkedQueue(q)}
 	for _, r := range p.BrokerRungs() {
-		qs = append(qs, topology.RungQueue(q, r))
+		qs = append(qs, topology.Rung(q, p, r).Name)
 	}
 	Cleanup(t, qs...)
 }
