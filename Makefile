@@ -85,8 +85,11 @@ suites: chromium pika
 unit:
 	$(GO) test -race -count=1 $(PKGS)
 
+## integration: the integration suites; the fate matrix (TestFateMatrix) is
+## printed at the end, pass or fail
 integration: broker chromium pika
-	$(ON_BROKER) $(GO) test -race -count=1 -tags integration -timeout 20m ./integration/... ./outbox/outboxtest/...
+	@m=$$(mktemp); trap 'cat "$$m"; rm -f "$$m"' EXIT; \
+	$(ON_BROKER) FATE_MATRIX_OUT="$$m" $(GO) test -race -count=1 -tags integration -timeout 20m ./integration/... ./outbox/outboxtest/...
 
 ## chromium: Debian's chromium for the console's browser tests (installed when missing)
 chromium:
