@@ -229,7 +229,8 @@ type fmCall struct {
 type fmDelivery struct {
 	ID       string
 	Outer    int    // calls of the outermost middleware
-	OuterOut string // d.Outcome() when its next returned (or panicked)
+	OuterOut string // d.Outcome() when its next returned
+	Panicked bool   // its next panicked: it returned nothing to read an outcome after
 	HookOut  string // d.Outcome() in OnDeliveryDone: what was carried out
 	Proc     int
 }
@@ -316,19 +317,24 @@ func (r *fmRec) OnDeliveryDone(_ context.Context, d *mq.Delivery, _ error) {
 }
 
 // outer is the app's outermost middleware: it records what it saw when
-// next returned (or panicked through it).
+// next returned, or that next panicked (a middleware inside it failed
+// after the chain: the library recovers that, and the rule for what the
+// outer middleware reads is about a next that returns).
 func (r *fmRec) outer() mq.Middleware {
 	return func(next mq.Handler) mq.Handler {
 		return mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+			returned := false
 			defer func() {
 				r.mu.Lock()
 				if e := r.open[d]; e != nil {
 					e.Outer++
-					e.OuterOut = string(d.Outcome())
+					e.OuterOut, e.Panicked = string(d.Outcome()), !returned
 				}
 				r.mu.Unlock()
 			}()
-			return next.Handle(ctx, d)
+			err := next.Handle(ctx, d)
+			returned = true
+			return err
 		})
 	}
 }
@@ -1019,6 +1025,9 @@ func fmJudge(s fmSpec, calls []fmCall, dels []fmDelivery, marks []time.Time, fou
 			missed++
 		case d.Outer > 1:
 			outer = append(outer, fmt.Sprintf("a delivery of %s passed it %d times", d.ID, d.Outer))
+		case d.HookOut == "":
+			outer = append(outer, fmt.Sprintf("a delivery of %s was settled with no outcome", d.ID))
+		case d.Panicked: // nothing returned to it: there was no outcome to read
 		case d.OuterOut == "" || d.OuterOut != d.HookOut:
 			outer = append(outer, fmt.Sprintf("%s: it read outcome %q, the library carried out %q", d.ID, d.OuterOut, d.HookOut))
 		}

@@ -53,7 +53,7 @@ var fmEvents = []string{evNone, evStop, evKill, evCut, evRefuse, evMissing, evPa
 type fmRow struct {
 	path    fmPath
 	notHere map[string]string
-	defects map[string]string // event → the issue 38 defects the cell reproduces
+	defects map[string]string // event → the issue 38 defects the cell failed with when it landed
 }
 
 // Reasons used in more than one row.
@@ -67,31 +67,31 @@ var fmTable = []fmRow{
 		evRefuse:  whyNoPublish,
 		evMissing: whyNoPublish,
 		evDLQ:     whyNoDLQ,
-	}},
+	}, defects: map[string]string{evCut: "6", evQuorum: "6"}},
 	{path: fmPathRequeue, notHere: map[string]string{
 		evRefuse:  whyNoPublish + " (a requeue is a basic.reject, never a publish)",
 		evMissing: whyNoPublish + " (a requeue is a basic.reject, never a publish)",
 		evQuorum:  "the quorum column is three requeues before the path: on this row it is the path itself",
 		evDLQ:     whyNoDLQ,
-	}},
+	}, defects: map[string]string{evNone: "6", evStop: "6", evKill: "6", evCut: "6", evPanic: "6", evInOrder: "6"}},
 	{path: fmPathReject, notHere: map[string]string{
 		evRefuse: "its target is .dlq: the dlq-refuses column",
-	}},
+	}, defects: map[string]string{evCut: "6", evMissing: "6", evPanic: "4", evQuorum: "6", evDLQ: "5, 6"}},
 	{path: fmPathWait, notHere: map[string]string{
 		evStop:    "a Stop during an in-process wait is the carried-wait row",
 		evRefuse:  whyNoPublish + " (the wait is in the process)",
 		evMissing: whyNoPublish + " (the wait is in the process)",
 		evDLQ:     whyNoDLQ,
-	}},
+	}, defects: map[string]string{evCut: "6", evQuorum: "6"}},
 	{path: fmPathRung, notHere: map[string]string{
 		evDLQ: "the rung path writes .dlq only when its rung is missing: the missing column",
-	}, defects: map[string]string{evRefuse: "3", evQuorum: "1"}},
+	}, defects: map[string]string{evCut: "6", evRefuse: "3, 6", evPanic: "4", evQuorum: "1, 6"}},
 	{path: fmPathDLQ, notHere: map[string]string{
 		evRefuse: "its target is .dlq: the dlq-refuses column",
-	}, defects: map[string]string{evNone: "7", evPanic: "4", evDLQ: "5, 6"}},
+	}, defects: map[string]string{evNone: "7", evCut: "6", evMissing: "6", evPanic: "4", evQuorum: "6", evDLQ: "5, 6"}},
 	{path: fmPathParked, notHere: map[string]string{
 		evDLQ: "a park never writes .dlq (a refused .parked is the refuse column)",
-	}},
+	}, defects: map[string]string{evCut: "6", evRefuse: "6", evMissing: "6", evPanic: "4", evQuorum: "6"}},
 	{path: fmPathCarried, notHere: map[string]string{
 		evStop:    "the carried wait is itself a Stop during a wait (its none column)",
 		evKill:    "a kill -9 during a wait carries nothing: the in-process wait × kill-9 cell",
@@ -99,18 +99,18 @@ var fmTable = []fmRow{
 		evRefuse:  "the carry goes to the consumed queue itself, which cannot refuse new messages while it holds the one consumed without a broker policy (the shared broker's settings are not changed)",
 		evMissing: "the carry goes to the consumed queue itself, which exists while it is consumed",
 		evDLQ:     whyNoDLQ,
-	}, defects: map[string]string{evQuorum: "1", evInOrder: "2"}},
+	}, defects: map[string]string{evPanic: "4", evQuorum: "1, 6", evInOrder: "2"}},
 	{path: fmPathReplay, notHere: map[string]string{
 		evRefuse:  "ops.Replay publishes the move, not the consumer: a refused move leaves the message in .dlq and the replay says so (ops' own suite)",
 		evMissing: "ops.Replay publishes the move, not the consumer: a missing target is mq.ErrUnroutable from Replay (ops' own suite)",
 		evDLQ:     "after the replay the message is handled: the dlq-refuses column of the .dlq row covers the way there",
-	}, defects: map[string]string{evQuorum: "1"}},
+	}, defects: map[string]string{evCut: "6", evPanic: "4", evQuorum: "1, 6"}},
 	{path: fmPathInbox, notHere: map[string]string{
 		evRefuse:  whyNoPublish + " (a duplicate is acknowledged)",
 		evMissing: whyNoPublish + " (a duplicate is acknowledged)",
 		evInOrder: "both copies carry one id, so there is no order between them to keep; ack × inorder covers the order",
 		evDLQ:     whyNoDLQ,
-	}, defects: map[string]string{evNone: "6"}},
+	}, defects: map[string]string{evNone: "6", evStop: "6", evKill: "6", evCut: "6", evPanic: "6", evQuorum: "6"}},
 }
 
 // fmLines are the matrix's printed lines, by cell, in table order.
