@@ -60,6 +60,10 @@ type fmRow struct {
 const (
 	whyNoPublish = "the path publishes nothing: no target to refuse or miss"
 	whyNoDLQ     = "the path never writes .dlq"
+	// whyHomeRefuses: a queue with reject-publish refuses once its ready
+	// messages reach its max-length, and the consumer takes whatever
+	// would fill it.
+	whyHomeRefuses = "the target is the consumed queue, which cannot be made to refuse while its consumer drains it but by a broker policy, and the shared test broker's settings are not changed"
 )
 
 var fmTable = []fmRow{
@@ -96,13 +100,13 @@ var fmTable = []fmRow{
 		evStop:    "the carried wait is itself a Stop during a wait (its none column)",
 		evKill:    "a kill -9 during a wait carries nothing: the in-process wait × kill-9 cell",
 		evCut:     "a cut during a wait carries nothing (the channel is gone): the in-process wait × cut cell",
-		evRefuse:  "the carry goes to the consumed queue itself, which cannot refuse new messages while it holds the one consumed without a broker policy (the shared broker's settings are not changed)",
+		evRefuse:  whyHomeRefuses,
 		evMissing: "the carry goes to the consumed queue itself, which exists while it is consumed",
 		evDLQ:     whyNoDLQ,
 	}, defects: map[string]string{evPanic: "4", evQuorum: "1, 6", evInOrder: "2"}},
 	{path: fmPathReplay, notHere: map[string]string{
-		evRefuse:  "ops.Replay publishes the move, not the consumer: a refused move leaves the message in .dlq and the replay says so (ops' own suite)",
-		evMissing: "ops.Replay publishes the move, not the consumer: a missing target is mq.ErrUnroutable from Replay (ops' own suite)",
+		evRefuse:  "the move goes to the consumed queue: " + whyHomeRefuses,
+		evMissing: "ops.Replay makes the move, not the consumer: an unroutable move stops the replay and keeps the message in .dlq (TestOpsReplayUnroutableStopsAndKeeps)",
 		evDLQ:     "after the replay the message is handled: the dlq-refuses column of the .dlq row covers the way there",
 	}, defects: map[string]string{evCut: "6", evPanic: "4", evQuorum: "1, 6"}},
 	{path: fmPathInbox, notHere: map[string]string{
