@@ -243,7 +243,6 @@ type fmTrigger struct {
 	after    bool
 	until    string // what a held call waits for: "drain" (Stop), "ctx" (cut), "" (kill: nothing)
 	fired    atomic.Bool
-	reached  chan struct{}
 }
 
 func (tr *fmTrigger) hits(id string, a int, replayed bool) bool {
