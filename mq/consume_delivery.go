@@ -97,7 +97,7 @@ func (d *Delivery) Draining() <-chan struct{} {
 func (d *Delivery) Logger() *slog.Logger { return d.runtime().Logger() }
 
 // Message copies the delivery for republishing: body and properties
-// unchanged, headers copied.
+// unchanged, headers copied less the broker's counters (see MessageOf).
 func (d *Delivery) Message() Message { return MessageOf(amqp.Delivery(d.envelope)) }
 
 // Server is host:port of the connection the delivery came on ("" outside
