@@ -41,6 +41,12 @@ import (
 //     the decision reaches the consumer: the middleware outside sees it.
 //   - OutcomeAck: acknowledge it (as a nil error does).
 //
+// A hop the broker refuses (a nack, or a .dlq or .parked that does not
+// exist) is kept pending: the copy goes to the delivery's own queue with
+// HeaderPendingHop naming its target, and its next delivery makes that hop
+// instead of calling the chain; the middleware outside sees nil and
+// OutcomeRequeue.
+//
 // Cause is the handler's error that led to the decision; hooks and
 // Logging report it.
 type Decision struct {
