@@ -189,3 +189,30 @@ func TestOneAttemptPolicyIsDeclared(t *testing.T) {
 		t.Fatal("declaredRetry(plain) found a policy where none was given")
 	}
 }
+
+// A pending hop is honoured only for the queue's own .dlq, .parked and
+// rungs: a header naming any other queue cannot send a message there.
+func TestPendingHopOnlyToTheQueuesOwnTargets(t *testing.T) {
+	for target, pending := range map[string]bool{
+		"q.dlq": true, "q.parked": true, "q.retry.5s": true, "q.retry.5s.quorum": true,
+		"other.dlq": false, "q": false, "qq.dlq": false, "": false,
+	} {
+		calls := 0
+		h := HandlerFunc(func(context.Context, *Delivery) error { calls++; return nil })
+		rt := &targetRuntime{}
+		raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{HeaderPendingHop: target, HeaderAttempt: int32(4)}}
+		d := NewDelivery("q", raw, rt)
+		if err := newRunner(h, nil, nil).Deliver(context.Background(), d); err != nil {
+			t.Fatalf("%q: %v", target, err)
+		}
+		if pending {
+			if got, ok := rt.last(target); calls != 0 || !ok || AttemptOf(got.Headers) != 4 {
+				t.Errorf("%q: %d handler calls, hops to %v: want the pending hop made with attempt 4", target, calls, rt.to)
+			}
+			continue
+		}
+		if calls != 1 || len(rt.to) != 0 {
+			t.Errorf("%q: %d handler calls, hops to %v: want the header ignored", target, calls, rt.to)
+		}
+	}
+}
