@@ -365,14 +365,19 @@ func setAside(ctx context.Context, d *Delivery, rt Runtime, target string, o Out
 // HeaderPendingHop, confirmed before the original is acknowledged: the
 // fate travels with the message, so a restart or a kill -9 cannot forget
 // it, and its next delivery makes the hop again (pendingFate). When d is
-// such a copy already, or that publish fails too, the original goes back
-// to its queue with basic.nack after the growing pause (asidePause),
-// remembered by the consumer (attemptMemo) for as long as it lives.
+// such a copy already, or that publish fails too, or the delivery's
+// channel is lost (ctx ended: the broker returns the original itself),
+// the original goes back to its queue with basic.nack after the growing
+// pause (asidePause), remembered by the consumer (attemptMemo) for as long
+// as it lives.
 func refused(ctx context.Context, d *Delivery, rt Runtime, a *asideRetry, m Message, err error) error {
-	if !d.pending {
+	if !d.pending && ctx.Err() == nil {
 		m.Headers = cloneHeaders(m.Headers) // the refused copy is not changed
 		m.Headers[HeaderPendingHop] = a.target
-		if herr := rt.Hop(ctx, d.queue, OutcomeRequeue, m); herr == nil {
+		// A channel lost meanwhile (ctx ended) returns the original too:
+		// it then goes the way below as well, so that it does not reach
+		// the handler again (both make the hop: a duplicate, as a hop may).
+		if herr := rt.Hop(ctx, d.queue, OutcomeRequeue, m); herr == nil && ctx.Err() == nil {
 			rt.Logger().WarnContext(ctx, EventRequeued, "message_id", d.MessageId, "attempt", d.Attempt(),
 				"why", string(KindCarried), "pending_hop", a.target, "error", err)
 			rt.Event(ctx, Event{Name: EventRequeued, Queue: d.queue, Kind: KindCarried, Target: a.target, Attempt: d.Attempt(), Err: err})

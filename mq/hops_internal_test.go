@@ -216,3 +216,37 @@ func TestPendingHopOnlyToTheQueuesOwnTargets(t *testing.T) {
 		}
 	}
 }
+
+// A delivery whose channel is lost (its context ended) cannot be
+// acknowledged: a refused hop is not kept on a copy (the broker returns
+// the original anyway), and the consumer remembers it instead.
+func TestRefusedHopOnALostChannelIsRemembered(t *testing.T) {
+	calls := 0
+	h := HandlerFunc(func(context.Context, *Delivery) error {
+		calls++
+		return &Decision{Outcome: OutcomeDeadLetter, Queue: "q.dlq", Reason: ReasonExhausted, Cause: errors.New("fails")}
+	})
+	rt := &targetRuntime{refused: map[string]bool{"q.dlq": true}}
+	ctx, cancel := context.WithCancel(context.Background())
+	rt2 := &cancelOnHop{targetRuntime: rt, cancel: cancel}
+	raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{HeaderAttempt: attemptValue(3)}}
+	d := NewDelivery("q", raw, rt2)
+	if err := newRunner(h, nil, nil).Deliver(ctx, d); !errors.Is(err, ErrRequeue) || d.aside == nil {
+		t.Fatalf("settled with %v (remembered: %v), want a requeue the consumer remembers", err, d.aside != nil)
+	}
+	if _, ok := rt.last("q"); ok {
+		t.Errorf("a copy was kept in q on a lost channel: hops to %v", rt.to)
+	}
+}
+
+// cancelOnHop ends the delivery's context at its first hop, as a channel
+// lost under it does.
+type cancelOnHop struct {
+	*targetRuntime
+	cancel context.CancelFunc
+}
+
+func (r *cancelOnHop) Hop(ctx context.Context, queue string, kind Outcome, m Message) error {
+	r.cancel()
+	return r.targetRuntime.Hop(ctx, queue, kind, m)
+}
