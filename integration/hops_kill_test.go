@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -153,15 +151,7 @@ func TestHopsRefusedAsideSurvivesAKill(t *testing.T) {
 	b, _ := consBroker(t)
 	q := testenv.Queue(t, b, hopsKillPolicy) // quorum
 	dlq := topology.DeadLetterQueue(q)
-	ch, err := b.Channel(testenv.Context(t, 15*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false,
-		amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
-		t.Fatalf("declare %s refusing: %v", dlq, err)
-	}
+	accept := refusing(t, b, topology.Queue{Name: dlq, Durable: true})
 	first := startHopsChild(t, q)
 	testenv.Publish(t, b, q, mq.Message{Body: []byte("x"), MessageId: "aside-kill"})
 	if !testenv.Poll(30*time.Second, func() bool { return first.count(mq.EventSetAsideFailed) >= 2 }) {
@@ -179,12 +169,7 @@ func TestHopsRefusedAsideSurvivesAKill(t *testing.T) {
 	if got := second.calls(); len(got) > 0 {
 		t.Fatalf("after a kill -9 the next process called the handler: %q, want no call", got)
 	}
-	if _, err := ch.QueueDelete(dlq, false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	accept()
 	testenv.WaitCount(t, b, dlq, 1, 30*time.Second)
 	// A stop, not a kill: a kill between the confirmed set-aside and its
 	// ack would leave a duplicate in q, as any hop may (at least once).

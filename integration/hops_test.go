@@ -100,11 +100,11 @@ func TestHopsReplayStartsAtAttemptOne(t *testing.T) {
 	}
 }
 
-// refusingRung declares rung (gone first, if it was there) as the
-// topology declares it, but holding nothing (x-max-length 0) and refusing
-// what comes (reject-publish): the broker nacks every hop to it. accept
-// declares it again as the topology does.
-func refusingRung(t *testing.T, b *mq.Broker, rung topology.Queue) (accept func()) {
+// refusing declares queue (gone first, if it was there) as given, but
+// holding nothing (x-max-length 0) and refusing what comes
+// (reject-publish): the broker nacks every hop to it. accept declares it
+// again as given.
+func refusing(t *testing.T, b *mq.Broker, queue topology.Queue) (accept func()) {
 	t.Helper()
 	ch, err := b.Channel(testenv.Context(t, 15*time.Second))
 	if err != nil {
@@ -113,19 +113,19 @@ func refusingRung(t *testing.T, b *mq.Broker, rung topology.Queue) (accept func(
 	t.Cleanup(func() { ch.Close() })
 	declare := func(args amqp.Table) {
 		t.Helper()
-		if _, err := ch.QueueDelete(rung.Name, false, false, false); err != nil {
-			t.Fatalf("delete %s: %v", rung.Name, err)
+		if _, err := ch.QueueDelete(queue.Name, false, false, false); err != nil {
+			t.Fatalf("delete %s: %v", queue.Name, err)
 		}
-		if _, err := ch.QueueDeclare(rung.Name, rung.Durable, false, false, false, args); err != nil {
-			t.Fatalf("declare %s: %v", rung.Name, err)
+		if _, err := ch.QueueDeclare(queue.Name, queue.Durable, false, false, false, args); err != nil {
+			t.Fatalf("declare %s: %v", queue.Name, err)
 		}
 	}
-	full := amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}
-	for k, v := range rung.Args {
+	full := amqp.Table{}
+	for k, v := range queue.Args {
 		full[k] = v
 	}
 	full["x-max-length"], full["x-overflow"] = int32(0), "reject-publish"
-	quorum := rung.Args[topology.ArgQueueType] == topology.QueueTypeQuorum
+	quorum := queue.Args[topology.ArgQueueType] == topology.QueueTypeQuorum
 	if quorum {
 		// A quorum queue takes one message past its limit before it
 		// refuses: fill it with one that stays (no TTL while it refuses).
@@ -133,12 +133,29 @@ func refusingRung(t *testing.T, b *mq.Broker, rung topology.Queue) (accept func(
 	}
 	declare(full)
 	if quorum {
-		if err := ch.Publish("", rung.Name, false, false, amqp.Publishing{Body: []byte("filler")}); err != nil {
+		if err := ch.Publish("", queue.Name, false, false, amqp.Publishing{Body: []byte("filler")}); err != nil {
 			t.Fatal(err)
 		}
-		testenv.WaitCount(t, b, rung.Name, 1, 10*time.Second)
+		testenv.WaitCount(t, b, queue.Name, 1, 10*time.Second)
 	}
-	return func() { declare(rung.Args) }
+	return func() { declare(queue.Args) }
+}
+
+// failingConsumer consumes q on b with the standard stack of p (not
+// declaring: the test did) and a handler that fails every attempt,
+// recorded in calls.
+func failingConsumer(t *testing.T, b *mq.Broker, q string, p retry.Policy, calls *consCalls) *mq.Consumer {
+	t.Helper()
+	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+		calls.add(d)
+		return fmt.Errorf("fails on attempt %d", d.Attempt())
+	})
+	c, err := b.Consume(testenv.Context(t, 20*time.Second), q, h,
+		middleware.Standard(p, middleware.WithoutDeclare()), mq.WithRequeuePause(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // Defect 3 (and 5, for a pending hop): a rung that exists but refuses the
@@ -162,21 +179,9 @@ func TestHopsRefusedRungWaitsForTheRung(t *testing.T) {
 				t.Fatal(err)
 			}
 			rung := topology.Rung(q, p, 2*time.Second)
-			accept := refusingRung(t, b, rung)
+			accept := refusing(t, b, rung)
 			var calls consCalls
-			h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
-				calls.add(d)
-				return fmt.Errorf("fails on attempt %d", d.Attempt())
-			})
-			consume := func(b *mq.Broker) *mq.Consumer {
-				c, err := b.Consume(testenv.Context(t, 20*time.Second), q, h,
-					middleware.Standard(p, middleware.WithoutDeclare()), mq.WithRequeuePause(50*time.Millisecond))
-				if err != nil {
-					t.Fatal(err)
-				}
-				return c
-			}
-			c := consume(b)
+			c := failingConsumer(t, b, q, p, &calls)
 			testenv.Publish(t, b, q, mq.Message{Body: []byte("x"), MessageId: "rung-refused"})
 			if !testenv.Poll(20*time.Second, func() bool { return lg.Count(mq.EventRequeued) >= 3 || calls.n() > 1 }) {
 				t.Fatalf("within 20 s: %d returns, %d calls (events: %s)", lg.Count(mq.EventRequeued), calls.n(), lg.Events())
@@ -187,7 +192,7 @@ func TestHopsRefusedRungWaitsForTheRung(t *testing.T) {
 			if tc.restart {
 				testenv.Stop(t, c)
 				b2, lg2 := consBroker(t)
-				c = consume(b2)
+				c = failingConsumer(t, b2, q, p, &calls)
 				if !testenv.Poll(20*time.Second, func() bool { return lg2.Count(mq.EventRequeued) >= 2 || calls.n() > 1 }) {
 					t.Fatalf("after the restart, within 20 s: %d returns, %d calls (events: %s)", lg2.Count(mq.EventRequeued), calls.n(), lg2.Events())
 				}
@@ -228,29 +233,9 @@ func TestHopsRefusedAsideSurvivesARestart(t *testing.T) {
 	p := retry.Waits(10*time.Millisecond, 10*time.Millisecond) // 3 attempts, in-process
 	q := testenv.Queue(t, b, p)                                // quorum
 	dlq := topology.DeadLetterQueue(q)
-	ch, err := b.Channel(testenv.Context(t, 15*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false,
-		amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
-		t.Fatalf("declare %s refusing: %v", dlq, err)
-	}
+	accept := refusing(t, b, topology.Queue{Name: dlq, Durable: true})
 	var calls consCalls
-	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
-		calls.add(d)
-		return fmt.Errorf("fails on attempt %d", d.Attempt())
-	})
-	consume := func(b *mq.Broker) *mq.Consumer {
-		c, err := b.Consume(testenv.Context(t, 20*time.Second), q, h,
-			middleware.Standard(p, middleware.WithoutDeclare()), mq.WithRequeuePause(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	c := consume(b)
+	c := failingConsumer(t, b, q, p, &calls)
 	testenv.Publish(t, b, q, mq.Message{Body: []byte("x"), MessageId: "aside-restart"})
 	if !testenv.Poll(20*time.Second, func() bool { return lg.Count(mq.EventSetAsideFailed) >= 2 }) {
 		t.Fatalf("%d refused set-asides within 20 s (events: %s)", lg.Count(mq.EventSetAsideFailed), lg.Events())
@@ -261,7 +246,7 @@ func TestHopsRefusedAsideSurvivesARestart(t *testing.T) {
 	}
 
 	b2, lg2 := consBroker(t)
-	c = consume(b2)
+	c = failingConsumer(t, b2, q, p, &calls)
 	defer testenv.Stop(t, c)
 	if !testenv.Poll(20*time.Second, func() bool { return lg2.Count(mq.EventSetAsideFailed) >= 2 || calls.n() > 3 }) {
 		t.Fatalf("after the restart, within 20 s: %d refused set-asides, %d calls (events: %s)", lg2.Count(mq.EventSetAsideFailed), calls.n(), lg2.Events())
@@ -269,12 +254,7 @@ func TestHopsRefusedAsideSurvivesARestart(t *testing.T) {
 	if _, a := calls.snapshot(); len(a) != 3 {
 		t.Fatalf("after a restart the handler ran attempts %v, want none beyond 1 2 3", a)
 	}
-	if _, err := ch.QueueDelete(dlq, false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	accept()
 	testenv.WaitCount(t, b, dlq, 1, 30*time.Second)
 	testenv.WaitCount(t, b, q, 0, 10*time.Second)
 	if _, a := calls.snapshot(); len(a) != 3 {
