@@ -10,7 +10,6 @@ import (
 
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/ops"
-	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 )
 
@@ -72,7 +71,7 @@ func consoleQueues(t *topology.Topology) []string {
 	}
 	var out []string
 	for _, q := range t.Queues() {
-		if q.DeadLetter || !q.Retry.Equal(retry.Policy{}) {
+		if q.DeadLetter || q.HasRetry {
 			out = append(out, q.Name)
 		}
 	}

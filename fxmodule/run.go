@@ -127,7 +127,7 @@ func consumerOptions(c Consumer, t *topology.Topology, inbox mq.Middleware, shar
 	}
 	var declared *retry.Policy
 	if t != nil {
-		if q, ok := t.QueueNamed(c.Queue); ok && !q.Retry.Equal(retry.Policy{}) {
+		if q, ok := t.QueueNamed(c.Queue); ok && q.HasRetry {
 			declared = &q.Retry
 		}
 	}

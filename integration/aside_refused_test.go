@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -31,15 +29,7 @@ func TestAsideRefusedIsSetAsideAgainNotRetried(t *testing.T) {
 	dlq := topology.DeadLetterQueue(q)
 
 	// A .dlq that refuses every publish: the broker nacks the hop.
-	ch, err := b.Channel(testenv.Context(t, 15*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false,
-		amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
-		t.Fatalf("declare %s refusing: %v", dlq, err)
-	}
+	accept := refusing(t, b, topology.Queue{Name: dlq, Durable: true})
 
 	var calls atomic.Int32
 	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
@@ -64,12 +54,7 @@ func TestAsideRefusedIsSetAsideAgainNotRetried(t *testing.T) {
 	}
 
 	// The .dlq accepts again: the message lands there, still after 3 calls.
-	if _, err := ch.QueueDelete(dlq, false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	accept()
 	testenv.WaitCount(t, b, dlq, 1, 20*time.Second)
 	testenv.WaitCount(t, b, q, 0, 10*time.Second)
 	if n := calls.Load(); n != 3 {

@@ -32,8 +32,11 @@ import (
 // acknowledged only after the hop's publish is confirmed
 // and not returned. A rung that does not exist (the publish comes back
 // unroutable) is logged and reported as acemq.retry.rung.missing and the
-// message is set aside in <queue>.dlq (reason "rung-missing"); a failed
-// set-aside returns the original to its queue after a pause.
+// message is set aside in <queue>.dlq (reason "rung-missing"). A hop the
+// broker refuses (a full rung, a .dlq that cannot be written) is made
+// again, never replaced by another attempt: the copy waits in the
+// message's own queue, naming its target (mq.HeaderPendingHop), and a
+// restart does not forget it.
 //
 // Errors marked Park or Reject are never retried: they pass through for
 // Parking. An mq.Requeue error passes through too. A panic inside the

@@ -68,7 +68,7 @@ func TestOuterMiddlewareSeesTheFate(t *testing.T) {
 		{name: "reject", p: inProcess, handle: func(int) error { return Reject(errBoom) }, calls: 1, err: isNil, outcome: mq.OutcomeDeadLetter, hopTo: "q.dlq"},
 		{name: "requeue", p: inProcess, handle: func(int) error { return mq.Requeue(errBoom) }, calls: 1, err: isRequeue, outcome: ""},
 		{name: "missing rung", p: brokerFirst, handle: failing(9, nil), refuse: "q.retry.1m", calls: 1, err: isNil, outcome: mq.OutcomeDeadLetter, hopTo: "q.dlq"},
-		{name: "failed set-aside", p: inProcess, handle: func(int) error { return Park(errBoom) }, refuse: "q.parked", calls: 1, err: isRequeue, outcome: ""},
+		{name: "failed set-aside", p: inProcess, handle: func(int) error { return Park(errBoom) }, refuse: "q.parked", calls: 1, err: isNil, outcome: mq.OutcomeRequeue, hopTo: "q"},
 		{name: "panic then success", p: inProcess, handle: func(a int) error {
 			if a == 1 {
 				panic("kaboom")

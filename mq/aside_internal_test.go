@@ -76,10 +76,15 @@ func TestAsideRefusedIsMadeAgainOnTheRedelivery(t *testing.T) {
 	if calls != 1 {
 		t.Fatalf("the handler was called %d times, want 1", calls)
 	}
-	if len(rt.hops) != 4 {
-		t.Fatalf("%d hops, want 4 (3 refused, 1 confirmed)", len(rt.hops))
+	// Each refused set-aside also tried to keep its copy in q (refused
+	// too here: every queue refuses), then the consumer's memory took over.
+	if len(rt.hops) != 7 {
+		t.Fatalf("%d hops, want 7 (3 refused to q.dlq, each with its copy refused by q, 1 confirmed)", len(rt.hops))
 	}
 	for i, m := range rt.hops {
+		if rt.to[i] == "q" && m.Headers[HeaderPendingHop] == "q.dlq" && AttemptOf(m.Headers) == 4 {
+			continue
+		}
 		if rt.to[i] != "q.dlq" || AttemptOf(m.Headers) != 4 || m.Headers[HeaderReason] != string(ReasonExhausted) ||
 			m.Headers[HeaderError] != "fails on attempt 3" || m.Headers[HeaderSourceQueue] != "q" {
 			t.Fatalf("hop %d to %s carries %v, want q.dlq, attempt 4, exhausted, the third attempt's error", i+1, rt.to[i], m.Headers)

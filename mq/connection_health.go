@@ -9,15 +9,17 @@ import (
 )
 
 // ErrNotReady: [Broker.Check] found the broker not ready to serve (no
-// connection, publishing blocked, a consumer not subscribed).
+// connection, publishing blocked, a consumer not subscribed or ended with
+// an error).
 var ErrNotReady = errors.New("mq: not ready")
 
 // Check is the service's readiness: nil when the broker is connected, the
 // broker does not block publishing (no memory or disk alarm), and every
 // consumer of the broker is subscribed right now (not between a lost
-// channel and its resubscribe). Otherwise it names every problem at once,
-// each wrapping [ErrNotReady] ([ErrClosed] after Close, [ErrNotStarted] before
-// Start). It does not block: it reads state, sends nothing to the broker.
+// channel and its resubscribe); a consumer that ended with an error (it
+// gave up: see [Consumer.Err]) keeps it failing until [Consumer.Stop].
+// Otherwise it names every problem at once, each wrapping [ErrNotReady]
+// ([ErrClosed] after Close, [ErrNotStarted] before Start). It does not block: it reads state, sends nothing to the broker.
 func (b *Broker) Check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -41,8 +43,14 @@ func (b *Broker) Check(ctx context.Context) error {
 	} else if reason, blocked := st.blockState(); blocked {
 		errs = append(errs, fmt.Errorf("%w: the broker blocks publishing (%s)", ErrNotReady, reason))
 	}
-	var waiting []string
+	var waiting, ended []string
 	for _, c := range consumers {
+		if c.ended() {
+			if err := c.Err(); err != nil {
+				ended = append(ended, fmt.Sprintf("consumer of %q: %v", c.queue, err))
+			}
+			continue
+		}
 		if !c.subscribed.Load() && !c.isStopping() {
 			waiting = append(waiting, fmt.Sprintf("%q", c.queue))
 		}
@@ -50,6 +58,10 @@ func (b *Broker) Check(ctx context.Context) error {
 	if len(waiting) > 0 {
 		slices.Sort(waiting)
 		errs = append(errs, fmt.Errorf("%w: not subscribed: consumer of %s", ErrNotReady, strings.Join(waiting, ", consumer of ")))
+	}
+	if len(ended) > 0 {
+		slices.Sort(ended)
+		errs = append(errs, fmt.Errorf("%w: ended with an error (stop it to clear this): %s", ErrNotReady, strings.Join(ended, "; ")))
 	}
 	return errors.Join(errs...)
 }

@@ -135,7 +135,9 @@ func (c *Consumer) Err() error {
 // delivery limit (a return by the close it would). If ctx ends first,
 // in-flight handlers' contexts are cancelled, the channel is closed (the
 // broker requeues what was not settled) and Stop returns ctx's error; Done
-// closes when the last handler has returned. Stop is idempotent.
+// closes when the last handler has returned. Stop is idempotent. A
+// consumer that already ended with an error (see Err) keeps the Broker's
+// Check failing until it is stopped.
 func (c *Consumer) Stop(ctx context.Context) error {
 	c.stopOnce.Do(func() {
 		c.mu.Lock()
@@ -146,6 +148,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	})
 	select {
 	case <-c.done:
+		c.b.unregister(nil, c) // one that ended with an error was kept for Check
 		return nil
 	case <-ctx.Done():
 		c.abortOnce.Do(func() { close(c.abort) })
@@ -320,7 +323,22 @@ func (c *Consumer) finish(err error) {
 	}
 	c.closeHops()
 	c.endLife()
-	c.b.unregister(nil, c)
 	c.err = errors.Join(errs...)
+	// A consumer that ended with an error, not stopped, stays registered:
+	// Broker.Check reports it until Stop.
+	failed := c.err != nil && !c.isStopping()
+	if !failed {
+		c.b.unregister(nil, c)
+	}
 	close(c.done)
+}
+
+// ended reports whether c has ended (Done is closed).
+func (c *Consumer) ended() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
 }

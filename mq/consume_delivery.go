@@ -28,7 +28,8 @@ type Delivery struct {
 	used    int     // the last attempt that ran to its end (see endAttempt)
 
 	asideFailed bool        // its set-aside failed: the return is the library's failure (see asidePause)
-	aside       *asideRetry // a set-aside that failed, made again instead of another attempt (see attemptMemo)
+	aside       *asideRetry // a hop that was refused, made again instead of another attempt (see attemptMemo)
+	pending     bool        // a copy that carries its refused hop (HeaderPendingHop): see refused
 }
 
 // consumerRuntime is what a consumer's session answers beyond Runtime; a
@@ -97,7 +98,7 @@ func (d *Delivery) Draining() <-chan struct{} {
 func (d *Delivery) Logger() *slog.Logger { return d.runtime().Logger() }
 
 // Message copies the delivery for republishing: body and properties
-// unchanged, headers copied.
+// unchanged, headers copied less the broker's counters (see MessageOf).
 func (d *Delivery) Message() Message { return MessageOf(amqp.Delivery(d.envelope)) }
 
 // Server is host:port of the connection the delivery came on ("" outside
@@ -117,8 +118,9 @@ var errWaitCut = errors.New("mq: in-process wait cut short")
 // expiration (the copy would vanish from .dlq, or come home from a rung
 // early), the CC and BCC headers (the broker would send an extra copy to
 // those queues on every hop) and a user_id other than the consumer's own
-// login (the broker would refuse every hop); plus the original exchange and
-// routing key in headers, if the delivery carries none yet.
+// login (the broker would refuse every hop) and a pending hop (the hop
+// names its own target); plus the original exchange and routing key in
+// headers, if the delivery carries none yet.
 func (d *Delivery) hopMessage() Message {
 	m := d.Message()
 	if m.Headers == nil {
@@ -127,6 +129,7 @@ func (d *Delivery) hopMessage() Message {
 	m.Expiration = ""
 	delete(m.Headers, "CC")
 	delete(m.Headers, "BCC")
+	delete(m.Headers, HeaderPendingHop)
 	if m.UserId != "" && m.UserId != d.login() {
 		m.UserId = ""
 	}

@@ -195,7 +195,7 @@ func (r *remembered) declaredRetry(queue string) (retry.Policy, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, q := range r.queues {
-		if q.Name == queue && !q.Retry.Equal(retry.Policy{}) {
+		if q.Name == queue && q.HasRetry {
 			return q.Retry, true
 		}
 	}

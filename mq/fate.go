@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -39,6 +40,12 @@ import (
 //   - OutcomeReject: reject it without requeue. The reject is made when
 //     the decision reaches the consumer: the middleware outside sees it.
 //   - OutcomeAck: acknowledge it (as a nil error does).
+//
+// A hop the broker refuses (a nack, or a .dlq or .parked that does not
+// exist) is kept pending: the copy goes to the delivery's own queue with
+// HeaderPendingHop naming its target, and its next delivery makes that hop
+// instead of calling the chain; the middleware outside sees nil and
+// OutcomeRequeue.
 //
 // Cause is the handler's error that led to the decision; hooks and
 // Logging report it.
@@ -162,10 +169,10 @@ func (r *Runner) RetryPolicy() (retry.Policy, bool) {
 // recovered as a requeue, never a reject.
 func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
 	rt := d.runtime()
-	if a := d.aside; a != nil {
-		// Its attempts were used on an earlier delivery, whose set-aside
-		// failed: make that set-aside again, never another attempt.
-		return d.settled(setAside(ctx, d, rt, a.target, a.outcome, a.reason, a.cause))
+	if a := d.pendingFate(); a != nil {
+		// An earlier delivery decided its fate and the hop was refused:
+		// make that hop again, never another attempt.
+		return d.settled(a.redo(ctx, d, rt))
 	}
 	err := invoke(ctx, r.handler, d, rt)
 	if err == nil {
@@ -311,7 +318,7 @@ func toRung(ctx context.Context, d *Delivery, rt Runtime, dec *Decision) error {
 		rt.Event(ctx, Event{Name: EventRungMissing, Queue: d.queue, Target: dec.Queue, Attempt: d.Attempt(), Err: dec.Cause})
 		return setAside(ctx, d, rt, topology.DeadLetterQueue(d.queue), OutcomeDeadLetter, ReasonRungMissing, dec.Cause)
 	default:
-		return Requeue(fmt.Errorf("retry via %s: %w", dec.Queue, err))
+		return refused(ctx, d, rt, &asideRetry{target: dec.Queue, outcome: OutcomeRetry, wait: dec.Wait, cause: dec.Cause}, m, err)
 	}
 }
 
@@ -345,22 +352,107 @@ func setAside(ctx context.Context, d *Delivery, rt Runtime, target string, o Out
 		rt.Logger().ErrorContext(ctx, EventSetAsideFailed, "message_id", d.MessageId, "target", target,
 			"reason", string(reason), "cause", causeText, "error", err)
 		rt.Event(ctx, Event{Name: EventSetAsideFailed, Queue: d.queue, Target: target, Attempt: d.Attempt(), Err: err})
-		d.asideFailed = true
-		d.aside = &asideRetry{target: target, outcome: o, reason: reason, cause: cause}
-		return Requeue(fmt.Errorf("set aside in %s: %w", target, err))
+		return refused(ctx, d, rt, &asideRetry{target: target, outcome: o, reason: reason, cause: cause}, m, err)
 	}
 	d.outcome, d.cause = o, cause
 	return nil
 }
 
-// asideRetry is a set-aside that failed, to make again when the message
-// comes back (see attemptMemo): where to, which outcome and reason, and the
-// error that led to it.
+// refused is what follows a hop the broker refused (a nack: a full queue
+// with reject-publish, a node down): the message must make that hop, not
+// another attempt, and not before the pause. The copy the hop would have
+// made (m) goes to d's own queue instead, naming its target in
+// HeaderPendingHop, confirmed before the original is acknowledged: the
+// fate travels with the message, so a restart or a kill -9 cannot forget
+// it, and its next delivery makes the hop again (pendingFate). When d is
+// such a copy already, or that publish fails too, or the delivery's
+// channel is lost (ctx ended: the broker returns the original itself),
+// the original goes back to its queue with basic.nack after the growing
+// pause (asidePause), remembered by the consumer (attemptMemo) for as long
+// as it lives.
+func refused(ctx context.Context, d *Delivery, rt Runtime, a *asideRetry, m Message, err error) error {
+	if !d.pending && ctx.Err() == nil {
+		m.Headers = cloneHeaders(m.Headers) // the refused copy is not changed
+		m.Headers[HeaderPendingHop] = a.target
+		// A channel lost meanwhile (ctx ended) returns the original too:
+		// it then goes the way below as well, so that it does not reach
+		// the handler again (both make the hop: a duplicate, as a hop may).
+		if herr := rt.Hop(ctx, d.queue, OutcomeRequeue, m); herr == nil && ctx.Err() == nil {
+			rt.Logger().WarnContext(ctx, EventRequeued, "message_id", d.MessageId, "attempt", d.Attempt(),
+				"why", string(KindCarried), "pending_hop", a.target, "error", err)
+			rt.Event(ctx, Event{Name: EventRequeued, Queue: d.queue, Kind: KindCarried, Target: a.target, Attempt: d.Attempt(), Err: err})
+			d.outcome, d.cause = OutcomeRequeue, a.cause
+			return nil
+		}
+	}
+	d.asideFailed = true
+	if !d.pending {
+		d.aside = a
+	}
+	return Requeue(fmt.Errorf("hop to %s: %w", a.target, err))
+}
+
+// asideRetry is a hop that was refused, to make again when the message
+// comes back (see attemptMemo and pendingFate): where to, which outcome
+// (a set-aside, or a retry through a rung), the reason, the rung's wait,
+// and the error that led to it.
 type asideRetry struct {
 	target  string
 	outcome Outcome
 	reason  Reason
+	wait    time.Duration
 	cause   error
+}
+
+// redo makes the hop a again, for d, whose attempt is the one that
+// decided it.
+func (a *asideRetry) redo(ctx context.Context, d *Delivery, rt Runtime) error {
+	if a.outcome == OutcomeRetry {
+		return toRung(ctx, d, rt, &Decision{Outcome: OutcomeRetry, Queue: a.target, Wait: a.wait, Cause: a.cause})
+	}
+	return setAside(ctx, d, rt, a.target, a.outcome, a.reason, a.cause)
+}
+
+// pendingFate is the hop d still has to make instead of another attempt,
+// or nil: the consumer's memory of a copy it returned (d.aside), or a copy
+// that names its hop itself (HeaderPendingHop; see refused). The latter is
+// honoured only for a target of d's own queue (its .dlq, its .parked, one
+// of its rungs), so a header cannot send a message anywhere else; its
+// attempt becomes the one that decided the hop (the copy carries the next,
+// whatever the broker counted of its returns since), so the hop writes
+// what it wrote the first time.
+func (d *Delivery) pendingFate() *asideRetry {
+	if d.aside != nil {
+		return d.aside
+	}
+	target, ok := d.Headers[HeaderPendingHop].(string)
+	if !ok || d.queue == "" {
+		return nil
+	}
+	a := &asideRetry{target: target}
+	switch {
+	case target == topology.DeadLetterQueue(d.queue):
+		a.outcome = OutcomeDeadLetter
+	case target == topology.ParkedQueue(d.queue):
+		a.outcome = OutcomePark
+	case strings.HasPrefix(target, d.queue+topology.RetrySegment):
+		a.outcome = OutcomeRetry
+	default:
+		d.runtime().Logger().Warn("acemq.pending.hop.header.ignored", "message_id", d.MessageId, "header", HeaderPendingHop, "value", target)
+		return nil
+	}
+	if a.outcome != OutcomeRetry {
+		a.reason = ReasonExhausted
+		if r, ok := d.Headers[HeaderReason].(string); ok && r != "" {
+			a.reason = Reason(r)
+		}
+		if e, ok := d.Headers[HeaderError].(string); ok {
+			a.cause = errors.New(e)
+		}
+	}
+	d.pending = true
+	d.attempt = max(1, AttemptOf(d.Headers)-1)
+	return a
 }
 
 // standIn is the runtime of a delivery built with no Runtime: hops fail

@@ -24,7 +24,8 @@ type PublishInfo struct {
 	RoutingKey string
 	Mandatory  bool
 	// Hop says why the library republished the message itself ("" for
-	// an application's own publish).
+	// an application's own publish); OutcomeRequeue is a copy kept in its
+	// own queue while a refused hop is pending (HeaderPendingHop).
 	Hop Outcome
 	// Message is the message about to be sent; hooks may edit its Headers.
 	Message *Message

@@ -39,7 +39,11 @@ type Message struct {
 
 // MessageOf copies a delivery into a [Message] for republishing: body and
 // every property unchanged (no defaults applied), headers copied so they
-// can be added to without touching the delivery.
+// can be added to without touching the delivery, less the counters a
+// quorum queue wrote on the delivery (x-delivery-count, x-acquired-count):
+// they count this delivery's returns, and a copy that carried them would
+// have them kept by the broker and counted again. Every copy the library
+// publishes (a hop, a carried wait, a replay) is made here.
 func MessageOf(d amqp.Delivery) Message {
 	return Message{
 		Body:            d.Body,
@@ -55,7 +59,7 @@ func MessageOf(d amqp.Delivery) Message {
 		Type:            d.Type,
 		UserId:          d.UserId,
 		AppId:           d.AppId,
-		Headers:         cloneHeaders(d.Headers),
+		Headers:         copyHeaders(d.Headers),
 		verbatim:        true,
 	}
 }
@@ -113,4 +117,13 @@ func NewMessageID() string {
 	var buf [48]byte // one allocation: the string
 	b := append(buf[:0], idPrefix...)
 	return string(strconv.AppendUint(b, idCounter.Add(1), 36))
+}
+
+// copyHeaders is a copy of a delivery's headers for republishing, less the
+// broker's counters (see MessageOf).
+func copyHeaders(h amqp.Table) amqp.Table {
+	c := cloneHeaders(h)
+	delete(c, headerDeliveryCount)
+	delete(c, headerAcquiredCount)
+	return c
 }

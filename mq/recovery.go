@@ -261,13 +261,13 @@ func (r *remembered) group(queue string) (declaration, bool) {
 }
 
 // running is the set of queues the Broker's consumers consume now: those
-// registered and not stopping.
+// registered, not stopping and not ended.
 func (b *Broker) running() map[string]bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make(map[string]bool, len(b.consumers))
 	for c := range b.consumers {
-		if !c.isStopping() {
+		if !c.isStopping() && !c.ended() {
 			out[c.queue] = true
 		}
 	}

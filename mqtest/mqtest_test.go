@@ -139,7 +139,8 @@ func TestParkAndReject(t *testing.T) {
 }
 
 // A missing rung sets the message aside in .dlq (reason rung-missing); a
-// .dlq that cannot be reached requeues it.
+// .dlq that cannot be reached keeps the set-aside pending on a copy in the
+// queue (x-acemq-pending-hop), and the original is acknowledged.
 func TestRefusedHops(t *testing.T) {
 	c := mqtest.New(t, "orders", failing(100, errDown), middleware.Standard(policy))
 	c.Refuse("orders.retry.40s", mq.ErrUnroutable)
@@ -152,8 +153,15 @@ func TestRefusedHops(t *testing.T) {
 	}
 	c.Refuse("orders.dlq", mq.ErrUnroutable)
 	r = c.Deliver(mq.Message{})
-	if r.Outcome != mq.OutcomeRequeue || !errors.Is(r.Err, mq.ErrRequeue) || len(r.Hops) != 0 {
-		t.Fatalf("result %v, want a requeue", r)
+	if r.Outcome != mq.OutcomeRequeue || r.Err != nil || len(r.Hops) != 1 || r.Hops[0].Queue != "orders" ||
+		r.Hops[0].Message.Headers[mq.HeaderPendingHop] != "orders.dlq" {
+		t.Fatalf("result %v, want the set-aside kept pending on a copy in orders", r)
+	}
+	// Delivered again, to a new process, the copy makes the set-aside, not
+	// another attempt.
+	r = mqtest.New(t, "orders", failing(100, errDown), middleware.Standard(policy)).Deliver(r.Hops[0].Message)
+	if r.Outcome != mq.OutcomeDeadLetter || r.Attempts != 0 || len(r.Hops) != 1 || r.Hops[0].Queue != "orders.dlq" || r.Hops[0].Attempt() != 4 {
+		t.Fatalf("result %v, want the pending set-aside made, with no attempt", r)
 	}
 }
 

@@ -51,9 +51,12 @@ type Queue struct {
 	AutoDelete bool
 	Args       amqp.Table
 	// DeadLetter and Retry are what the queue was declared with; a derived
-	// queue (.dlq, .parked, a rung) has neither.
+	// queue (.dlq, .parked, a rung) has neither. HasRetry says whether
+	// Retry was given at all: a one-attempt policy (retry.Fixed(1, …), no
+	// retries) is a policy, and equals the zero Policy.
 	DeadLetter bool
 	Retry      retry.Policy
+	HasRetry   bool
 }
 
 // Binding binds a queue to an exchange on a routing key.
@@ -202,7 +205,7 @@ func (t *Topology) queue(name string, opts []QueueOption) {
 		ok = false
 	}
 	q := Queue{Name: name, Durable: !s.transient, Exclusive: s.exclusive, AutoDelete: s.autoDelete,
-		DeadLetter: s.deadLetter, Retry: s.retry}
+		DeadLetter: s.deadLetter, Retry: s.retry, HasRetry: s.hasRetry}
 	args := cloneTable(s.args)
 	owned := s.exclusive || s.autoDelete || s.transient
 	typ, named := args[ArgQueueType]
@@ -501,12 +504,12 @@ func sameExchange(a, b Exchange) bool {
 
 func sameQueue(a, b Queue) bool {
 	return a.Durable == b.Durable && a.Exclusive == b.Exclusive && a.AutoDelete == b.AutoDelete &&
-		formatTable(a.Args) == formatTable(b.Args) && a.DeadLetter == b.DeadLetter && a.Retry.Equal(b.Retry)
+		formatTable(a.Args) == formatTable(b.Args) && a.DeadLetter == b.DeadLetter && a.HasRetry == b.HasRetry && a.Retry.Equal(b.Retry)
 }
 
 func queueSummary(q Queue) string {
 	s := queueDetail(q)
-	if !q.Retry.Equal(retry.Policy{}) {
+	if q.HasRetry {
 		s += ", retry " + q.Retry.String()
 	}
 	if s == "" {
