@@ -28,6 +28,7 @@ type Delivery struct {
 	used    int     // the last attempt that ran to its end (see endAttempt)
 
 	asideFailed bool        // its set-aside failed: the return is the library's failure (see asidePause)
+	kept        bool        // its wait was cut short under InOrder: it goes back with basic.nack, keeping its place (see carry)
 	aside       *asideRetry // a set-aside that failed, made again instead of another attempt (see attemptMemo)
 }
 
@@ -43,6 +44,9 @@ type consumerRuntime interface {
 	// cutShort reports whether the consumer has cut its handlers short
 	// (a lost channel, a stop deadline).
 	cutShort() bool
+	// keepsOrder reports whether the consumer keeps the queue's order
+	// (InOrder).
+	keepsOrder() bool
 }
 
 // runtime is d.from; a zero Delivery (made with new) behaves as one

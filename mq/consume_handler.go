@@ -32,32 +32,37 @@ type Middleware func(Handler) Handler
 
 // Chain wraps h in mws, the first outermost: Chain(h, a, b) is a(b(h)).
 func Chain(h Handler, mws ...Middleware) Handler {
-	h, _ = chain(h, mws, false)
+	for i := len(mws) - 1; i >= 0; i-- {
+		if mws[i] != nil {
+			h = mws[i](h)
+		}
+	}
 	return h
 }
 
-// chain also returns every handler a middleware built, outermost first. A
-// nil middleware is skipped (listing the handler inside it in its place
-// would run that handler's Subscribe and Stop hooks twice).
-//
-// A consumer's chain (carry true) also carries out each middleware's
-// decision at that middleware's boundary (see carrier), so the middleware
+// chainCarried is a consumer's chain: h in mws as Chain wraps it, with a
+// carrier just outside each middleware, which carries out that
+// middleware's decision at its boundary (see carrier), so the middleware
 // outside it sees what it saw before decisions existed: nil and
-// d.Outcome() after a hop, the final result after in-process retries.
-func chain(h Handler, mws []Middleware, carry bool) (Handler, []Handler) {
+// d.Outcome() after a hop, the final result after in-process retries. It
+// also returns every handler a middleware built and the carrier around
+// each, outermost first. A nil middleware is skipped (listing the handler
+// inside it in its place would run that handler's Subscribe and Stop
+// hooks twice).
+func chainCarried(h Handler, mws []Middleware) (Handler, []Handler, []*carrier) {
 	built := make([]Handler, 0, len(mws))
+	carriers := make([]*carrier, 0, len(mws))
 	for i := len(mws) - 1; i >= 0; i-- {
 		if mws[i] == nil {
 			continue
 		}
-		h = mws[i](h)
-		built = append(built, h)
-		if carry {
-			h = &carrier{next: h}
-		}
+		b := mws[i](h)
+		c := &carrier{next: b}
+		built, carriers, h = append(built, b), append(carriers, c), c
 	}
 	slices.Reverse(built)
-	return h, built
+	slices.Reverse(carriers)
+	return h, built, carriers
 }
 
 // Subscriber is implemented by a Handler (as a middleware returns it) that
