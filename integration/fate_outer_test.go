@@ -21,6 +21,7 @@ import (
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/outbox"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -116,7 +117,8 @@ func TestFateInOrderStopKeepsThePlace(t *testing.T) {
 // and 8 copies in .dlq in 8 s, growing).
 func TestFatePanicAfterConfirmedHopAcknowledges(t *testing.T) {
 	t.Parallel()
-	b, lg := consBroker(t)
+	lg := testenv.NewLogRecorder(t, "acemq.handler.panic") // a stack each: kept out of the test log
+	b := testenv.Broker(t, mq.Config{Logger: lg.Logger()})
 	p := retry.Fixed(2, 50*time.Millisecond)
 	q := testenv.Queue(t, b, p)
 	dlq := topology.DeadLetterQueue(q)
@@ -257,5 +259,59 @@ func TestFateOuterSeesRepeatedSetAsides(t *testing.T) {
 	}
 	if n := calls.Load(); n != 3 {
 		t.Errorf("%d handler calls on a 3-attempt policy, want 3", n)
+	}
+}
+
+// The inbox (PostgreSQL) suppresses a duplicate without calling the
+// handler. The app's outer middleware reads the ack the consumer makes,
+// and Logging writes the same (the landed code returned nil with an empty
+// Outcome() while Logging wrote outcome=ack).
+func TestFateOuterSeesInboxDuplicate(t *testing.T) {
+	seen := &outerSeen{}
+	lg := testenv.NewLogRecorder(t, "acemq.message.settled", outbox.EventDuplicate)
+	db := outboxOpen(t, outboxURL())
+	s := outboxTables(t, db)
+	b := testenv.Broker(t, mq.Config{Logger: lg.Logger()}, mq.WithHooks(seen))
+	p := retry.Waits(50 * time.Millisecond)
+	q := testenv.Queue(t, b, p, topology.Classic())
+	var calls atomic.Int32
+	c, err := b.Consume(testenv.Context(t, time.Minute), q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+		calls.Add(1)
+		return nil
+	}), mq.WithMiddleware(seen.middleware), middleware.Standard(p),
+		mq.WithMiddleware(outbox.Inbox(db, outbox.WithSchema(s))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Publish(t, b, q, mq.Message{MessageId: "dup-1", Body: []byte("a")}, mq.Message{MessageId: "dup-1", Body: []byte("a")})
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		_, passed, _, _ := seen.counts()
+		return passed == 2 && lg.Count(outbox.EventDuplicate) == 1
+	}, "two deliveries, one a duplicate")
+	testenv.Stop(t, c)
+	received, passed, empty, differs := seen.counts()
+	if passed != received || passed != 2 {
+		t.Errorf("the outer middleware saw %d of %d deliveries, want 2 of 2", passed, received)
+	}
+	if empty > 0 {
+		t.Errorf("next returned %d time(s) with an empty Outcome()", empty)
+	}
+	if len(differs) > 0 {
+		t.Errorf("the outer middleware's outcome differed from the settled one: %v", differs)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1", n)
+	}
+	for _, r := range lg.All("acemq.message.settled") {
+		if got := r.Attrs["outcome"]; got != string(mq.OutcomeAck) {
+			t.Errorf("Logging wrote outcome=%v, want ack", got)
+		}
+	}
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	for d, o := range seen.seenByPtr {
+		if o != mq.OutcomeAck {
+			t.Errorf("the outer middleware read %q for %s, want ack", o, d.MessageId)
+		}
 	}
 }
