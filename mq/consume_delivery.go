@@ -76,12 +76,14 @@ func (d *Delivery) Queue() string { return d.queue }
 // header the delivery carried (absent means 1), plus each return of the
 // copy a quorum queue counted (x-delivery-count) past the first two, never
 // less than the attempt the consumer remembers it reached before returning
-// it itself; plus one for each in-process retry of it so far.
+// it itself; plus one for each in-process retry of it so far. Read after
+// next returns, it is the last attempt that ran (see Middleware).
 func (d *Delivery) Attempt() int { return d.attempt }
 
-// Outcome is what became of the delivery once its fate was carried out
-// (an ack, a hop, a return); empty before. The handler's own success reads
-// as OutcomeAck already inside the chain.
+// Outcome is what became of the delivery: empty while an attempt runs; the
+// handler's own success reads as OutcomeAck inside the chain already; and
+// once a middleware's next has returned, the outcome the consumer carries
+// out for what next returned, never empty (see Middleware).
 func (d *Delivery) Outcome() Outcome { return d.outcome }
 
 // Cause is the error that led to the outcome (nil for a plain ack).

@@ -18,8 +18,8 @@ import (
 // that middleware's boundary: the middleware never publishes, waits,
 // settles or reports anything itself, and the middleware outside it sees
 // what became of the delivery (nil and d.Outcome() once a hop is
-// confirmed, Requeue's error for a requeue), never the decision. By
-// Outcome:
+// confirmed, Requeue's error and OutcomeRequeue for a requeue), never the
+// decision. By Outcome:
 //
 //   - OutcomeRetry with a Queue: hop the message to that queue (a broker
 //     rung, or the queue itself) with x-acemq-attempt the next attempt and
@@ -31,13 +31,15 @@ import (
 //     carry out what that decides; the middleware outside it sees one
 //     call per delivery. A wait cut short by
 //     Stop hops the message to its own queue with the next attempt
-//     instead.
+//     instead; under InOrder it returns the original, which keeps its
+//     place (see InOrder).
 //   - OutcomeDeadLetter, OutcomePark: hop the message to Queue (its .dlq,
 //     its .parked) with the contract's failure headers and Reason, and
 //     acknowledge the original once the hop is confirmed.
 //   - OutcomeRequeue: return the message to its queue (see Requeue).
 //   - OutcomeReject: reject it without requeue. The reject is made when
-//     the decision reaches the consumer: the middleware outside sees it.
+//     the decision reaches the consumer: the middleware outside sees it,
+//     and d.Outcome() reads OutcomeReject.
 //   - OutcomeAck: acknowledge it (as a nil error does).
 //
 // Cause is the handler's error that led to the decision; hooks and
