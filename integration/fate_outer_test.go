@@ -315,3 +315,81 @@ func TestFateOuterSeesInboxDuplicate(t *testing.T) {
 		}
 	}
 }
+
+// Every path a delivery can take with a real consumer: the app's outer
+// middleware sees each delivery once, and when next returns, d.Outcome()
+// is the outcome the consumer settled it with (DeliveryHook) and the one
+// Logging wrote.
+func TestFateOuterSeesWhatWasCarriedOut(t *testing.T) {
+	t.Parallel()
+	seen := &outerSeen{}
+	lg := testenv.NewLogRecorder(t, "acemq.message.settled")
+	b := testenv.Broker(t, mq.Config{Logger: lg.Logger()}, mq.WithHooks(seen))
+	// Attempt 1 waits in-process, attempt 2 goes through the 1 s rung,
+	// attempt 3 is the last.
+	p := retry.Waits(50*time.Millisecond, time.Second).With(retry.InProcessLimit(500 * time.Millisecond))
+	q := testenv.Queue(t, b, p)
+	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error {
+		switch d.MessageId {
+		case "retry-then-ack":
+			if d.Attempt() == 1 {
+				return errors.New("fails once")
+			}
+		case "rung-then-dlq":
+			return errors.New("always fails")
+		case "park":
+			return middleware.Park(errors.New("a person must look"))
+		case "requeue-then-ack":
+			if !d.Redelivered {
+				return mq.Requeue(errors.New("a dependency is down"))
+			}
+		}
+		return nil
+	})
+	c, err := b.Consume(testenv.Context(t, 20*time.Second), q, h, mq.WithMiddleware(seen.middleware),
+		middleware.Standard(p), mq.WithRequeuePause(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"ack", "retry-then-ack", "rung-then-dlq", "park", "requeue-then-ack"}
+	var msgs []mq.Message
+	for _, id := range ids {
+		msgs = append(msgs, mq.Message{MessageId: id, Body: []byte(id)})
+	}
+	testenv.Publish(t, b, q, msgs...)
+	// ack, ack, retry + dead-letter, park, requeue + ack: 7 deliveries.
+	testenv.Eventually(t, 20*time.Second, func() bool { r, _, _, _ := seen.counts(); return r == 7 }, "7 deliveries")
+	testenv.WaitCount(t, b, topology.DeadLetterQueue(q), 1, 10*time.Second)
+	testenv.Stop(t, c)
+	received, passed, empty, differs := seen.counts()
+	if passed != received {
+		t.Errorf("the outer middleware saw %d of %d deliveries", passed, received)
+	}
+	if empty > 0 {
+		t.Errorf("next returned %d time(s) with an empty Outcome()", empty)
+	}
+	if len(differs) > 0 {
+		t.Errorf("the outer middleware's outcome differed from the settled one: %v", differs)
+	}
+	count := func(os []mq.Outcome) map[mq.Outcome]int {
+		m := map[mq.Outcome]int{}
+		for _, o := range os {
+			m[o]++
+		}
+		return m
+	}
+	seen.mu.Lock()
+	settled := count(seen.outcomes)
+	seen.mu.Unlock()
+	want := map[mq.Outcome]int{mq.OutcomeAck: 3, mq.OutcomeRetry: 1, mq.OutcomeDeadLetter: 1, mq.OutcomePark: 1, mq.OutcomeRequeue: 1}
+	if fmt.Sprint(settled) != fmt.Sprint(want) {
+		t.Errorf("settled %v, want %v", settled, want)
+	}
+	var logged []mq.Outcome
+	for _, r := range lg.All("acemq.message.settled") {
+		logged = append(logged, mq.Outcome(r.Attrs["outcome"]))
+	}
+	if fmt.Sprint(count(logged)) != fmt.Sprint(settled) {
+		t.Errorf("Logging wrote %v, the consumer settled %v", count(logged), settled)
+	}
+}
