@@ -204,10 +204,44 @@ func (o *outerSeen) middleware(next mq.Handler) mq.Handler {
 	})
 }
 
-func (o *outerSeen) counts() (received, passed, empty int, differs []string) {
+func (o *outerSeen) counts() (received, passed int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.received, o.passed, o.empty, slices.Clone(o.differs)
+	return o.received, o.passed
+}
+
+// check fails t unless the rule held for every delivery: each passed the
+// outer middleware, which read a set outcome, the one settled. It returns
+// how many deliveries the consumer received.
+func (o *outerSeen) check(t *testing.T) int {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.passed != o.received {
+		t.Errorf("the outer middleware saw %d of %d deliveries", o.passed, o.received)
+	}
+	if o.empty > 0 {
+		t.Errorf("next returned %d time(s) with an empty Outcome()", o.empty)
+	}
+	if len(o.differs) > 0 {
+		t.Errorf("the outer middleware's outcome differed from the settled one: %v", o.differs)
+	}
+	return o.received
+}
+
+// refusingQueue declares q on b so that it refuses every publish (the
+// broker nacks it): x-max-length 0, reject-publish.
+func refusingQueue(t *testing.T, b *mq.Broker, q string) {
+	t.Helper()
+	ch, err := b.Channel(testenv.Context(t, 15*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclare(q, true, false, false, false,
+		amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatalf("declare %s refusing: %v", q, err)
+	}
 }
 
 // A .dlq that refuses every hop: each redelivery of the message makes the
@@ -221,16 +255,7 @@ func TestFateOuterSeesRepeatedSetAsides(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{Logger: lg.Logger()}, mq.WithHooks(seen))
 	p := retry.Waits(10*time.Millisecond, 10*time.Millisecond)
 	q := testenv.Queue(t, b, p, topology.Classic())
-	dlq := topology.DeadLetterQueue(q)
-	ch, err := b.Channel(testenv.Context(t, 15*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false,
-		amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
-		t.Fatalf("declare %s refusing: %v", dlq, err)
-	}
+	refusingQueue(t, b, topology.DeadLetterQueue(q))
 	var calls atomic.Int32
 	h := mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
 		calls.Add(1)
@@ -246,17 +271,8 @@ func TestFateOuterSeesRepeatedSetAsides(t *testing.T) {
 		t.Fatalf("%d refused set-asides within 20 s, want 4 (events: %s)", lg.Count(mq.EventSetAsideFailed), lg.Events())
 	}
 	testenv.Stop(t, c)
-	received, passed, empty, differs := seen.counts()
-	t.Logf("received %d, outer middleware passed %d, handler calls %d", received, passed, calls.Load())
-	if passed != received {
-		t.Errorf("the outer middleware saw %d of %d deliveries", passed, received)
-	}
-	if empty > 0 {
-		t.Errorf("next returned %d time(s) with an empty Outcome()", empty)
-	}
-	if len(differs) > 0 {
-		t.Errorf("the outer middleware's outcome differed from the settled one: %v", differs)
-	}
+	received := seen.check(t)
+	t.Logf("received %d, handler calls %d", received, calls.Load())
 	if n := calls.Load(); n != 3 {
 		t.Errorf("%d handler calls on a 3-attempt policy, want 3", n)
 	}
@@ -285,19 +301,12 @@ func TestFateOuterSeesInboxDuplicate(t *testing.T) {
 	}
 	testenv.Publish(t, b, q, mq.Message{MessageId: "dup-1", Body: []byte("a")}, mq.Message{MessageId: "dup-1", Body: []byte("a")})
 	testenv.Eventually(t, 20*time.Second, func() bool {
-		_, passed, _, _ := seen.counts()
+		_, passed := seen.counts()
 		return passed == 2 && lg.Count(outbox.EventDuplicate) == 1
 	}, "two deliveries, one a duplicate")
 	testenv.Stop(t, c)
-	received, passed, empty, differs := seen.counts()
-	if passed != received || passed != 2 {
-		t.Errorf("the outer middleware saw %d of %d deliveries, want 2 of 2", passed, received)
-	}
-	if empty > 0 {
-		t.Errorf("next returned %d time(s) with an empty Outcome()", empty)
-	}
-	if len(differs) > 0 {
-		t.Errorf("the outer middleware's outcome differed from the settled one: %v", differs)
+	if n := seen.check(t); n != 2 {
+		t.Errorf("%d deliveries, want 2", n)
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want 1", n)
@@ -358,19 +367,10 @@ func TestFateOuterSeesWhatWasCarriedOut(t *testing.T) {
 	}
 	testenv.Publish(t, b, q, msgs...)
 	// ack, ack, retry + dead-letter, park, requeue + ack: 7 deliveries.
-	testenv.Eventually(t, 20*time.Second, func() bool { r, _, _, _ := seen.counts(); return r == 7 }, "7 deliveries")
+	testenv.Eventually(t, 20*time.Second, func() bool { r, _ := seen.counts(); return r == 7 }, "7 deliveries")
 	testenv.WaitCount(t, b, topology.DeadLetterQueue(q), 1, 10*time.Second)
 	testenv.Stop(t, c)
-	received, passed, empty, differs := seen.counts()
-	if passed != received {
-		t.Errorf("the outer middleware saw %d of %d deliveries", passed, received)
-	}
-	if empty > 0 {
-		t.Errorf("next returned %d time(s) with an empty Outcome()", empty)
-	}
-	if len(differs) > 0 {
-		t.Errorf("the outer middleware's outcome differed from the settled one: %v", differs)
-	}
+	seen.check(t)
 	count := func(os []mq.Outcome) map[mq.Outcome]int {
 		m := map[mq.Outcome]int{}
 		for _, o := range os {

@@ -153,7 +153,8 @@ func TestOuterSeesWhatWasCarriedOut(t *testing.T) {
 func slogOf(w *world) *slog.Logger { return slog.New(w.logs) }
 
 // TestPanicAfterCarriedFateAcknowledges: a middleware outside Standard
-// panics after next returned, the message already confirmed in .dlq. The
+// panics (or fails) after next returned, the message already confirmed in
+// .dlq. The
 // fate carried out stands: the original is acknowledged (the landed code
 // requeued it, and the broker brought it back for ever).
 func TestPanicAfterCarriedFateAcknowledges(t *testing.T) {
@@ -162,7 +163,9 @@ func TestPanicAfterCarriedFateAcknowledges(t *testing.T) {
 		handle  func(int) error
 		outcome mq.Outcome
 		settled func(error) bool
+		err     error // what the outer middleware returns instead of panicking
 	}{
+		{name: "an error after a dead letter", handle: func(int) error { return errBoom }, outcome: mq.OutcomeDeadLetter, settled: isNil, err: errBoom},
 		{name: "after a dead letter", handle: func(int) error { return errBoom }, outcome: mq.OutcomeDeadLetter, settled: isNil},
 		{name: "after a park", handle: func(int) error { return Park(errBoom) }, outcome: mq.OutcomePark, settled: isNil},
 		// Nothing was carried out yet after a plain success: the handler's
@@ -174,6 +177,9 @@ func TestPanicAfterCarriedFateAcknowledges(t *testing.T) {
 			panicky := func(next mq.Handler) mq.Handler {
 				return mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
 					err := next.Handle(ctx, d)
+					if tc.err != nil {
+						return tc.err
+					}
 					if d != nil {
 						panic("outer middleware broke")
 					}
