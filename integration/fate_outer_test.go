@@ -37,7 +37,7 @@ func TestFateInOrderStopKeepsThePlace(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			b, _ := consBroker(t)
-			p := retry.Fixed(3, 3*time.Second) // every wait in-process
+			p := retry.Fixed(3, 10*time.Second) // every wait in-process, long enough for a slow Stop
 			q := testenv.Queue(t, b, p, kind.opt)
 			type call struct {
 				id      string
