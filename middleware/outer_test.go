@@ -35,8 +35,8 @@ func outside(s *seen) mq.Middleware {
 // TestOuterMiddlewareSeesTheFate pins down what a middleware outside
 // Standard observes for each fate: one call per delivery (in-process
 // retries included), nil and d.Outcome() for anything the consumer
-// carried out (a hop, a dead letter, a park), the Requeue error for a
-// requeue. It never sees the chain's decision itself.
+// carried out (a hop, a dead letter, a park), the Requeue error and
+// OutcomeRequeue for a requeue. It never sees the chain's decision itself.
 func TestOuterMiddlewareSeesTheFate(t *testing.T) {
 	inProcess := retry.Waits(10*time.Millisecond, 20*time.Millisecond)    // 3 attempts, all in-process
 	thenBroker := retry.Waits(10*time.Millisecond, time.Minute)           // in-process, then a rung
@@ -66,7 +66,7 @@ func TestOuterMiddlewareSeesTheFate(t *testing.T) {
 		{name: "exhausted", p: inProcess, handle: failing(9, nil), calls: 3, err: isNil, outcome: mq.OutcomeDeadLetter, hopTo: "q.dlq"},
 		{name: "park", p: inProcess, handle: func(int) error { return Park(errBoom) }, calls: 1, err: isNil, outcome: mq.OutcomePark, hopTo: "q.parked"},
 		{name: "reject", p: inProcess, handle: func(int) error { return Reject(errBoom) }, calls: 1, err: isNil, outcome: mq.OutcomeDeadLetter, hopTo: "q.dlq"},
-		{name: "requeue", p: inProcess, handle: func(int) error { return mq.Requeue(errBoom) }, calls: 1, err: isRequeue, outcome: ""},
+		{name: "requeue", p: inProcess, handle: func(int) error { return mq.Requeue(errBoom) }, calls: 1, err: isRequeue, outcome: mq.OutcomeRequeue},
 		{name: "missing rung", p: brokerFirst, handle: failing(9, nil), refuse: "q.retry.1m", calls: 1, err: isNil, outcome: mq.OutcomeDeadLetter, hopTo: "q.dlq"},
 		{name: "failed set-aside", p: inProcess, handle: func(int) error { return Park(errBoom) }, refuse: "q.parked", calls: 1, err: isNil, outcome: mq.OutcomeRequeue, hopTo: "q"},
 		{name: "panic then success", p: inProcess, handle: func(a int) error {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/retry"
 )
 
 // hopRuntime is a Runtime whose hops fail while refuse is set, and that
@@ -89,5 +91,81 @@ func TestAsideRefusedIsMadeAgainOnTheRedelivery(t *testing.T) {
 			m.Headers[HeaderError] != "fails on attempt 3" || m.Headers[HeaderSourceQueue] != "q" {
 			t.Fatalf("hop %d to %s carries %v, want q.dlq, attempt 4, exhausted, the third attempt's error", i+1, rt.to[i], m.Headers)
 		}
+	}
+}
+
+// policyMiddleware stands for a retry ladder: it runs a policy, and
+// here decides a dead letter on every failure.
+type policyMiddleware struct {
+	next  Handler
+	calls *int
+}
+
+func (p *policyMiddleware) RetryPolicy() retry.Policy { return retry.Policy{} }
+
+func (p *policyMiddleware) Handle(ctx context.Context, d *Delivery) error {
+	*p.calls++
+	if err := p.next.Handle(ctx, d); err != nil {
+		return &Decision{Outcome: OutcomeDeadLetter, Reason: ReasonExhausted, Cause: err}
+	}
+	return nil
+}
+
+// A set-aside made again passes the middleware outside the one that
+// decided it, once per delivery, and neither that one nor the handler:
+// whether the carrier that made it is known (the consumer's memory) or
+// not (then the one around the retry policy's middleware makes it).
+func TestAsideMadeAgainPassesTheOuterMiddleware(t *testing.T) {
+	for _, known := range []bool{true, false} {
+		t.Run(fmt.Sprintf("place known %v", known), func(t *testing.T) {
+			var outer, decider, handler int
+			var outcomes []Outcome
+			mws := []Middleware{
+				func(next Handler) Handler {
+					return HandlerFunc(func(ctx context.Context, d *Delivery) error {
+						outer++
+						err := next.Handle(ctx, d)
+						outcomes = append(outcomes, d.Outcome())
+						return err
+					})
+				},
+				func(next Handler) Handler { return &policyMiddleware{next: next, calls: &decider} },
+			}
+			h := HandlerFunc(func(context.Context, *Delivery) error { handler++; return errors.New("fails") })
+			r := newRunner(h, nil, mws)
+			rt := &hopRuntime{refuse: true}
+			raw := amqp.Delivery{MessageId: "m", Redelivered: true}
+			var memo attemptMemo
+			for i := range 3 {
+				a, aside := memo.recall(raw)
+				if aside != nil && !known {
+					aside.at = 0 // as a set-aside carried on the message would come
+				}
+				d := NewDelivery("q", raw, rt)
+				d.attempt, d.aside = a, aside
+				if err := r.Deliver(context.Background(), d); !errors.Is(err, ErrRequeue) || d.Outcome() != OutcomeRequeue {
+					t.Fatalf("delivery %d: settled with %v (%q), want a requeue while q.dlq refuses", i+1, err, d.Outcome())
+				}
+				memo.remember(d)
+			}
+			rt.refuse = false
+			a, aside := memo.recall(raw)
+			if aside != nil && !known {
+				aside.at = 0
+			}
+			d := NewDelivery("q", raw, rt)
+			d.attempt, d.aside = a, aside
+			if err := r.Deliver(context.Background(), d); err != nil || d.Outcome() != OutcomeDeadLetter {
+				t.Fatalf("once q.dlq accepts: settled with %v, outcome %q, want a dead letter", err, d.Outcome())
+			}
+			if outer != 4 || decider != 1 || handler != 1 {
+				t.Errorf("4 deliveries: the outer middleware ran %d times (want 4), the deciding one %d (want 1), the handler %d (want 1)",
+					outer, decider, handler)
+			}
+			want := []Outcome{OutcomeRequeue, OutcomeRequeue, OutcomeRequeue, OutcomeDeadLetter}
+			if fmt.Sprint(outcomes) != fmt.Sprint(want) {
+				t.Errorf("the outer middleware read %v, want %v", outcomes, want)
+			}
+		})
 	}
 }

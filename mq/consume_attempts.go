@@ -268,6 +268,9 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 		d.attempt++
 	}
 	d.calls++
+	if !d.carriedOut() {
+		d.outcome, d.cause = "", nil // what the last attempt came to is not this one's
+	}
 	if len(a.hooks) == 0 {
 		err = a.next.Handle(ctx, d)
 		endAttempt(d, err)

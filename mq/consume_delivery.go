@@ -28,8 +28,10 @@ type Delivery struct {
 	used    int     // the last attempt that ran to its end (see endAttempt)
 
 	asideFailed bool        // its set-aside failed: the return is the library's failure (see asidePause)
-	aside       *asideRetry // a hop that was refused, made again instead of another attempt (see attemptMemo)
+	kept        bool        // its wait was cut short under InOrder: it goes back with basic.nack, keeping its place (see carry)
+	aside       *asideRetry // a hop that was refused, made again instead of another attempt (see attemptMemo, pendingFate)
 	pending     bool        // a copy that carries its refused hop (HeaderPendingHop): see refused
+	homeCopy    bool        // its refused hop went to its own queue on a confirmed copy (see refused)
 }
 
 // consumerRuntime is what a consumer's session answers beyond Runtime; a
@@ -44,6 +46,9 @@ type consumerRuntime interface {
 	// cutShort reports whether the consumer has cut its handlers short
 	// (a lost channel, a stop deadline).
 	cutShort() bool
+	// keepsOrder reports whether the consumer keeps the queue's order
+	// (InOrder).
+	keepsOrder() bool
 }
 
 // runtime is d.from; a zero Delivery (made with new) behaves as one
@@ -73,12 +78,14 @@ func (d *Delivery) Queue() string { return d.queue }
 // header the delivery carried (absent means 1), plus each return of the
 // copy a quorum queue counted (x-delivery-count) past the first two, never
 // less than the attempt the consumer remembers it reached before returning
-// it itself; plus one for each in-process retry of it so far.
+// it itself; plus one for each in-process retry of it so far. Read after
+// next returns, it is the last attempt that ran (see Middleware).
 func (d *Delivery) Attempt() int { return d.attempt }
 
-// Outcome is what became of the delivery once its fate was carried out
-// (an ack, a hop, a return); empty before. The handler's own success reads
-// as OutcomeAck already inside the chain.
+// Outcome is what became of the delivery: empty while an attempt runs; the
+// handler's own success reads as OutcomeAck inside the chain already; and
+// once a middleware's next has returned, the outcome the consumer carries
+// out for what next returned, never empty (see Middleware).
 func (d *Delivery) Outcome() Outcome { return d.outcome }
 
 // Cause is the error that led to the outcome (nil for a plain ack).

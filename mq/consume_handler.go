@@ -28,36 +28,62 @@ func (f HandlerFunc) Handle(ctx context.Context, d *Delivery) error { return f(c
 // Middleware wraps a Handler, as net/http middleware wraps an http.Handler.
 // The Handler a middleware returns may also implement Subscriber and
 // Stopper to take part in its consumer's lifecycle.
+//
+// What a consumer's middleware sees, the rule metrics and audit trails can
+// be built on: every delivery the consumer takes up passes the app's
+// outermost middleware once. When next returns, d.Outcome() is set, never
+// empty, and is what the consumer carries out for the error next returned:
+// the outcome Logging writes, DeliveryHook.OnDeliveryDone reads and the
+// events report (ack, retry, dead-letter, park, requeue or reject). Then
+// d.Attempt() is the last attempt that ran for the delivery, the one the
+// outcome follows (after in-process retries, the last of them), and a
+// delivery no attempt ran on (an inbox's duplicate, a set-aside made
+// again) reads the attempt it came with.
+//
+// In detail: a middleware outside the one that decides an in-process retry
+// (the retry ladder) is called once per delivery, one inside it once per
+// attempt; a redelivery whose set-aside is made again, its attempts used,
+// passes every middleware outside the one that decided the set-aside, and
+// the handler is not called. A middleware that returns something other
+// than next returned changes the outcome from there out, but a fate
+// carried out (a confirmed hop: a rung, a carry, .dlq, .parked) stands: an
+// error or a panic after it is logged and the original acknowledged.
+// Deliveries a stopping consumer gives back unstarted pass no middleware.
 type Middleware func(Handler) Handler
 
 // Chain wraps h in mws, the first outermost: Chain(h, a, b) is a(b(h)).
 func Chain(h Handler, mws ...Middleware) Handler {
-	h, _ = chain(h, mws, false)
+	for i := len(mws) - 1; i >= 0; i-- {
+		if mws[i] != nil {
+			h = mws[i](h)
+		}
+	}
 	return h
 }
 
-// chain also returns every handler a middleware built, outermost first. A
-// nil middleware is skipped (listing the handler inside it in its place
-// would run that handler's Subscribe and Stop hooks twice).
-//
-// A consumer's chain (carry true) also carries out each middleware's
-// decision at that middleware's boundary (see carrier), so the middleware
+// chainCarried is a consumer's chain: h in mws as Chain wraps it, with a
+// carrier just outside each middleware, which carries out that
+// middleware's decision at its boundary (see carrier), so the middleware
 // outside it sees what it saw before decisions existed: nil and
-// d.Outcome() after a hop, the final result after in-process retries.
-func chain(h Handler, mws []Middleware, carry bool) (Handler, []Handler) {
+// d.Outcome() after a hop, the final result after in-process retries. It
+// also returns every handler a middleware built and the carrier around
+// each, outermost first. A nil middleware is skipped (listing the handler
+// inside it in its place would run that handler's Subscribe and Stop
+// hooks twice).
+func chainCarried(h Handler, mws []Middleware) (Handler, []Handler, []*carrier) {
 	built := make([]Handler, 0, len(mws))
+	carriers := make([]*carrier, 0, len(mws))
 	for i := len(mws) - 1; i >= 0; i-- {
 		if mws[i] == nil {
 			continue
 		}
-		h = mws[i](h)
-		built = append(built, h)
-		if carry {
-			h = &carrier{next: h}
-		}
+		b := mws[i](h)
+		c := &carrier{next: b}
+		built, carriers, h = append(built, b), append(carriers, c), c
 	}
 	slices.Reverse(built)
-	return h, built
+	slices.Reverse(carriers)
+	return h, built, carriers
 }
 
 // Subscriber is implemented by a Handler (as a middleware returns it) that

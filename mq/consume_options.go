@@ -115,6 +115,15 @@ func WithMaxWaiting(n int) ConsumerOption {
 // with deliveries unsettled: a quorum queue holds those until the node is
 // back or its consumer-disconnected timeout passes, and sends the rest to
 // the consumer resubscribed elsewhere (docs/reliability.md, InOrder).
+//
+// A wait cut short by Stop (a deploy) keeps the message in its place:
+// the original goes back to the queue with basic.nack, unacknowledged,
+// where without InOrder a copy carrying the next attempt would go to the
+// tail. The cost is the attempt, as after a kill -9: the next consumer
+// runs the attempt that failed again. RabbitMQ 4.3 does not count that
+// nack toward a quorum queue's delivery limit (a Stop walks no message
+// towards it); 4.0 to 4.2 count it, as they count every return, and past
+// two such returns each counts as an attempt used.
 func InOrder() ConsumerOption {
 	return consumerOption(func(c *consumerConfig) { c.inOrder = true })
 }

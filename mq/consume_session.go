@@ -492,11 +492,16 @@ func (s *session) settle(d *Delivery, err error) {
 		if _, ok := errors.AsType[*PanicError](err); ok {
 			why = KindPanic
 		}
-		s.requeued(d, why, err)
 		how, pause := giveRequeue, c.cfg.requeuePause // counted: the message failed
-		if d.asideFailed {
+		switch {
+		case d.asideFailed:
 			how, pause = giveRelease, asidePause(pause, d.Headers)
+		case d.kept:
+			// InOrder, a wait cut short by a Stop: nobody's failure, and
+			// no pause (the consumer is stopping); back in its place.
+			how, pause, why = giveRelease, 0, KindCutShort
 		}
+		s.requeued(d, why, err)
 		if pause > 0 {
 			t := time.NewTimer(pause)
 			select {
@@ -583,3 +588,5 @@ func (s *session) server() string { return s.st.server }
 func (s *session) login() string { return s.c.b.login() }
 
 func (s *session) cutShort() bool { return s.ctx.Err() != nil }
+
+func (s *session) keepsOrder() bool { return s.c.cfg.inOrder }

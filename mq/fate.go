@@ -19,8 +19,8 @@ import (
 // that middleware's boundary: the middleware never publishes, waits,
 // settles or reports anything itself, and the middleware outside it sees
 // what became of the delivery (nil and d.Outcome() once a hop is
-// confirmed, Requeue's error for a requeue), never the decision. By
-// Outcome:
+// confirmed, Requeue's error and OutcomeRequeue for a requeue), never the
+// decision. By Outcome:
 //
 //   - OutcomeRetry with a Queue: hop the message to that queue (a broker
 //     rung, or the queue itself) with x-acemq-attempt the next attempt and
@@ -32,13 +32,15 @@ import (
 //     carry out what that decides; the middleware outside it sees one
 //     call per delivery. A wait cut short by
 //     Stop hops the message to its own queue with the next attempt
-//     instead.
+//     instead; under InOrder it returns the original, which keeps its
+//     place (see InOrder).
 //   - OutcomeDeadLetter, OutcomePark: hop the message to Queue (its .dlq,
 //     its .parked) with the contract's failure headers and Reason, and
 //     acknowledge the original once the hop is confirmed.
 //   - OutcomeRequeue: return the message to its queue (see Requeue).
 //   - OutcomeReject: reject it without requeue. The reject is made when
-//     the decision reaches the consumer: the middleware outside sees it.
+//     the decision reaches the consumer: the middleware outside sees it,
+//     and d.Outcome() reads OutcomeReject.
 //   - OutcomeAck: acknowledge it (as a nil error does).
 //
 // A hop the broker refuses (a nack, or a .dlq or .parked that does not
@@ -145,7 +147,23 @@ func NewRunner(h Handler, hooks []AttemptHook, opts ...ConsumerOption) (*Runner,
 
 func newRunner(h Handler, hooks []AttemptHook, mws []Middleware) *Runner {
 	r := &Runner{}
-	r.handler, r.built = chain(&carrier{next: &attemptHandler{next: h, hooks: hooks}}, mws, true)
+	inner := &carrier{next: &attemptHandler{next: h, hooks: hooks}}
+	var carriers []*carrier
+	r.handler, r.built, carriers = chainCarried(inner, mws)
+	carriers = append(carriers, inner)
+	// A set-aside remembered without the carrier that made it is made
+	// again just outside the retry policy's middleware, or next to the
+	// handler when no middleware runs one.
+	fallback := len(carriers) - 1
+	for i, b := range r.built {
+		if _, ok := b.(PolicyHolder); ok {
+			fallback = i
+			break
+		}
+	}
+	for i, c := range carriers {
+		c.at, c.fallback = i, i == fallback
+	}
 	return r
 }
 
@@ -165,16 +183,36 @@ func (r *Runner) RetryPolicy() (retry.Policy, bool) {
 // nil and d.Outcome() after a hop, and one call per delivery. It returns
 // the error the delivery is settled with (nil: acknowledged, a hop's
 // included; an ErrRequeue: returned to its queue; any other: rejected),
-// and d.Outcome says which. A panic that escapes every middleware is
-// recovered as a requeue, never a reject.
+// and d.Outcome says which.
+//
+// A delivery whose attempts were used on an earlier delivery, and whose
+// set-aside failed then, passes the middleware outside the one that
+// decided it, and the set-aside is made again in that one's place: the
+// handler is not called again.
+//
+// A fate carried out (a confirmed hop: a rung, a carry, .dlq, .parked)
+// stands whatever happens after it: a panic or an error from a
+// middleware outside is logged, and the original is acknowledged. A panic
+// that escapes every middleware before that is recovered as a requeue,
+// never a reject.
 func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
 	rt := d.runtime()
-	if a := d.pendingFate(); a != nil {
-		// An earlier delivery decided its fate and the hop was refused:
-		// make that hop again, never another attempt.
-		return d.settled(a.redo(ctx, d, rt))
+	if d.aside == nil {
+		// An earlier delivery decided its fate and the hop was refused,
+		// and the copy names it (HeaderPendingHop): the carrier that runs
+		// the retry policy makes that hop again, never another attempt.
+		d.aside = d.pendingFate()
 	}
 	err := invoke(ctx, r.handler, d, rt)
+	if d.carriedOut() {
+		if err != nil {
+			if _, panicked := errors.AsType[*PanicError](err); !panicked { // a panic is logged already
+				rt.Logger().WarnContext(ctx, "acemq.message.kept", "message_id", d.MessageId,
+					"outcome", string(d.outcome), "error", err)
+			}
+		}
+		return d.settled(nil)
+	}
 	if err == nil {
 		return d.settled(nil)
 	}
@@ -195,24 +233,36 @@ func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
 // decisions existed (nil once a hop is confirmed, with d.Outcome() saying
 // which; an ErrRequeue for a requeue), so the middleware outside sees a
 // delivery's fate, once per delivery. A reject is the consumer's to carry
-// out: it passes up as the decision.
-type carrier struct{ next Handler }
+// out: it passes up as the decision. Whatever it returns, d.Outcome() is
+// then the outcome that error settles the delivery with (settled).
+type carrier struct {
+	next     Handler
+	at       int  // its place in the chain: 0 outermost
+	fallback bool // where a set-aside remembered without its place is made again
+}
 
 // Handle calls the middleware, and calls it again as the next attempt
 // after each in-process wait it decides, until it decides something else,
 // and carries that out. It returns nil for an ack or a confirmed hop
 // (d.Outcome() says which), Requeue's error for a requeue or a hop that
 // failed, the decision itself for a reject, and any other error the
-// middleware returns.
+// middleware returns. A hop this carrier made and the broker refused, on
+// an earlier delivery of the message, it makes again without calling the
+// middleware; a refused hop named by the copy (HeaderPendingHop), whose
+// carrier is not known, is made by the carrier outside the retry policy's
+// middleware.
 func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
+	if a := d.aside; a != nil && (a.at == c.at+1 || (a.at == 0 && c.fallback)) {
+		return c.done(d, a.redo(ctx, d, d.runtime()))
+	}
 	for {
 		err := c.next.Handle(ctx, d)
 		if err == nil {
-			return nil
+			return d.settled(nil)
 		}
 		dec := decisionOf(err)
 		if dec == nil {
-			return err
+			return d.settled(err)
 		}
 		rt := d.runtime()
 		switch dec.Outcome {
@@ -220,23 +270,36 @@ func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
 			d.outcome, d.cause = OutcomeAck, dec.Cause
 			return nil
 		case OutcomeRequeue:
-			return Requeue(dec.Cause)
+			return d.settled(Requeue(dec.Cause))
 		case OutcomeDeadLetter, OutcomePark:
-			return setAside(ctx, d, rt, dec.Queue, dec.Outcome, dec.Reason, dec.Cause)
+			return c.done(d, setAside(ctx, d, rt, dec.Queue, dec.Outcome, dec.Reason, dec.Cause))
 		case OutcomeRetry:
 			if dec.Queue != "" {
-				return toRung(ctx, d, rt, dec)
+				return c.done(d, toRung(ctx, d, rt, dec))
 			}
 			rt.Logger().DebugContext(ctx, EventRetry, "message_id", d.MessageId, "attempt", d.Attempt(),
 				"kind", string(KindInProcess), "wait", dec.Wait, "error", dec.Cause)
 			rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindInProcess, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
 			if werr := rt.Wait(ctx, d, dec.Wait); werr != nil {
-				return carry(ctx, d, rt, dec.Cause)
+				return d.settled(carry(ctx, d, rt, dec.Cause))
 			}
 		default: // OutcomeReject, or none given
+			d.outcome, d.cause = OutcomeReject, dec.Cause
+			if dec.Cause == nil {
+				d.cause = dec
+			}
 			return dec
 		}
 	}
+}
+
+// done is what a hop this carrier made leaves: a set-aside that failed is
+// remembered as this carrier's, to be made again here.
+func (c *carrier) done(d *Delivery, err error) error {
+	if err != nil && d.asideFailed && d.aside != nil {
+		d.aside.at = c.at + 1
+	}
+	return d.settled(err)
 }
 
 // decisionOf is the Decision err carries, or nil. It allocates nothing
@@ -249,29 +312,55 @@ func decisionOf(err error) *Decision {
 
 // invoke calls h once; a panic that escaped every middleware is a
 // requeue (on a queue with no dead-letter route a reject would drop the
-// message).
+// message), unless the delivery's fate was carried out already (a
+// confirmed hop): then it is logged, and Deliver acknowledges the
+// original.
 func invoke(ctx context.Context, h Handler, d *Delivery, rt Runtime) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			pe := NewPanicError(v)
-			rt.Logger().Error("acemq.handler.panic", "message_id", d.MessageId, "panic", fmt.Sprint(v), "stack", string(pe.Stack))
+			rt.Logger().Error("acemq.handler.panic", "message_id", d.MessageId, "panic", fmt.Sprint(v),
+				"outcome", string(d.outcome), "stack", string(pe.Stack))
 			err = Requeue(pe)
 		}
 	}()
 	return h.Handle(ctx, d)
 }
 
-// settled records the outcome err settles d with, and returns err.
+// carriedOut reports whether o is a fate the library has carried out
+// already, a confirmed hop (a rung, a carry, .dlq, .parked), which
+// nothing after it may undo: the original is acknowledged.
+func (o Outcome) carriedOut() bool {
+	return o == OutcomeRetry || o == OutcomeDeadLetter || o == OutcomePark
+}
+
+// carriedOut reports whether d's fate was carried out already: a confirmed
+// hop, or a confirmed copy in its own queue that carries a refused hop
+// (see refused), which reads OutcomeRequeue. Nothing after it undoes it.
+func (d *Delivery) carriedOut() bool {
+	return d.outcome.carriedOut() || (d.homeCopy && d.outcome == OutcomeRequeue)
+}
+
+// settled records the outcome err settles d with, and returns err: nil is
+// an ack (or the hop carried out), an ErrRequeue a requeue, and any other
+// error a reject, unless the consumer has cut its handlers short (a lost
+// channel, a stop deadline): then the broker gets the message back, a
+// requeue.
 func (d *Delivery) settled(err error) error {
 	switch {
 	case err == nil:
-		if d.outcome == "" { // a hop carried out keeps its outcome
+		if !d.carriedOut() && d.outcome != OutcomeAck {
 			d.outcome, d.cause = OutcomeAck, nil
 		}
+	case d.carriedOut():
+		// A fate carried out stands (Deliver acknowledges it).
 	case errors.Is(err, ErrRequeue):
 		d.outcome, d.cause = OutcomeRequeue, err
 	default:
 		d.outcome, d.cause = OutcomeReject, err
+		if cr := d.consumer(); cr != nil && cr.cutShort() {
+			d.outcome = OutcomeRequeue
+		}
 	}
 	return err
 }
@@ -282,9 +371,18 @@ func (d *Delivery) settled(err error) error {
 // attempt, confirmed before the original is acknowledged. Otherwise it is
 // returned as it is, and the consumer's memory or the broker's delivery
 // count carry the attempt.
+//
+// Under InOrder a copy would go to the tail of the queue, behind what
+// waited behind the message: so the original goes back itself, with
+// basic.nack, and keeps its place (see InOrder). Its attempt is not
+// carried: its next delivery runs the attempt it ended again.
 func carry(ctx context.Context, d *Delivery, rt Runtime, cause error) error {
 	if ctx.Err() != nil {
 		return Requeue(cause)
+	}
+	if cr := d.consumer(); cr != nil && cr.keepsOrder() {
+		d.kept = true
+		return Requeue(fmt.Errorf("wait cut short, back in its place (InOrder): %w", cause))
 	}
 	next := d.Attempt() + 1
 	m := d.hopMessage()
@@ -381,7 +479,7 @@ func refused(ctx context.Context, d *Delivery, rt Runtime, a *asideRetry, m Mess
 			rt.Logger().WarnContext(ctx, EventRequeued, "message_id", d.MessageId, "attempt", d.Attempt(),
 				"why", string(KindCarried), "pending_hop", a.target, "error", err)
 			rt.Event(ctx, Event{Name: EventRequeued, Queue: d.queue, Kind: KindCarried, Target: a.target, Attempt: d.Attempt(), Err: err})
-			d.outcome, d.cause = OutcomeRequeue, a.cause
+			d.outcome, d.cause, d.homeCopy = OutcomeRequeue, a.cause, true
 			return nil
 		}
 	}
@@ -402,6 +500,9 @@ type asideRetry struct {
 	reason  Reason
 	wait    time.Duration
 	cause   error
+	// at is 1 + the place in the chain of the carrier that made it (see
+	// carrier), where it is made again; 0 when not known.
+	at int
 }
 
 // redo makes the hop a again, for d, whose attempt is the one that
