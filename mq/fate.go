@@ -197,12 +197,10 @@ func (r *Runner) RetryPolicy() (retry.Policy, bool) {
 // never a reject.
 func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
 	rt := d.runtime()
-	if d.aside == nil {
-		// An earlier delivery decided its fate and the hop was refused,
-		// and the copy names it (HeaderPendingHop): the carrier that runs
-		// the retry policy makes that hop again, never another attempt.
-		d.aside = d.pendingFate()
-	}
+	// An earlier delivery decided its fate and the hop was refused (the
+	// consumer remembers it, or the copy names it: HeaderPendingHop): a
+	// carrier makes that hop again, never another attempt.
+	d.aside = d.pendingFate()
 	err := invoke(ctx, r.handler, d, rt)
 	if d.carriedOut() {
 		if err != nil {
@@ -523,10 +521,13 @@ func (a *asideRetry) redo(ctx context.Context, d *Delivery, rt Runtime) error {
 // whatever the broker counted of its returns since), so the hop writes
 // what it wrote the first time.
 func (d *Delivery) pendingFate() *asideRetry {
+	target, ok := d.Headers[HeaderPendingHop].(string)
 	if d.aside != nil {
+		// Remembered by the consumer; a copy that names its hop is still
+		// that copy, and goes back as it is, never as a further copy.
+		d.pending = d.pending || ok
 		return d.aside
 	}
-	target, ok := d.Headers[HeaderPendingHop].(string)
 	if !ok || d.queue == "" {
 		return nil
 	}

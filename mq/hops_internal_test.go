@@ -250,3 +250,30 @@ func (r *cancelOnHop) Hop(ctx context.Context, queue string, kind Outcome, m Mes
 	r.cancel()
 	return r.targetRuntime.Hop(ctx, queue, kind, m)
 }
+
+// A copy that names its refused hop, which the consumer also remembers
+// (attemptMemo, after an earlier return of the same copy), goes back as it
+// is while the target refuses: never as a further copy, which would start
+// the broker's count of its returns, and so the growing pause, again.
+func TestRememberedPendingCopyGoesBackAsItIs(t *testing.T) {
+	const rung = "q.retry.5s"
+	h := HandlerFunc(func(_ context.Context, d *Delivery) error {
+		return &Decision{Outcome: OutcomeRetry, Queue: rung, Wait: 5 * time.Second, Cause: errors.New("fails")}
+	})
+	rt := &targetRuntime{refused: map[string]bool{rung: true}}
+	raw := amqp.Delivery{MessageId: "m", Body: []byte("x")}
+	if err := newRunner(h, nil, nil).Deliver(context.Background(), NewDelivery("q", raw, rt)); err != nil {
+		t.Fatalf("refused rung: settled with %v, want the hop kept on a copy in q", err)
+	}
+	home, _ := rt.last("q")
+	copies := len(rt.to)
+	r := newRunner(h, nil, nil)
+	d := NewDelivery("q", redelivery(home), rt)
+	d.aside = &asideRetry{target: rung, outcome: OutcomeRetry, wait: 5 * time.Second}
+	if err := r.Deliver(context.Background(), d); !errors.Is(err, ErrRequeue) || !d.asideFailed {
+		t.Fatalf("remembered copy while the rung refuses: settled with %v (library's failure %v), want it returned as it is", err, d.asideFailed)
+	}
+	if n := len(rt.to) - copies; n != 1 || rt.to[len(rt.to)-1] != rung {
+		t.Fatalf("hops after the remembered copy's delivery: %v, want only the one to %s", rt.to[copies:], rung)
+	}
+}
