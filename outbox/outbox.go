@@ -33,7 +33,7 @@ func New(opts ...OutboxOption) *Outbox {
 	s, err := c.schema.resolved()
 	o := &Outbox{schema: s, err: err, prop: c.prop, orderBy: c.orderBy, notify: !c.noNotify}
 	insert := fmt.Sprintf(`INSERT INTO %s (exchange, routing_key, ordering_key, message_id, body, properties, trace)
-VALUES ($1, $2, $3, $4, $5, $6, $7)`, s.Outbox)
+VALUES ($1, $2, $3, $4, $5, $6::text::jsonb, $7::text::jsonb)`, s.Outbox)
 	if o.notify {
 		// One round trip: the row, and the notification PostgreSQL
 		// delivers when (and only if) the transaction commits.
@@ -80,11 +80,15 @@ func (o *Outbox) Publish(ctx context.Context, tx *sql.Tx, exchange, routingKey s
 	if err != nil {
 		return err
 	}
-	var trace []byte
+	// The JSON columns are sent as text, which every database/sql driver
+	// passes as it is (lib/pq sends a []byte as bytea, which jsonb refuses).
+	var trace *string
 	carrier := propagation.MapCarrier{}
 	o.prop.Inject(ctx, carrier)
 	if len(carrier) > 0 {
-		trace, _ = json.Marshal(map[string]string(carrier)) // a map of strings: cannot fail
+		b, _ := json.Marshal(map[string]string(carrier)) // a map of strings: cannot fail
+		t := string(b)
+		trace = &t
 	}
 	var key string
 	if o.orderBy != nil {
@@ -102,7 +106,7 @@ func (o *Outbox) Publish(ctx context.Context, tx *sql.Tx, exchange, routingKey s
 	}
 	// The message_id column is for people reading the table; the id itself,
 	// every byte of it, is in properties.
-	args := []any{exchange, routingKey, key, textOf(m.MessageId), body, p, trace}
+	args := []any{exchange, routingKey, key, textOf(m.MessageId), body, string(p), trace}
 	if o.notify {
 		args = append(args, o.schema.channel())
 	}

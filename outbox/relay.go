@@ -88,9 +88,9 @@ ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, t),
 			// See batch: a backlog's claims read the pending index in order.
 			indexOrder: `SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true)`,
 			probe:      fmt.Sprintf(`SELECT COALESCE(max(id), 0) FROM %s WHERE set_aside_at IS NULL`, t),
-			blockers: fmt.Sprintf(`SELECT o.id, o.ordering_key FROM %s o JOIN unnest($1::text[], $2::bigint[]) AS k(key, maxid)
+			blockers: fmt.Sprintf(`SELECT o.id, o.ordering_key FROM %s o JOIN jsonb_to_recordset($1::text::jsonb) AS k(key text, maxid bigint)
 ON o.ordering_key = k.key AND o.id <= k.maxid WHERE o.set_aside_at IS NULL`, t),
-			del: fmt.Sprintf(`DELETE FROM %s WHERE id = ANY($1::bigint[])`, t),
+			del: fmt.Sprintf(`DELETE FROM %s WHERE id = ANY($1::text::bigint[])`, t),
 			fail: fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $2, retry_at = now() + make_interval(secs => $3),
 set_aside_at = CASE WHEN $4 THEN now() END WHERE id = $1`, t),
 			stats: fmt.Sprintf(`SELECT count(*) FILTER (WHERE set_aside_at IS NULL), count(*) FILTER (WHERE set_aside_at IS NOT NULL),
@@ -648,12 +648,7 @@ func (r *Relay) unblocked(ctx context.Context, t batchTx, rows []*row) ([]*row, 
 	if len(maxID) == 0 {
 		return rows, nil
 	}
-	keys := make([]string, 0, len(maxID))
-	ids := make([]int64, 0, len(maxID))
-	for k, id := range maxID {
-		keys, ids = append(keys, k), append(ids, id)
-	}
-	found, err := t.blockers(ctx, keys, ids)
+	found, err := t.blockers(ctx, keysArg(maxID))
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read ordering keys: %w", err)
 	}
