@@ -256,7 +256,9 @@ func TestInboxLibPQClassifies(t *testing.T) {
 }
 
 // libpqCopy copies cases, so appending to the copy leaves them alone.
-func libpqCopy(cases []libpqInboxCase) []libpqInboxCase { return append([]libpqInboxCase(nil), cases...) }
+func libpqCopy(cases []libpqInboxCase) []libpqInboxCase {
+	return append([]libpqInboxCase(nil), cases...)
+}
 
 // libpqWriter serialises writes to w.
 type libpqWriter struct {
