@@ -172,7 +172,9 @@ func WithPropagators(p propagation.TextMapPropagator) OutboxRelayOption {
 // published in order (see the package doc for exactly what is promised),
 // rows with different keys in parallel. f gets the exchange, the routing
 // key and the message about to be written; "" means no order for that
-// row. Default: no ordering key, every row in parallel. To keep the order
+// row. Any string is a key: one over 2048 bytes, or not UTF-8 text, is
+// stored by its SHA-256 (its index could not hold it). Default: no
+// ordering key, every row in parallel. To keep the order
 // per routing key: OrderBy(func(_, key string, _ *mq.Message) string {
 // return key }) — then one routing key is one sequence, sent one confirm
 // at a time.
