@@ -3,15 +3,19 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync/atomic"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/fx"
 
 	"github.com/acemq/acemq-go/fxmodule"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/topology"
 )
 
 // Module wires the outbox and the inbox into a go.uber.org/fx app that
@@ -47,8 +51,9 @@ func Module(opts ...Option) fx.Option {
 		fx.Provide(func() *Outbox { return New(outboxOpts...) }),
 		fx.Provide(fx.Private, newStartCheck),
 		fxmodule.AsInbox(func(p inboxParams) mq.Middleware { return p.Check.inbox(p, inboxOpts) }),
-		fx.Invoke(func(p relayParams) { runRelay(p, relayOpts) }),
-		fxmodule.AsCheck(func(db *sql.DB, ob *Outbox) fxmodule.Check { return RelayCheck(db, ob.schema) }),
+		fx.Provide(fx.Private, func(p relayParams) *Relay { return runRelay(p, relayOpts) }),
+		fx.Invoke(func(*Relay) {}),
+		fxmodule.AsCheck(func(r *Relay) fxmodule.Check { return r.Check() }),
 		fxmodule.AsCheck(func(db *sql.DB, ob *Outbox, c *startCheck) fxmodule.Check { return c.inboxCheck(db, ob.schema) }),
 	)
 }
@@ -113,25 +118,45 @@ type relayParams struct {
 
 	Lifecycle fx.Lifecycle
 	// Check is asked for so its hook is appended, and runs, before the
-	// relay's.
+	// relay's. Broker's connecting hook runs before the relay's too.
 	Check         *startCheck
 	DB            *sql.DB
 	Broker        *mq.Broker
 	MeterProvider metric.MeterProvider `optional:"true"`
+	// The app's topology (fxmodule.AsTopology's fragments) and the
+	// exchanges its AsSender senders name.
+	Topologies []*topology.Topology `group:"acemq.topologies"`
+	Senders    []senderExchange     `group:"acemq.outbox.senders"`
 }
 
-func runRelay(p relayParams, opts []RelayOption) {
+// senderExchange is an exchange an AsSender sender publishes to.
+type senderExchange string
+
+// runRelay is the app's relay: NewRelay with the app's MeterProvider and
+// topology (WithTopology: a row to the app's topic, fanout or headers
+// exchange is an event) and then the module's options, run with the
+// app's lifecycle. Its start first checks the senders' exchanges
+// (checkSenders).
+func runRelay(p relayParams, opts []RelayOption) *Relay {
 	var app []RelayOption
 	if p.MeterProvider != nil {
 		app = append(app, WithMeterProvider(p.MeterProvider))
+	}
+	var topo *topology.Topology
+	if frags := slices.DeleteFunc(slices.Clone(p.Topologies), func(t *topology.Topology) bool { return t == nil }); len(frags) > 0 {
+		topo = topology.New().Merge(frags...)
+		app = append(app, WithTopology(topo))
 	}
 	r := NewRelay(p.DB, p.Broker, append(app, opts...)...)
 	var cancel context.CancelFunc
 	done := make(chan error, 1)
 	p.Lifecycle.Append(fx.Hook{
-		OnStart: func(context.Context) error {
+		OnStart: func(start context.Context) error {
 			if r.err != nil {
 				return r.err
+			}
+			if err := checkSenders(start, p.Broker, topo, p.Senders); err != nil {
+				return err
 			}
 			// The relay runs on a context of its own, not the start's.
 			var ctx context.Context
@@ -149,6 +174,57 @@ func runRelay(p relayParams, opts []RelayOption) {
 			}
 		},
 	})
+	return r
+}
+
+// checkSenders makes sure every exchange an AsSender sender names is
+// there to publish to: declared by the app's topology t (fxmodule.Module
+// declares it at start), or found on the broker by a passive declare (an
+// exchange declared by someone else). Any other, a misspelled name say,
+// fails the start naming it: each of its rows would otherwise be refused
+// with 404 NOT_FOUND by the relay, long after the write was accepted.
+func checkSenders(ctx context.Context, b *mq.Broker, t *topology.Topology, senders []senderExchange) error {
+	declared := map[string]bool{"": true} // the default exchange always exists
+	if t != nil {
+		for _, e := range t.Exchanges() {
+			declared[e.Name] = true
+		}
+	}
+	var errs []error
+	for _, name := range slices.Compact(slices.Sorted(slices.Values(senders))) {
+		if declared[string(name)] {
+			continue
+		}
+		if err := exchangeExists(ctx, b, string(name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// exchangeExists declares exchange passively on a throwaway channel: nil
+// when it exists.
+func exchangeExists(ctx context.Context, b *mq.Broker, exchange string) error {
+	ch, err := b.Channel(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: start: look for the exchange %q that outbox.AsSender names: %w", exchange, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ch.ExchangeDeclarePassive(exchange, "", false, false, false, false, nil) }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	_ = ch.Close() // after a refusal, closed already
+	var ae *amqp.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+		return fmt.Errorf("outbox: start: the exchange %q that outbox.AsSender names does not exist, and the app's topology does not declare it: correct the name, or declare it (fxmodule.AsTopology)", exchange)
+	}
+	return fmt.Errorf("outbox: start: look for the exchange %q that outbox.AsSender names: %w", exchange, err)
 }
 
 // AsSender provides the app's P, an interface type that mq.Sender
@@ -162,5 +238,8 @@ func AsSender[P any](exchange string) fx.Option {
 	if pt.Kind() != reflect.Interface || !reflect.TypeFor[sender]().Implements(pt) {
 		return fx.Error(fmt.Errorf("outbox.AsSender: %v must be an interface type that mq.Sender satisfies (for instance one embedding mq.Sender)", pt))
 	}
-	return fx.Provide(func(o *Outbox) P { return any(o.Sender(exchange)).(P) })
+	return fx.Options(
+		fx.Provide(func(o *Outbox) P { return any(o.Sender(exchange)).(P) }),
+		fx.Provide(fx.Annotate(func() senderExchange { return senderExchange(exchange) }, fx.ResultTags(`group:"acemq.outbox.senders"`))),
+	)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/acemq/acemq-go/fxmodule"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/otelmq"
 )
@@ -43,6 +44,8 @@ type Relay struct {
 	closing int    // publishers being closed, still holding their channels
 	tick    uint64 // orders the publishers' last use
 
+	fails failures // refusals since the last row published (Check)
+
 	busy atomic.Int32  // loops in a batch now (the probe rests while all are)
 	idle chan struct{} // a loop left its batch (see rest)
 }
@@ -54,7 +57,7 @@ type relayQueries struct {
 // NewRelay returns a relay of the outbox table in db to b, which writes its
 // events to b's logger (Broker.Logger, from mq.Config.Logger). Options:
 // WithSchema, WithMeterProvider, WithPropagators,
-// PollInterval, BatchSize, MaxAttempts, PublishTimeout,
+// PollInterval, BatchSize, MaxAttempts, PublishTimeout, WithTopology,
 // WithPublisherOptions.
 //
 // db should be opened with the pgx driver (github.com/jackc/pgx/v5/stdlib):
@@ -618,6 +621,7 @@ func (r *Relay) run(ctx, live context.Context, t batchTx, backlog bool) (full bo
 	for _, f := range refusals {
 		r.logRefusal(ctx, f)
 	}
+	r.fails.note(len(done), refusals)
 	r.m.published(ctx, len(done))
 	if lost {
 		return false, errBrokerLost
@@ -826,7 +830,9 @@ func (r *Relay) publisher(exchange string) *pubEntry {
 			return e
 		}
 		if len(r.pubs)+r.closing < maxPublishers {
-			e := &pubEntry{p: r.b.Publisher(exchange, r.c.pubOpts...), used: 1, last: r.tick}
+			// AsPublisher's rule: an event (to a topic, fanout or headers
+			// exchange of the app's topology) is not mandatory.
+			e := &pubEntry{p: r.b.Publisher(exchange, fxmodule.PublisherOptions(r.c.topo, exchange, r.c.pubOpts...)...), used: 1, last: r.tick}
 			r.pubs[exchange] = e
 			r.mu.Unlock()
 			return e
