@@ -12,8 +12,8 @@ import (
 )
 
 // RelayCheck is the readiness check of the relay's database, for
-// fxmodule.ReadyHandler (Module feeds it to the app; without fx, give it to
-// ReadyHandler): the outbox table must answer a query, or the service is
+// fxmodule.ReadyHandler (Relay.Check adds the relay's own failures, and is
+// what Module feeds the app): the outbox table must answer a query, or the service is
 // not ready, with the database's error as the reason. Its detail is the
 // age of the oldest pending row (the first in the order rows were written
 // that is not set aside), how far behind the relays are. That age is
