@@ -8,9 +8,11 @@ package integration
 // start with events.
 
 import (
+	"context"
 	"database/sql"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,8 +104,22 @@ func TestOutboxSenderExchangeCheckedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	misspelled := testenv.Name(t, "nc5.biling")
+	// A message waits in a consumer's queue: the check comes before any
+	// consumer starts, so nothing takes it.
+	q := testenv.Name(t)
+	testenv.Cleanup(t, q)
+	topo := topology.New().Queue(q, topology.Classic())
+	if err := helper.Declare(testenv.Context(t, 20*time.Second), topo); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Publish(t, helper, q, mq.Message{MessageId: "waits"})
+	var calls atomic.Int32
 	app := fx.New(fx.NopLogger, fxmodule.Module, fxConfig(t), fx.Supply(db),
 		outbox.Module(outbox.WithSchema(s)), outbox.AsSender[eventsNews](misspelled),
+		fxmodule.AsTopology(topo),
+		fxmodule.AsConsumer(func() fxmodule.Consumer {
+			return fxmodule.Consumer{Queue: q, Handler: mq.HandlerFunc(func(context.Context, *mq.Delivery) error { calls.Add(1); return nil })}
+		}),
 		fx.Invoke(func(eventsNews) {}))
 	ctx := testenv.Context(t, 30*time.Second)
 	err := app.Start(ctx)
@@ -112,6 +128,9 @@ func TestOutboxSenderExchangeCheckedAtStart(t *testing.T) {
 		t.Fatalf("start with a sender to the missing exchange %s: %v, want a failure naming it", misspelled, err)
 	}
 	t.Logf("start failed: %v", err)
+	if n := calls.Load(); n != 0 {
+		t.Errorf("the handler ran %d times: a consumer started before the check", n)
+	}
 
 	ok := fxApp(t, fxConfig(t), fx.Supply(db), outbox.Module(outbox.WithSchema(s)),
 		fxmodule.AsTopology(topology.New().Exchange(ours)),

@@ -30,9 +30,16 @@ import (
 // the inbox table when a consumer runs the inbox. One that is missing or
 // of another shape fails the start, before any consumer or the relay
 // starts, with an error matching ErrSchema that names it with its schema;
-// so does a database that cannot be reached. Module creates nothing: run
+// so does a database that cannot be reached. So does an exchange an
+// AsSender sender names that the app's topology does not declare and the
+// broker does not have (a passive declare), naming it. Module creates nothing: run
 // Schema.Create before (at start-up, say in an fx.Invoke given before
 // Module) or take Schema.SQL into your migrations.
+//
+// The relay publishes each row by fxmodule.AsPublisher's rule, with the
+// app's topology (WithTopology): to its topic, fanout or headers exchanges
+// an event, dropped when no queue is bound for it; otherwise a command.
+// Its readiness check is Relay.Check.
 //
 // Given after fxmodule.Module in fx.New, the relay starts after the
 // broker has connected and the topology is declared, and stops before the
@@ -70,21 +77,45 @@ func (c *startCheck) inboxCheck(db *sql.DB, s Schema) fxmodule.Check {
 	}}
 }
 
-// startCheck checks the tables at start, in a hook of its own that runs
-// before the consumers' and the relay's (it is built before either asks
-// for it): the outbox table always, the inbox table when a consumer
-// runs the inbox.
+// startCheck checks, at start, in a hook of its own that runs before the
+// consumers' and the relay's (it is built before either asks for it) and
+// after the broker's (it asks for the broker): the outbox table always,
+// the inbox table when a consumer runs the inbox, and the exchanges the
+// app's AsSender senders name (checkSenders).
 type startCheck struct {
-	inUsed atomic.Bool // the inbox wraps a handler
+	inUsed atomic.Bool        // the inbox wraps a handler
+	topo   *topology.Topology // the app's, merged; nil: none
 }
 
-func newStartCheck(lc fx.Lifecycle, db *sql.DB, ob *Outbox) *startCheck {
+type startParams struct {
+	fx.In
+
+	Lifecycle fx.Lifecycle
+	DB        *sql.DB
+	Outbox    *Outbox
+	// Broker is asked for so that its connecting hook runs before this
+	// one, which looks for the senders' exchanges on it.
+	Broker *mq.Broker
+	// The app's topology (fxmodule.AsTopology's fragments) and the
+	// exchanges its AsSender senders name.
+	Topologies []*topology.Topology `group:"acemq.topologies"`
+	Senders    []senderExchange     `group:"acemq.outbox.senders"`
+}
+
+func newStartCheck(p startParams) *startCheck {
 	c := &startCheck{}
-	lc.Append(fx.Hook{OnStart: func(ctx context.Context) error {
+	if frags := slices.DeleteFunc(slices.Clone(p.Topologies), func(t *topology.Topology) bool { return t == nil }); len(frags) > 0 {
+		c.topo = topology.New().Merge(frags...)
+	}
+	ob := p.Outbox
+	p.Lifecycle.Append(fx.Hook{OnStart: func(ctx context.Context) error {
 		if ob.err != nil {
 			return ob.err
 		}
-		return ob.schema.check(ctx, db, true, c.inUsed.Load())
+		if err := ob.schema.check(ctx, p.DB, true, c.inUsed.Load()); err != nil {
+			return err
+		}
+		return checkSenders(ctx, p.Broker, c.topo, p.Senders)
 	}})
 	return c
 }
@@ -118,15 +149,11 @@ type relayParams struct {
 
 	Lifecycle fx.Lifecycle
 	// Check is asked for so its hook is appended, and runs, before the
-	// relay's. Broker's connecting hook runs before the relay's too.
+	// relay's; it also holds the app's topology.
 	Check         *startCheck
 	DB            *sql.DB
 	Broker        *mq.Broker
 	MeterProvider metric.MeterProvider `optional:"true"`
-	// The app's topology (fxmodule.AsTopology's fragments) and the
-	// exchanges its AsSender senders name.
-	Topologies []*topology.Topology `group:"acemq.topologies"`
-	Senders    []senderExchange     `group:"acemq.outbox.senders"`
 }
 
 // senderExchange is an exchange an AsSender sender publishes to.
@@ -135,28 +162,22 @@ type senderExchange string
 // runRelay is the app's relay: NewRelay with the app's MeterProvider and
 // topology (WithTopology: a row to the app's topic, fanout or headers
 // exchange is an event) and then the module's options, run with the
-// app's lifecycle. Its start first checks the senders' exchanges
-// (checkSenders).
+// app's lifecycle.
 func runRelay(p relayParams, opts []RelayOption) *Relay {
 	var app []RelayOption
 	if p.MeterProvider != nil {
 		app = append(app, WithMeterProvider(p.MeterProvider))
 	}
-	var topo *topology.Topology
-	if frags := slices.DeleteFunc(slices.Clone(p.Topologies), func(t *topology.Topology) bool { return t == nil }); len(frags) > 0 {
-		topo = topology.New().Merge(frags...)
-		app = append(app, WithTopology(topo))
+	if p.Check.topo != nil {
+		app = append(app, WithTopology(p.Check.topo))
 	}
 	r := NewRelay(p.DB, p.Broker, append(app, opts...)...)
 	var cancel context.CancelFunc
 	done := make(chan error, 1)
 	p.Lifecycle.Append(fx.Hook{
-		OnStart: func(start context.Context) error {
+		OnStart: func(context.Context) error {
 			if r.err != nil {
 				return r.err
-			}
-			if err := checkSenders(start, p.Broker, topo, p.Senders); err != nil {
-				return err
 			}
 			// The relay runs on a context of its own, not the start's.
 			var ctx context.Context
@@ -179,7 +200,7 @@ func runRelay(p relayParams, opts []RelayOption) *Relay {
 
 // checkSenders makes sure every exchange an AsSender sender names is
 // there to publish to: declared by the app's topology t (fxmodule.Module
-// declares it at start), or found on the broker by a passive declare (an
+// declares it at start, before the relay starts), or found on the broker by a passive declare (an
 // exchange declared by someone else). Any other, a misspelled name say,
 // fails the start naming it: each of its rows would otherwise be refused
 // with 404 NOT_FOUND by the relay, long after the write was accepted.
