@@ -49,6 +49,27 @@ func eventsWrite(t *testing.T, db *sql.DB, s mq.Sender, key string, m mq.Message
 	}
 }
 
+// outboxWaitingConsumer declares a goit.* queue q with a message waiting
+// in it (through helper), and returns q, the app's topology of it and a
+// consumer of it (in the inbox when inbox is set), and the count of its
+// handler's calls: a start that fails before any consumer starts leaves
+// the count 0 and the message in q.
+func outboxWaitingConsumer(t *testing.T, helper *mq.Broker, inbox bool) (string, fx.Option, *atomic.Int32) {
+	t.Helper()
+	q := testenv.Name(t)
+	testenv.Cleanup(t, q)
+	topo := topology.New().Queue(q, topology.Classic())
+	if err := helper.Declare(testenv.Context(t, 20*time.Second), topo); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Publish(t, helper, q, mq.Message{MessageId: "waits"})
+	calls := &atomic.Int32{}
+	return q, fx.Options(fxmodule.AsTopology(topo), fxmodule.AsConsumer(func() fxmodule.Consumer {
+		return fxmodule.Consumer{Queue: q, Inbox: inbox,
+			Handler: mq.HandlerFunc(func(context.Context, *mq.Delivery) error { calls.Add(1); return nil })}
+	})), calls
+}
+
 // A row follows AsPublisher's rule: to a topic exchange the app's topology
 // declares it is an event, so one no queue is bound for is dropped (its
 // row deleted, never refused) while one that is bound is delivered; to a
@@ -104,23 +125,10 @@ func TestOutboxSenderExchangeCheckedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	misspelled := testenv.Name(t, "nc5.biling")
-	// A message waits in a consumer's queue: the check comes before any
-	// consumer starts, so nothing takes it.
-	q := testenv.Name(t)
-	testenv.Cleanup(t, q)
-	topo := topology.New().Queue(q, topology.Classic())
-	if err := helper.Declare(testenv.Context(t, 20*time.Second), topo); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Publish(t, helper, q, mq.Message{MessageId: "waits"})
-	var calls atomic.Int32
+	q, consumer, calls := outboxWaitingConsumer(t, helper, false)
 	app := fx.New(fx.NopLogger, fxmodule.Module, fxConfig(t), fx.Supply(db),
 		outbox.Module(outbox.WithSchema(s)), outbox.AsSender[eventsNews](misspelled),
-		fxmodule.AsTopology(topo),
-		fxmodule.AsConsumer(func() fxmodule.Consumer {
-			return fxmodule.Consumer{Queue: q, Handler: mq.HandlerFunc(func(context.Context, *mq.Delivery) error { calls.Add(1); return nil })}
-		}),
-		fx.Invoke(func(eventsNews) {}))
+		consumer, fx.Invoke(func(eventsNews) {}))
 	ctx := testenv.Context(t, 30*time.Second)
 	err := app.Start(ctx)
 	_ = app.Stop(ctx)
@@ -130,6 +138,9 @@ func TestOutboxSenderExchangeCheckedAtStart(t *testing.T) {
 	t.Logf("start failed: %v", err)
 	if n := calls.Load(); n != 0 {
 		t.Errorf("the handler ran %d times: a consumer started before the check", n)
+	}
+	if ready, _ := fxCount(t, helper, q); ready != 1 {
+		t.Errorf("%d messages ready in the queue after the failed start, want 1 (none taken)", ready)
 	}
 
 	ok := fxApp(t, fxConfig(t), fx.Supply(db), outbox.Module(outbox.WithSchema(s)),
