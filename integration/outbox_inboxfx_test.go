@@ -152,27 +152,14 @@ func TestOutboxFxStartChecksTables(t *testing.T) {
 			if _, err := db.Exec(tc.spoil(s)); err != nil {
 				t.Fatal(err)
 			}
-			q := testenv.Name(t)
-			testenv.Cleanup(t, q)
-			topo := topology.New().Queue(q, topology.Classic())
 			// A message waits in the queue: the check comes before any
 			// consumer starts, so nothing takes it.
-			if err := helper.Declare(testenv.Context(t, 20*time.Second), topo); err != nil {
-				t.Fatal(err)
-			}
-			testenv.Publish(t, helper, q, mq.Message{MessageId: "waits"})
-			var calls atomic.Int32
+			q, consumer, calls := outboxWaitingConsumer(t, helper, tc.inbox)
 			modules := []fx.Option{fxmodule.Module, outbox.Module(outbox.WithSchema(s))}
 			if tc.first {
 				modules[0], modules[1] = modules[1], modules[0]
 			}
-			app := fx.New(fx.NopLogger, modules[0], modules[1], fxConfig(t), fx.Supply(db),
-				fxmodule.AsTopology(topo),
-				fxmodule.AsConsumer(func() fxmodule.Consumer {
-					return fxmodule.Consumer{Queue: q, Inbox: tc.inbox,
-						Handler: mq.HandlerFunc(func(context.Context, *mq.Delivery) error { calls.Add(1); return nil })}
-				}),
-			)
+			app := fx.New(fx.NopLogger, modules[0], modules[1], fxConfig(t), fx.Supply(db), consumer)
 			ctx := testenv.Context(t, 30*time.Second)
 			began := time.Now()
 			err := app.Start(ctx)

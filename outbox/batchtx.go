@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,8 +21,8 @@ type batchTx interface {
 	// which also bounds the transaction on the server to ms
 	// milliseconds), after relayQueries.indexOrder when backlog.
 	claim(ctx context.Context, backlog bool, limit int, ms string) ([]*row, error)
-	// blockers runs relayQueries.blockers.
-	blockers(ctx context.Context, keys []string, ids []int64) ([]keyed, error)
+	// blockers runs relayQueries.blockers with keys (keysArg).
+	blockers(ctx context.Context, keys string) ([]keyed, error)
 	// finish records each refusal, deletes the rows done and commits; an
 	// error of the commit itself is a commitError. next asks it to claim
 	// the next batch's rows (as claim would, with backlog) right after the
@@ -63,6 +65,44 @@ func scanKeyed(res resultRows) ([]keyed, error) {
 	return found, res.Err()
 }
 
+// idsArg is ids as a PostgreSQL array literal, "{1,2,3}": the argument of
+// relayQueries.del, which casts it ($1::text::bigint[]). A list goes to
+// the server as one text value because that is the one form every
+// database/sql driver takes as it is: a Go slice is pgx's alone (lib/pq
+// refuses []int64: "unsupported type"), and a placeholder per element
+// would make a statement of its own for each batch size, bounded by the
+// protocol's 65535 parameters. Integers need no quoting.
+func idsArg(ids []int64) string {
+	b := make([]byte, 0, 2+len(ids)*8)
+	b = append(b, '{')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, '}'))
+}
+
+// keysArg is the argument of relayQueries.blockers: each ordering key with
+// the largest id of this batch's rows of it, as a JSON array of objects
+// {"key": …, "maxid": …} the statement reads with jsonb_to_recordset (one
+// text value, as idsArg, for every driver; JSON rather than a text array
+// literal, whose quoting of a key's quotes, backslashes, commas and braces
+// would be hand-written here).
+func keysArg(maxID map[string]int64) string {
+	type entry struct {
+		Key   string `json:"key"`
+		MaxID int64  `json:"maxid"`
+	}
+	list := make([]entry, 0, len(maxID))
+	for k, id := range maxID {
+		list = append(list, entry{k, id})
+	}
+	b, _ := json.Marshal(list) // strings and integers: cannot fail
+	return string(b)
+}
+
 // commitError is a batch's commit that failed.
 type commitError struct{ err error }
 
@@ -90,8 +130,8 @@ func (t *sqlTx) claim(ctx context.Context, backlog bool, limit int, ms string) (
 	return scanClaimed(res)
 }
 
-func (t *sqlTx) blockers(ctx context.Context, keys []string, ids []int64) ([]keyed, error) {
-	res, err := t.tx.QueryContext(ctx, t.q.blockers, keys, ids)
+func (t *sqlTx) blockers(ctx context.Context, keys string) ([]keyed, error) {
+	res, err := t.tx.QueryContext(ctx, t.q.blockers, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +146,7 @@ func (t *sqlTx) finish(ctx context.Context, refusals []refusal, done []int64, _ 
 		}
 	}
 	if len(done) > 0 {
-		if _, err := t.tx.ExecContext(ctx, t.q.del, done); err != nil {
+		if _, err := t.tx.ExecContext(ctx, t.q.del, idsArg(done)); err != nil {
 			return fmt.Errorf("outbox: delete published rows: %w", err)
 		}
 	}
@@ -177,8 +217,8 @@ func (t *pgxTx) claim(ctx context.Context, backlog bool, limit int, ms string) (
 	return rows, br.Close()
 }
 
-func (t *pgxTx) blockers(ctx context.Context, keys []string, ids []int64) ([]keyed, error) {
-	res, err := t.c.Query(ctx, t.q.blockers, keys, ids)
+func (t *pgxTx) blockers(ctx context.Context, keys string) ([]keyed, error) {
+	res, err := t.c.Query(ctx, t.q.blockers, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +232,7 @@ func (t *pgxTx) finish(ctx context.Context, refusals []refusal, done []int64, ne
 		b.Queue(t.q.fail, f.args()...)
 	}
 	if len(done) > 0 {
-		b.Queue(t.q.del, done)
+		b.Queue(t.q.del, idsArg(done))
 	}
 	b.Queue("commit")
 	if next {

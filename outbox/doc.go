@@ -66,12 +66,16 @@
 // fxmodule.Consumer with Inbox set runs in, all three on the one schema
 // given to it; its start fails, naming the table, when a table it needs is
 // missing or of another shape. AsSender provides an outbox-backed
-// mq.Sender interface, fxmodule.AsPublisher's counterpart. See
-// docs/outbox.md.
+// mq.Sender interface, fxmodule.AsPublisher's counterpart: a row to a
+// topic, fanout or headers exchange of the app's topology is an event,
+// dropped when no queue is bound for it, any other a command (mandatory;
+// WithTopology without fx), and start fails naming an exchange a sender
+// names that neither exists nor is declared. See docs/outbox.md.
 //
-// Module also feeds RelayCheck and InboxCheck to fxmodule.ReadyHandler,
-// so /readyz answers for the database and reports the relay's oldest
-// pending row. Package outboxtest runs a handler that uses Tx inside the
+// Module also feeds the relay's Check and InboxCheck to
+// fxmodule.ReadyHandler, so /readyz answers for the database, reports the
+// relay's oldest pending row, and is not ready while the relay's rows keep
+// failing. Package outboxtest runs a handler that uses Tx inside the
 // inbox against a schema of the test's own.
 //
 // # Options
@@ -97,5 +101,6 @@
 // rolls back), and package mq, which must not import a database driver:
 // only this package imports pgx (for LISTEN, and for the relay's batches,
 // which go in fewer round trips when db's driver is pgx's: any other
-// driver takes database/sql's path), and only its importers compile it.
+// driver, lib/pq say, takes database/sql's path), and only its importers
+// compile it.
 package outbox

@@ -129,7 +129,8 @@ func openDB(lc fx.Lifecycle) (*sql.DB, error) {
 // With fx: outbox.Module after fxmodule.Module runs the relay with the
 // app's lifecycle, provides the inbox a consumer runs in with Inbox: true
 // (the schema given once, to the module), and checks the tables at start;
-// AsSender gives handlers an outbox-backed OrderEvents. Inside the inbox,
+// AsSender gives handlers an outbox-backed OrderEvents (its exchange
+// checked at start). Inside the inbox,
 // OrderEvents.Publish writes within the inbox's transaction, so the
 // effect, the record and the follow-up event commit together.
 func ExampleModule() {
@@ -137,7 +138,10 @@ func ExampleModule() {
 		fx.Supply(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}}),
 		fx.Provide(openDB),
 		fxmodule.Module,
-		fxmodule.AsTopology(topology.New().Queue("shipping.orders", topology.Retry(retry.Exponential(6, time.Second)))),
+		// orders-events is a topic exchange: what OrderEvents publishes is an
+		// event, dropped when no queue is bound for it (as AsPublisher's).
+		fxmodule.AsTopology(topology.New().Exchange("orders-events", topology.Topic).
+			Queue("shipping.orders", topology.Retry(retry.Exponential(6, time.Second)))),
 		outbox.Module(outbox.WithSchema(tables)),
 		outbox.AsSender[OrderEvents]("orders-events"),
 		fxmodule.AsConsumer(func() fxmodule.Consumer {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -237,21 +236,44 @@ func (in *inbox) failed(ctx context.Context, stmt, key string, err error) error 
 		}
 		return mq.Requeue(wrapped)
 	}
-	if errors.Is(err, pgx.ErrTxCommitRollback) {
+	if abortedCommit(err) {
 		return fmt.Errorf("%w (key %q)", ErrTxAborted, key)
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && len(pe.Code) == 5 {
-		switch pe.Code[:2] {
+	if code := sqlState(err); len(code) == 5 {
+		switch code[:2] {
 		case "25": // an aborted transaction (25P02), an invalid transaction state
 			return fmt.Errorf("%w (key %q): %w", ErrTxAborted, key, err)
 		case "22", "23", "54":
-			return middleware.Reject(fmt.Errorf("outbox: inbox: PostgreSQL refused the message's %s (SQLSTATE %s): %w", stmt, pe.Code, wrapped))
+			return middleware.Reject(fmt.Errorf("outbox: inbox: PostgreSQL refused the message's %s (SQLSTATE %s): %w", stmt, code, wrapped))
 		case "40": // a serialization failure or a deadlock: the attempt may try again
 			return wrapped
 		}
 	}
 	return &outage{wrapped}
+}
+
+// sqlState is the SQLSTATE of the PostgreSQL error in err's chain, "" when
+// there is none. Drivers say it with a method of this name (pgx's
+// *pgconn.PgError, lib/pq's *pq.Error), so the inbox reads every driver's
+// without importing any.
+func sqlState(err error) string {
+	if e, ok := errors.AsType[interface {
+		error
+		SQLState() string
+	}](err); ok {
+		return e.SQLState()
+	}
+	return ""
+}
+
+// abortedCommit reports whether err is a driver's answer to the commit of
+// a transaction a failed statement aborted, which the server rolls back:
+// pgx's ErrTxCommitRollback, or lib/pq's ErrInFailedTransaction, a plain
+// error known only by its text (lib/pq rolls back without asking the
+// server, so there is no SQLSTATE).
+func abortedCommit(err error) bool {
+	return errors.Is(err, pgx.ErrTxCommitRollback) ||
+		strings.Contains(err.Error(), "pq: Could not complete operation in a failed transaction")
 }
 
 // maxKeyText is the longest key the inbox records as it is; a longer one

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/topology"
 )
 
 // Option is any option of this package. Each constructor takes its own
@@ -28,7 +29,7 @@ type OutboxOption interface {
 
 // RelayOption configures a Relay (NewRelay): WithSchema,
 // WithMeterProvider, WithPropagators, PollInterval, BatchSize,
-// MaxAttempts, PublishTimeout, WithPublisherOptions.
+// MaxAttempts, PublishTimeout, WithTopology, WithPublisherOptions.
 type RelayOption interface {
 	Option
 	applyRelay(*config)
@@ -103,6 +104,7 @@ type config struct {
 	keyBy       func(d *mq.Delivery) string
 	retention   time.Duration
 	pubOpts     []mq.PublisherOption
+	topo        *topology.Topology
 	noNotify    bool
 }
 
@@ -172,7 +174,9 @@ func WithPropagators(p propagation.TextMapPropagator) OutboxRelayOption {
 // published in order (see the package doc for exactly what is promised),
 // rows with different keys in parallel. f gets the exchange, the routing
 // key and the message about to be written; "" means no order for that
-// row. Default: no ordering key, every row in parallel. To keep the order
+// row. Any string is a key: one over 2048 bytes, or not UTF-8 text, is
+// stored by its SHA-256 (its index could not hold it). Default: no
+// ordering key, every row in parallel. To keep the order
 // per routing key: OrderBy(func(_, key string, _ *mq.Message) string {
 // return key }) — then one routing key is one sequence, sent one confirm
 // at a time.
@@ -248,10 +252,25 @@ func PublishTimeout(d time.Duration) RelayOption {
 	})
 }
 
+// WithTopology tells the Relay the kinds of the exchanges it publishes to,
+// from t, the topology the app declares, so that each row follows the rule
+// fxmodule.AsPublisher follows: a row to an exchange t declares as a
+// topic, fanout or headers exchange is an event, published without the
+// mandatory flag, so one no queue is bound for is dropped by the broker
+// (its row deleted) rather than refused; a row to any other exchange (the
+// default exchange, a direct one, one t does not declare: an exchange
+// declared by someone else, whose kind a client cannot learn) is a
+// command, mandatory, refused when unroutable, tried again and set aside.
+// Module gives the app's topology (every fxmodule.AsTopology fragment)
+// without being asked. Default: no topology, every row a command.
+func WithTopology(t *topology.Topology) RelayOption {
+	return relayOpt(func(c *config) { c.topo = t })
+}
+
 // WithPublisherOptions are given to every mq.Publisher the Relay opens
-// (one per exchange, at most 64 at once), e.g. mq.AllowUnroutable() for events that may have
-// no audience. Default none: publishes are mandatory, and a row no queue
-// is bound for is retried and then set aside.
+// (one per exchange, at most 64 at once), after those WithTopology's rule
+// gives (so mq.AllowUnroutable() here makes every row an event, and
+// mq.Mandatory() every row a command). Default none.
 func WithPublisherOptions(opts ...mq.PublisherOption) RelayOption {
 	return relayOpt(func(c *config) { c.pubOpts = append(c.pubOpts, opts...) })
 }

@@ -33,7 +33,7 @@ func New(opts ...OutboxOption) *Outbox {
 	s, err := c.schema.resolved()
 	o := &Outbox{schema: s, err: err, prop: c.prop, orderBy: c.orderBy, notify: !c.noNotify}
 	insert := fmt.Sprintf(`INSERT INTO %s (exchange, routing_key, ordering_key, message_id, body, properties, trace)
-VALUES ($1, $2, $3, $4, $5, $6, $7)`, s.Outbox)
+VALUES ($1, $2, $3, $4, $5, $6::text::jsonb, $7::text::jsonb)`, s.Outbox)
 	if o.notify {
 		// One round trip: the row, and the notification PostgreSQL
 		// delivers when (and only if) the transaction commits.
@@ -56,10 +56,12 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)`, s.Outbox)
 // resend. Bytes that are not UTF-8 text (a raw id, a signature header, a
 // NUL) are kept exactly (see docs/outbox.md for how they are stored). What
 // the wire could never carry (a name or property over 255 bytes, a header
-// value AMQP cannot hold), and an exchange name, routing key or ordering
-// key the table's text columns cannot hold (not UTF-8, or with a NUL
-// byte), is refused here, before anything is written, with an error
-// matching mq.ErrInvalid.
+// value AMQP cannot hold), and an exchange name or routing key the
+// table's text columns cannot hold (not UTF-8, or with a NUL byte), is
+// refused here, before anything is written, with an error matching
+// mq.ErrInvalid. An ordering key (OrderBy) may be any string: one its
+// index cannot hold (over 2048 bytes, or not UTF-8 text) is stored by its
+// SHA-256, as the inbox stores such keys, and orders as the key would.
 func (o *Outbox) Publish(ctx context.Context, tx *sql.Tx, exchange, routingKey string, m mq.Message) error {
 	if o.err != nil {
 		return o.err
@@ -80,17 +82,25 @@ func (o *Outbox) Publish(ctx context.Context, tx *sql.Tx, exchange, routingKey s
 	if err != nil {
 		return err
 	}
-	var trace []byte
+	// The JSON columns are sent as text, which every database/sql driver
+	// passes as it is (lib/pq sends a []byte as bytea, which jsonb refuses).
+	var trace *string
 	carrier := propagation.MapCarrier{}
 	o.prop.Inject(ctx, carrier)
 	if len(carrier) > 0 {
-		trace, _ = json.Marshal(map[string]string(carrier)) // a map of strings: cannot fail
+		b, _ := json.Marshal(map[string]string(carrier)) // a map of strings: cannot fail
+		t := string(b)
+		trace = &t
 	}
 	var key string
 	if o.orderBy != nil {
-		key = o.orderBy(exchange, routingKey, &m)
+		// Only equal keys matter to the order, so a key the ordering
+		// index cannot hold (over 2048 bytes: its btree takes about 2.7 KB
+		// a row; not UTF-8 text) is stored by its hash, as the inbox
+		// stores its keys: one key, one stored key.
+		key = storedKey(o.orderBy(exchange, routingKey, &m))
 	}
-	if err := checkText(exchange, routingKey, key); err != nil {
+	if err := checkText(exchange, routingKey); err != nil {
 		return fmt.Errorf("outbox: publish to exchange %q with key %q: %w", exchange, routingKey, err)
 	}
 	if tx == nil {
@@ -102,7 +112,7 @@ func (o *Outbox) Publish(ctx context.Context, tx *sql.Tx, exchange, routingKey s
 	}
 	// The message_id column is for people reading the table; the id itself,
 	// every byte of it, is in properties.
-	args := []any{exchange, routingKey, key, textOf(m.MessageId), body, p, trace}
+	args := []any{exchange, routingKey, key, textOf(m.MessageId), body, string(p), trace}
 	if o.notify {
 		args = append(args, o.schema.channel())
 	}
@@ -132,11 +142,11 @@ func check(exchange, routingKey string, m *mq.Message) error {
 }
 
 // checkText refuses names the outbox's text columns cannot hold: an
-// exchange, routing key or ordering key that is not valid UTF-8 or holds a
-// NUL byte (PostgreSQL's text refuses both), with mq.ErrInvalid.
-func checkText(exchange, routingKey, orderingKey string) error {
+// exchange or routing key that is not valid UTF-8 or holds a NUL byte
+// (PostgreSQL's text refuses both), with mq.ErrInvalid.
+func checkText(exchange, routingKey string) error {
 	for _, f := range [...]struct{ name, v string }{
-		{"exchange name", exchange}, {"routing key", routingKey}, {"ordering key", orderingKey},
+		{"exchange name", exchange}, {"routing key", routingKey},
 	} {
 		if !isText(f.v) {
 			return fmt.Errorf("%w: %s %q is not UTF-8 text without NUL bytes, which the outbox table's text column cannot hold",

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/acemq/acemq-go/fxmodule"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/otelmq"
 )
@@ -43,6 +44,8 @@ type Relay struct {
 	closing int    // publishers being closed, still holding their channels
 	tick    uint64 // orders the publishers' last use
 
+	fails failures // refusals since the last row published (Check)
+
 	busy atomic.Int32  // loops in a batch now (the probe rests while all are)
 	idle chan struct{} // a loop left its batch (see rest)
 }
@@ -54,7 +57,7 @@ type relayQueries struct {
 // NewRelay returns a relay of the outbox table in db to b, which writes its
 // events to b's logger (Broker.Logger, from mq.Config.Logger). Options:
 // WithSchema, WithMeterProvider, WithPropagators,
-// PollInterval, BatchSize, MaxAttempts, PublishTimeout,
+// PollInterval, BatchSize, MaxAttempts, PublishTimeout, WithTopology,
 // WithPublisherOptions.
 //
 // db should be opened with the pgx driver (github.com/jackc/pgx/v5/stdlib):
@@ -88,9 +91,9 @@ ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, t),
 			// See batch: a backlog's claims read the pending index in order.
 			indexOrder: `SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true)`,
 			probe:      fmt.Sprintf(`SELECT COALESCE(max(id), 0) FROM %s WHERE set_aside_at IS NULL`, t),
-			blockers: fmt.Sprintf(`SELECT o.id, o.ordering_key FROM %s o JOIN unnest($1::text[], $2::bigint[]) AS k(key, maxid)
+			blockers: fmt.Sprintf(`SELECT o.id, o.ordering_key FROM %s o JOIN jsonb_to_recordset($1::text::jsonb) AS k(key text, maxid bigint)
 ON o.ordering_key = k.key AND o.id <= k.maxid WHERE o.set_aside_at IS NULL`, t),
-			del: fmt.Sprintf(`DELETE FROM %s WHERE id = ANY($1::bigint[])`, t),
+			del: fmt.Sprintf(`DELETE FROM %s WHERE id = ANY($1::text::bigint[])`, t),
 			fail: fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $2, retry_at = now() + make_interval(secs => $3),
 set_aside_at = CASE WHEN $4 THEN now() END WHERE id = $1`, t),
 			stats: fmt.Sprintf(`SELECT count(*) FILTER (WHERE set_aside_at IS NULL), count(*) FILTER (WHERE set_aside_at IS NOT NULL),
@@ -618,6 +621,7 @@ func (r *Relay) run(ctx, live context.Context, t batchTx, backlog bool) (full bo
 	for _, f := range refusals {
 		r.logRefusal(ctx, f)
 	}
+	r.fails.note(len(done), refusals)
 	r.m.published(ctx, len(done))
 	if lost {
 		return false, errBrokerLost
@@ -648,12 +652,7 @@ func (r *Relay) unblocked(ctx context.Context, t batchTx, rows []*row) ([]*row, 
 	if len(maxID) == 0 {
 		return rows, nil
 	}
-	keys := make([]string, 0, len(maxID))
-	ids := make([]int64, 0, len(maxID))
-	for k, id := range maxID {
-		keys, ids = append(keys, k), append(ids, id)
-	}
-	found, err := t.blockers(ctx, keys, ids)
+	found, err := t.blockers(ctx, keysArg(maxID))
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read ordering keys: %w", err)
 	}
@@ -831,7 +830,9 @@ func (r *Relay) publisher(exchange string) *pubEntry {
 			return e
 		}
 		if len(r.pubs)+r.closing < maxPublishers {
-			e := &pubEntry{p: r.b.Publisher(exchange, r.c.pubOpts...), used: 1, last: r.tick}
+			// AsPublisher's rule: an event (to a topic, fanout or headers
+			// exchange of the app's topology) is not mandatory.
+			e := &pubEntry{p: r.b.Publisher(exchange, fxmodule.PublisherOptions(r.c.topo, exchange, r.c.pubOpts...)...), used: 1, last: r.tick}
 			r.pubs[exchange] = e
 			r.mu.Unlock()
 			return e

@@ -1,6 +1,10 @@
 package outbox
 
 import (
+	"encoding/json"
+	"errors"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 )
@@ -75,5 +79,57 @@ func TestProbeRestsWhileEveryLoopIsBusy(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("rest still waiting 5 s after a loop went idle")
+	}
+}
+
+// The relay's lists go to PostgreSQL as one text value each, which every
+// database/sql driver sends as it is: the ids as an array literal, the
+// ordering keys as JSON (keys with quotes, backslashes, commas and braces
+// come back unchanged).
+func TestListArguments(t *testing.T) {
+	if got := idsArg([]int64{1, -2, 9007199254740993}); got != "{1,-2,9007199254740993}" {
+		t.Errorf("idsArg = %q", got)
+	}
+	if got := idsArg(nil); got != "{}" {
+		t.Errorf("idsArg(nil) = %q, want {}", got)
+	}
+	want := map[string]int64{`k"1`: 3, `k\2,{x}`: 7, "ünï": 9}
+	var back []struct {
+		Key   string `json:"key"`
+		MaxID int64  `json:"maxid"`
+	}
+	if err := json.Unmarshal([]byte(keysArg(want)), &back); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, e := range back {
+		got[e.Key] = e.MaxID
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("keysArg round trip: %v, want %v", got, want)
+	}
+}
+
+// A relay's rows keep failing once failingAfter refusals came with no row
+// published between them; a published row ends the run.
+func TestRelayFailingAfterRefusalsInARow(t *testing.T) {
+	r := &Relay{}
+	refused := func(id int64) []refusal {
+		return []refusal{{rw: &row{id: id, exchange: "billing", key: "invoice.voided", err: errors.New("mq: unroutable")}, attempts: 1}}
+	}
+	for i := range failingAfter - 1 {
+		r.fails.note(0, refused(int64(i)))
+		if err := r.failing(); err != nil {
+			t.Fatalf("after %d refusals: %v, want not failing yet", i+1, err)
+		}
+	}
+	r.fails.note(0, refused(42))
+	err := r.failing()
+	if err == nil || !strings.Contains(err.Error(), "row 42") || !strings.Contains(err.Error(), "unroutable") {
+		t.Fatalf("after %d refusals: %v, want failing, naming the last row and its error", failingAfter, err)
+	}
+	r.fails.note(1, refused(43)) // a batch that published a row
+	if err := r.failing(); err != nil {
+		t.Fatalf("after a row was published: %v, want not failing", err)
 	}
 }

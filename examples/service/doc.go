@@ -24,7 +24,7 @@
 // AMQP_URL picks the broker (default amqp://guest:guest@127.0.0.1:5672/),
 // LISTEN the HTTP address (default 127.0.0.1:8080), SERVICE_PREFIX a prefix
 // for every name. order.shipped is an event: nobody in this service takes
-// it, and the relay publishes with mq.AllowUnroutable, as
-// fxmodule.AsPublisher's publisher to a topic exchange would
-// (docs/contract.md, "Events and commands").
+// it, and the relay publishes it to the topology's topic exchange as
+// fxmodule.AsPublisher's publisher would, dropped when no queue is bound
+// for it (docs/contract.md, "Events and commands").
 package main

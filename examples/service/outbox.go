@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/fx"
 
-	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/outbox"
 	"github.com/acemq/acemq-go/typed"
 )
@@ -95,9 +94,9 @@ func recordShipment(ctx context.Context, orderID, tracking string) error {
 }
 
 // relayOptions are outbox.Module's: the tables (for the relay, the outbox
-// and the inbox at once), and, since order.shipped may have no audience
-// yet, relay publishes that allow unroutable (an event nobody takes is
-// taken and dropped, as fxmodule.AsPublisher's are).
+// and the inbox at once). order.shipped may have no audience yet; it goes
+// to a topic exchange of the app's topology, so the relay publishes it as
+// an event, as fxmodule.AsPublisher would: one nobody takes is dropped.
 func relayOptions() []outbox.Option {
-	return []outbox.Option{outbox.WithSchema(Tables), outbox.WithPublisherOptions(mq.AllowUnroutable()), outbox.PollInterval(time.Second)}
+	return []outbox.Option{outbox.WithSchema(Tables), outbox.PollInterval(time.Second)}
 }
