@@ -721,9 +721,10 @@ func fmRun(t *testing.T, path fmPath, ev string, note func(string)) fmVerdict {
 		}
 		// The original's ack follows its confirmed hop by up to 250 ms
 		// (mq's ack batching). A cut inside that window redelivers the
-		// original: a duplicate at-least-once allows, and the cut's own
-		// cell of the dlq row. This row's events are for the replay's
-		// copy, so it starts once the original's ack has gone out.
+		// original, which the consumer acknowledges with the fate it
+		// carried out: the ack-lost column of the dlq row. This row's
+		// events are for the replay's copy, so it starts once the
+		// original's ack has gone out.
 		time.Sleep(400 * time.Millisecond)
 		if _, err := ops.Replay(ctx, setup, dlq, ops.ReplayOptions{}); err != nil {
 			fatalf("replay: %v", err)

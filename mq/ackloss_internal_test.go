@@ -67,14 +67,7 @@ func TestHopConfirmedIsNotUndoneByALostAck(t *testing.T) {
 			var outer, decider, handler int
 			var outcomes []Outcome
 			mws := []Middleware{
-				func(next Handler) Handler {
-					return HandlerFunc(func(ctx context.Context, d *Delivery) error {
-						outer++
-						err := next.Handle(ctx, d)
-						outcomes = append(outcomes, d.Outcome())
-						return err
-					})
-				},
+				recordingOuter(&outer, &outcomes),
 				deciding(c.dec, &decider),
 			}
 			h := HandlerFunc(func(context.Context, *Delivery) error { handler++; return errors.New("fails") })
