@@ -52,11 +52,14 @@ func deliveryCount(h amqp.Table) (int, bool) {
 //     ignored;
 //   - past memoSize entries the oldest goes.
 //
-// It also remembers a fate carried out (a confirmed hop) until the
-// original's ack is known to have reached the broker (rememberHop): the
-// consumer sends acks together, up to leftDelay after the settle, and a
-// connection lost before then makes the broker redeliver the original,
-// whose handler must not run again.
+// It also remembers a fate carried out (a confirmed hop: rememberHop),
+// on the same terms: the consumer sends acks together, up to leftDelay
+// after the settle, and a channel lost before then makes the broker
+// redeliver the original, whose handler must not run again. Such an entry
+// is read only if the channel the original came on was lost
+// (lane.acksMayBeLost): while it is open, or once closed cleanly, the
+// broker holds or took the ack, and a redelivery of the id is another
+// message.
 type attemptMemo struct {
 	size  atomic.Int32 // len(byID), read without the lock on every delivery
 	mu    sync.Mutex

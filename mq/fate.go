@@ -194,11 +194,11 @@ func (r *Runner) RetryPolicy() (retry.Policy, bool) {
 // stands whatever happens after it: a panic or an error from a
 // middleware outside is logged, and the original is acknowledged; and
 // if that ack is lost with the connection, the consumer knows the
-// original's redelivery, which passes the middleware outside the one that
-// decided, reads the same outcome and is acknowledged (a consumer in
-// another process handles it again: at least once). A panic
-// that escapes every middleware before that is recovered as a requeue,
-// never a reject.
+// original's redelivery, which passes the middleware outside the one
+// that decided, reads the same outcome and is acknowledged (a consumer
+// in another process handles it again: at least once). A panic that
+// escapes every middleware before that is recovered as a requeue, never
+// a reject.
 func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
 	rt := d.runtime()
 	// An earlier delivery decided its fate and the hop was refused (the
