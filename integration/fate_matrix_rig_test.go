@@ -356,6 +356,29 @@ func (r *fmRec) panicker(id string) mq.Middleware {
 	}
 }
 
+// cutter cuts the connection, once, right after its next returned on a
+// delivery of id whose fate was carried out (a confirmed hop to a rung,
+// .dlq or .parked): the consumer has not yet acknowledged the original,
+// so its ack is lost with the connection (the ack-lost column).
+func (r *fmRec) cutter(id string, cut func()) mq.Middleware {
+	var once sync.Once
+	return func(next mq.Handler) mq.Handler {
+		return mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+			err := next.Handle(ctx, d)
+			switch d.Outcome() {
+			case mq.OutcomeRetry, mq.OutcomeDeadLetter, mq.OutcomePark:
+				if d.MessageId == id {
+					once.Do(func() {
+						r.mark()
+						cut()
+					})
+				}
+			}
+			return err
+		})
+	}
+}
+
 // handler is the application's handler: it does what s says, and holds
 // (or marks) the call tr names.
 func (r *fmRec) handler(s fmSpec, tr *fmTrigger) mq.Handler {
@@ -400,7 +423,8 @@ func (r *fmRec) handler(s fmSpec, tr *fmTrigger) mq.Handler {
 type fmEnv struct {
 	db     *sql.DB
 	schema outbox.Schema
-	manual bool // the test declared the failure half: consume WithoutDeclare
+	manual bool   // the test declared the failure half: consume WithoutDeclare
+	cut    func() // ack-lost: cuts the consumer's connection
 }
 
 // fmConsume starts a consumer of q for the cell s, reporting to r.
@@ -408,6 +432,9 @@ func fmConsume(ctx context.Context, b *mq.Broker, q string, s fmSpec, r *fmRec, 
 	opts := []mq.ConsumerOption{mq.WithMiddleware(r.outer())}
 	if s.ev == evPanic {
 		opts = append(opts, mq.WithMiddleware(r.panicker(s.subject)))
+	}
+	if env.cut != nil {
+		opts = append(opts, mq.WithMiddleware(r.cutter(s.subject, env.cut)))
 	}
 	switch {
 	case s.declared:
@@ -588,9 +615,12 @@ func fmRun(t *testing.T, path fmPath, ev string, note func(string)) fmVerdict {
 	var cb *mq.Broker
 	var proxy interface{ Cut() int }
 	cfg := mq.Config{Logger: lg.Logger(), Heartbeat: 2 * time.Second}
-	if ev == evCut {
+	if ev == evCut || ev == evAckLost {
 		px, u := testenv.Proxy(t)
 		cfg.URLs, proxy = []string{u}, px
+	}
+	if ev == evAckLost {
+		env.cut = func() { proxy.Cut() }
 	}
 	cb = testenv.Broker(t, cfg, mq.WithHooks(r))
 	home := []topology.QueueOption{}
@@ -691,9 +721,10 @@ func fmRun(t *testing.T, path fmPath, ev string, note func(string)) fmVerdict {
 		}
 		// The original's ack follows its confirmed hop by up to 250 ms
 		// (mq's ack batching). A cut inside that window redelivers the
-		// original: a duplicate at-least-once allows, and the cut's own
-		// cell of the dlq row. This row's events are for the replay's
-		// copy, so it starts once the original's ack has gone out.
+		// original, which the consumer acknowledges with the fate it
+		// carried out: the ack-lost column of the dlq row. This row's
+		// events are for the replay's copy, so it starts once the
+		// original's ack has gone out.
 		time.Sleep(400 * time.Millisecond)
 		if _, err := ops.Replay(ctx, setup, dlq, ops.ReplayOptions{}); err != nil {
 			fatalf("replay: %v", err)

@@ -44,9 +44,13 @@ const (
 	evQuorum  = "quorum"
 	evInOrder = "inorder"
 	evDLQ     = "dlq-refuses"
+	// evAckLost: the connection is cut right after a hop was confirmed,
+	// before the original's ack goes out (mq batches acks), so the broker
+	// redelivers the original whose fate was carried out.
+	evAckLost = "ack-lost"
 )
 
-var fmEvents = []string{evNone, evStop, evKill, evCut, evRefuse, evMissing, evPanic, evQuorum, evInOrder, evDLQ}
+var fmEvents = []string{evNone, evStop, evKill, evCut, evRefuse, evMissing, evPanic, evQuorum, evInOrder, evDLQ, evAckLost}
 
 // fmRow is one path of the matrix: how its messages are handled, and for
 // each event that is no cell of its own, why.
@@ -64,6 +68,9 @@ const (
 	// messages reach its max-length, and the consumer takes whatever
 	// would fill it.
 	whyHomeRefuses = "the target is the consumed queue, which cannot be made to refuse while its consumer drains it but by a broker policy, and the shared test broker's settings are not changed"
+	// whyPlainAck: what a consumer remembers of a carried-out hop costs a
+	// plain ack nothing, so nothing is remembered of one.
+	whyPlainAck = "the path carries out no hop, so its ack is a plain one: lost with the connection, the message is handled again, the duplicate at-least-once allows (docs/reliability.md)"
 )
 
 var fmTable = []fmRow{
@@ -71,12 +78,14 @@ var fmTable = []fmRow{
 		evRefuse:  whyNoPublish,
 		evMissing: whyNoPublish,
 		evDLQ:     whyNoDLQ,
+		evAckLost: whyPlainAck,
 	}, defects: map[string]string{evCut: "6", evQuorum: "6"}},
 	{path: fmPathRequeue, notHere: map[string]string{
 		evRefuse:  whyNoPublish + " (a requeue is a basic.reject, never a publish)",
 		evMissing: whyNoPublish + " (a requeue is a basic.reject, never a publish)",
 		evQuorum:  "the quorum column is three requeues before the path: on this row it is the path itself",
 		evDLQ:     whyNoDLQ,
+		evAckLost: whyPlainAck,
 	}, defects: map[string]string{evNone: "6", evStop: "6", evKill: "6", evCut: "6", evPanic: "6", evInOrder: "6"}},
 	{path: fmPathReject, notHere: map[string]string{
 		evRefuse: "its target is .dlq: the dlq-refuses column",
@@ -86,6 +95,7 @@ var fmTable = []fmRow{
 		evRefuse:  whyNoPublish + " (the wait is in the process)",
 		evMissing: whyNoPublish + " (the wait is in the process)",
 		evDLQ:     whyNoDLQ,
+		evAckLost: whyPlainAck,
 	}, defects: map[string]string{evCut: "6", evQuorum: "6"}},
 	{path: fmPathRung, notHere: map[string]string{
 		evDLQ: "the rung path writes .dlq only when its rung is missing: the missing column",
@@ -103,17 +113,20 @@ var fmTable = []fmRow{
 		evRefuse:  whyHomeRefuses,
 		evMissing: "the carry goes to the consumed queue itself, which exists while it is consumed",
 		evDLQ:     whyNoDLQ,
+		evAckLost: "the carry is made by a stopping consumer, so the original's redelivery goes to the next one, which never saw the hop: a duplicate across consumers, as across processes (docs/reliability.md)",
 	}, defects: map[string]string{evPanic: "4", evQuorum: "1, 6", evInOrder: "2"}},
 	{path: fmPathReplay, notHere: map[string]string{
 		evRefuse:  "the move goes to the consumed queue: " + whyHomeRefuses,
 		evMissing: "ops.Replay makes the move, not the consumer: an unroutable move stops the replay and keeps the message in .dlq (TestOpsReplayUnroutableStopsAndKeeps)",
 		evDLQ:     "after the replay the message is handled: the dlq-refuses column of the .dlq row covers the way there",
+		evAckLost: "the replay's copy is acknowledged plainly (" + whyPlainAck + "); its way to .dlq is the dlq row's cell",
 	}, defects: map[string]string{evCut: "6", evPanic: "4", evQuorum: "1, 6"}},
 	{path: fmPathInbox, notHere: map[string]string{
 		evRefuse:  whyNoPublish + " (a duplicate is acknowledged)",
 		evMissing: whyNoPublish + " (a duplicate is acknowledged)",
 		evInOrder: "both copies carry one id, so there is no order between them to keep; ack × inorder covers the order",
 		evDLQ:     whyNoDLQ,
+		evAckLost: whyPlainAck,
 	}, defects: map[string]string{evNone: "6", evStop: "6", evKill: "6", evCut: "6", evPanic: "6", evQuorum: "6"}},
 }
 

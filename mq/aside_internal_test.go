@@ -111,6 +111,19 @@ func (p *policyMiddleware) Handle(ctx context.Context, d *Delivery) error {
 	return nil
 }
 
+// recordingOuter stands for the app's outermost middleware: it counts
+// its calls and records the outcome it reads when next returns.
+func recordingOuter(calls *int, outcomes *[]Outcome) Middleware {
+	return func(next Handler) Handler {
+		return HandlerFunc(func(ctx context.Context, d *Delivery) error {
+			*calls++
+			err := next.Handle(ctx, d)
+			*outcomes = append(*outcomes, d.Outcome())
+			return err
+		})
+	}
+}
+
 // A set-aside made again passes the middleware outside the one that
 // decided it, once per delivery, and neither that one nor the handler:
 // whether the carrier that made it is known (the consumer's memory) or
@@ -121,14 +134,7 @@ func TestAsideMadeAgainPassesTheOuterMiddleware(t *testing.T) {
 			var outer, decider, handler int
 			var outcomes []Outcome
 			mws := []Middleware{
-				func(next Handler) Handler {
-					return HandlerFunc(func(ctx context.Context, d *Delivery) error {
-						outer++
-						err := next.Handle(ctx, d)
-						outcomes = append(outcomes, d.Outcome())
-						return err
-					})
-				},
+				recordingOuter(&outer, &outcomes),
 				func(next Handler) Handler { return &policyMiddleware{next: next, calls: &decider} },
 			}
 			h := HandlerFunc(func(context.Context, *Delivery) error { handler++; return errors.New("fails") })

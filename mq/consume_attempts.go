@@ -51,6 +51,15 @@ func deliveryCount(h amqp.Table) (int, bool) {
 //     comes back later is another copy), and one older than memoAge is
 //     ignored;
 //   - past memoSize entries the oldest goes.
+//
+// It also remembers a fate carried out (a confirmed hop: rememberHop),
+// on the same terms: the consumer sends acks together, up to leftDelay
+// after the settle, and a channel lost before then makes the broker
+// redeliver the original, whose handler must not run again. Such an entry
+// is read only if the channel the original came on was lost
+// (lane.acksMayBeLost): while it is open, or once closed cleanly, the
+// broker holds or took the ack, and a redelivery of the id is another
+// message.
 type attemptMemo struct {
 	size  atomic.Int32 // len(byID), read without the lock on every delivery
 	mu    sync.Mutex
@@ -64,8 +73,11 @@ type memoEntry struct {
 	mark copyMark // the copy returned
 	at   time.Time
 	// aside: the copy's attempts were used and its set-aside failed; its
-	// redelivery makes the set-aside again instead of another attempt.
+	// redelivery makes the set-aside again instead of another attempt. Or
+	// (aside.done) its hop was confirmed, and its redelivery reads the fate
+	// carried out, if it comes because the ack was lost with lane.
 	aside *asideRetry
+	lane  *lane // the channel the hop's original came on (rememberHop)
 }
 
 // copyMark is what tells one copy of a message from another with the
@@ -130,6 +142,12 @@ func (m *attemptMemo) recall(raw amqp.Delivery) (int, *asideRetry) {
 	if e.mark != markOf(&raw) || time.Since(e.at) > memoAge {
 		return a, nil
 	}
+	if e.lane != nil && !e.lane.acksMayBeLost() {
+		// The hop's original was acknowledged on a channel that is open,
+		// or was closed after the broker took its acks: this is another
+		// message with the id.
+		return a, nil
+	}
 	if e.aside != nil {
 		return e.next, e.aside
 	}
@@ -150,7 +168,27 @@ func (m *attemptMemo) remember(d *Delivery) {
 	if d.MessageId == "" || (d.aside == nil && next <= AttemptOf(raw.Headers)) {
 		return
 	}
-	e := &memoEntry{id: d.MessageId, next: next, mark: markOf(raw), at: time.Now(), aside: d.aside}
+	m.put(&memoEntry{id: d.MessageId, next: next, mark: markOf(raw), at: time.Now(), aside: d.aside})
+}
+
+// rememberHop records, as d's fate is carried out (a confirmed hop: a
+// rung, a carry, .dlq, .parked, or a refused hop's copy in its own queue)
+// by the carrier at place at (see carrier), that fate, for a redelivery
+// of the original should its ack not reach the broker: that redelivery
+// passes the middleware outside that carrier, reads the same outcome and
+// attempt, and is acknowledged, the handler not called again. A hop is a
+// failure path: a plain ack remembers nothing.
+func (m *attemptMemo) rememberHop(d *Delivery, at int) {
+	if d.MessageId == "" || d.lane == nil {
+		return
+	}
+	m.put(&memoEntry{id: d.MessageId, next: d.attempt, mark: markOf((*amqp.Delivery)(&d.envelope)), at: time.Now(),
+		lane: d.lane, aside: &asideRetry{outcome: d.outcome, cause: d.cause, at: at, done: true}})
+}
+
+// put adds e, replacing what was remembered of its id, and drops the
+// oldest entries past memoSize or memoAge.
+func (m *attemptMemo) put(e *memoEntry) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.byID == nil {

@@ -49,6 +49,9 @@ type consumerRuntime interface {
 	// keepsOrder reports whether the consumer keeps the queue's order
 	// (InOrder).
 	keepsOrder() bool
+	// hopped notes that d's fate was carried out (a confirmed hop) by
+	// the carrier at place at-1 (see attemptMemo.rememberHop).
+	hopped(d *Delivery, at int)
 }
 
 // runtime is d.from; a zero Delivery (made with new) behaves as one

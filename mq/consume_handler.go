@@ -44,10 +44,14 @@ func (f HandlerFunc) Handle(ctx context.Context, d *Delivery) error { return f(c
 // (the retry ladder) is called once per delivery, one inside it once per
 // attempt; a redelivery whose set-aside is made again, its attempts used,
 // passes every middleware outside the one that decided the set-aside, and
-// the handler is not called. A middleware that returns something other
-// than next returned changes the outcome from there out, but a fate
-// carried out (a confirmed hop: a rung, a carry, .dlq, .parked) stands: an
-// error or a panic after it is logged and the original acknowledged.
+// the handler is not called; so does a redelivery of a message whose hop
+// was confirmed but whose ack the broker never took (the connection was
+// lost first): it reads the outcome carried out and is acknowledged (in
+// this process; another one handles it again, at least once). A
+// middleware that returns something other than next returned changes the
+// outcome from there out, but a fate carried out (a confirmed hop: a
+// rung, a carry, .dlq, .parked) stands: an error or a panic after it is
+// logged and the original acknowledged.
 // Deliveries a stopping consumer gives back unstarted pass no middleware.
 type Middleware func(Handler) Handler
 

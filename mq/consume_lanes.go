@@ -52,9 +52,42 @@ type lane struct {
 	held    atomic.Int32  // deliveries received and not yet settled
 	waiting atomic.Int32  // of those, waiting in-process
 	top     atomic.Uint64 // the highest delivery tag received (see acker.ReleaseRest)
+	end     atomic.Uint32 // how the channel ended: laneOpen, laneLost or laneClosed
 
 	// Under session.mu.
 	cur *stream // what it consumes or consumed last; nil before the first consume
+}
+
+// How a lane's channel ended, as far as its acknowledgements go.
+const (
+	laneOpen   uint32 = iota // not ended (or ended unnoticed: see acksMayBeLost)
+	laneLost                 // lost, or closed with acks perhaps not sent: the broker may not have taken them
+	laneClosed               // closed by the session after its acks, the broker's close-ok received: it took them all
+)
+
+// acksMayBeLost reports whether an ack settled on l may never have
+// reached the broker, which then redelivers the message: the channel was
+// lost (or its close failed). On a channel still open the broker holds the
+// delivery until the ack comes, and one closed cleanly (closed, below)
+// took every ack before its close-ok.
+func (l *lane) acksMayBeLost() bool {
+	switch l.end.Load() {
+	case laneLost:
+		return true
+	case laneClosed:
+		return false
+	}
+	return l.ch != nil && l.ch.IsClosed()
+}
+
+// closed notes how the session's close of l went: clean when its acks
+// were sent and the broker answered the channel's close.
+func (l *lane) closed(clean bool) {
+	if clean {
+		l.end.CompareAndSwap(laneOpen, laneClosed)
+		return
+	}
+	l.end.Store(laneLost)
 }
 
 // stream is one consumer on a lane: its deliveries, in the order the

@@ -91,8 +91,10 @@ func (s *session) shut(release bool) {
 					cancel()
 				}
 			}
-			_ = l.acks.Close()
-			_ = l.ch.Close()
+			open := !l.ch.IsClosed() // Close answers nil for a channel closed already
+			aerr := l.acks.Close()
+			cerr := l.ch.Close()
+			l.closed(open && aerr == nil && cerr == nil)
 		}
 		for range len(s.allLanes()) - 1 {
 			s.st.dropLane() // every lane but the first came from the budget
@@ -113,10 +115,13 @@ func (s *session) releaseCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, releaseWait)
 }
 
-// dropAcks forgets the acknowledgements not sent: a channel died.
+// dropAcks forgets the acknowledgements not sent: a channel died (or
+// the broker took back what it had sent), so an ack settled on it may
+// not have reached the broker (lane.acksMayBeLost).
 func (s *session) dropAcks() {
 	for _, l := range s.allLanes() {
 		l.acks.Drop()
+		l.closed(false)
 	}
 }
 
@@ -590,3 +595,5 @@ func (s *session) login() string { return s.c.b.login() }
 func (s *session) cutShort() bool { return s.ctx.Err() != nil }
 
 func (s *session) keepsOrder() bool { return s.c.cfg.inOrder }
+
+func (s *session) hopped(d *Delivery, at int) { s.c.memo.rememberHop(d, at) }

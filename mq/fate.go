@@ -192,9 +192,13 @@ func (r *Runner) RetryPolicy() (retry.Policy, bool) {
 //
 // A fate carried out (a confirmed hop: a rung, a carry, .dlq, .parked)
 // stands whatever happens after it: a panic or an error from a
-// middleware outside is logged, and the original is acknowledged. A panic
-// that escapes every middleware before that is recovered as a requeue,
-// never a reject.
+// middleware outside is logged, and the original is acknowledged; and
+// if that ack is lost with the connection, the consumer knows the
+// original's redelivery, which passes the middleware outside the one
+// that decided, reads the same outcome and is acknowledged (a consumer
+// in another process handles it again: at least once). A panic that
+// escapes every middleware before that is recovered as a requeue, never
+// a reject.
 func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
 	rt := d.runtime()
 	// An earlier delivery decided its fate and the hop was refused (the
@@ -279,7 +283,7 @@ func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
 				"kind", string(KindInProcess), "wait", dec.Wait, "error", dec.Cause)
 			rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindInProcess, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
 			if werr := rt.Wait(ctx, d, dec.Wait); werr != nil {
-				return d.settled(carry(ctx, d, rt, dec.Cause))
+				return c.done(d, carry(ctx, d, rt, dec.Cause))
 			}
 		default: // OutcomeReject, or none given
 			d.outcome, d.cause = OutcomeReject, dec.Cause
@@ -292,9 +296,16 @@ func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
 }
 
 // done is what a hop this carrier made leaves: a set-aside that failed is
-// remembered as this carrier's, to be made again here.
+// remembered as this carrier's, to be made again here; a hop confirmed
+// is remembered by the consumer as this carrier's fate carried out, for
+// the original's redelivery should its ack be lost (rememberHop).
 func (c *carrier) done(d *Delivery, err error) error {
-	if err != nil && d.asideFailed && d.aside != nil {
+	switch {
+	case err == nil && d.carriedOut():
+		if cr := d.consumer(); cr != nil {
+			cr.hopped(d, c.at+1)
+		}
+	case err != nil && d.asideFailed && d.aside != nil:
 		d.aside.at = c.at + 1
 	}
 	return d.settled(err)
@@ -491,7 +502,9 @@ func refused(ctx context.Context, d *Delivery, rt Runtime, a *asideRetry, m Mess
 // asideRetry is a hop that was refused, to make again when the message
 // comes back (see attemptMemo and pendingFate): where to, which outcome
 // (a set-aside, or a retry through a rung), the reason, the rung's wait,
-// and the error that led to it.
+// and the error that led to it. Or, done, a hop that was confirmed and
+// whose original came back (its ack lost with the connection): nothing
+// to make again, the outcome to read.
 type asideRetry struct {
 	target  string
 	outcome Outcome
@@ -500,12 +513,20 @@ type asideRetry struct {
 	cause   error
 	// at is 1 + the place in the chain of the carrier that made it (see
 	// carrier), where it is made again; 0 when not known.
-	at int
+	at   int
+	done bool
 }
 
 // redo makes the hop a again, for d, whose attempt is the one that
-// decided it.
+// decided it; for a hop done already, d takes its outcome, to be
+// acknowledged.
 func (a *asideRetry) redo(ctx context.Context, d *Delivery, rt Runtime) error {
+	if a.done {
+		rt.Logger().InfoContext(ctx, "acemq.message.kept", "message_id", d.MessageId, "attempt", d.Attempt(),
+			"outcome", string(a.outcome), "why", "redelivered after its hop was confirmed: the ack was lost")
+		d.outcome, d.cause, d.homeCopy = a.outcome, a.cause, a.outcome == OutcomeRequeue
+		return nil
+	}
 	if a.outcome == OutcomeRetry {
 		return toRung(ctx, d, rt, &Decision{Outcome: OutcomeRetry, Queue: a.target, Wait: a.wait, Cause: a.cause})
 	}
