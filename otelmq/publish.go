@@ -246,15 +246,11 @@ func headerString(h amqp.Table, key string) string {
 	return ""
 }
 
-// rungWait reads a retry rung's wait from its name, <queue>.retry.<wait>
-// (topology.RungQueue): 30s, 2m, 2h.
+// rungWait reads a rung's wait from its name (topology.ParseRung), classic
+// or durable.
 func rungWait(rung string) (time.Duration, bool) {
-	i := strings.LastIndex(rung, topology.RetrySegment)
-	if i < 0 {
-		return 0, false
-	}
-	d, err := time.ParseDuration(rung[i+len(topology.RetrySegment):])
-	return d, err == nil
+	_, d, _, ok := topology.ParseRung(rung)
+	return d, ok
 }
 
 // serverHost is the host of a host:port, or the whole when it has no port.

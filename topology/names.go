@@ -2,6 +2,7 @@ package topology
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/acemq/acemq-go/retry"
@@ -78,6 +79,25 @@ func Rung(q string, p retry.Policy, d time.Duration) Queue {
 		return Queue{Name: DurableRungQueue(q, d), Durable: true, Args: DurableRungArguments(q, d)}
 	}
 	return Queue{Name: RungQueue(q, d), Durable: true, Args: RungArguments(q, d)}
+}
+
+// ParseRung reads a rung's name back: the queue it brings messages home to,
+// the wait it holds them for, and whether it is a durable rung. ok is false
+// for a name that is not a rung's (<queue>.retry.<wait> or
+// <queue>.retry.<wait>.quorum, with a wait [Short] writes). It is the one
+// reader of rung names; tools, traces and the field all ask it.
+func ParseRung(name string) (queue string, wait time.Duration, durable, ok bool) {
+	rest, durable := strings.CutSuffix(name, DurableRungSuffix)
+	i := strings.LastIndex(rest, RetrySegment)
+	if i <= 0 {
+		return "", 0, false, false
+	}
+	w := rest[i+len(RetrySegment):]
+	d, err := time.ParseDuration(w)
+	if err != nil || d <= 0 || Short(d) != w {
+		return "", 0, false, false
+	}
+	return rest[:i], d, durable, true
 }
 
 // Short writes a duration as the shortest thing that reads as one, in whole
