@@ -260,6 +260,7 @@ func run(ctx context.Context, o options) (int, error) {
 	rungs := &rungWatch{o: o, s: s}
 	stopRungs := func() {}
 	if o.mode == "field" {
+		checkDLXTimeout(setup, o)
 		rungs.first(ctx)
 		stopRungs = rungs.watch(ctx, 10*time.Second)
 	}

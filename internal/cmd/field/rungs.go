@@ -204,3 +204,24 @@ func dlxConfirmTimeout() time.Duration {
 // for the publish lost in the cut and once more for a retry that went to
 // a leader still settling after the heal.
 func defaultBound() time.Duration { return 3*time.Minute + 2*dlxConfirmTimeout() }
+
+// checkDLXTimeout logs the dead-letter worker's confirm timeout each field
+// node runs with (`field.sh dlx-confirm-timeout`), and says loudly when
+// one differs from dlxConfirmTimeout, which the stuck bound counts on.
+func checkDLXTimeout(ctx context.Context, o options) {
+	c, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(c, o.script, "dlx-confirm-timeout").Output()
+	if err != nil {
+		logf("field: the nodes' dead-letter confirm timeout is unknown: %s dlx-confirm-timeout: %v", o.script, err)
+		return
+	}
+	want := strconv.FormatInt(dlxConfirmTimeout().Milliseconds(), 10)
+	lines := strings.Fields(strings.TrimSpace(string(out)))
+	for i := 0; i+1 < len(lines); i += 2 {
+		if lines[i+1] != want {
+			logf("field: WARNING %s runs with dead_letter_worker_publisher_confirm_timeout %s ms, not %s: the stuck bound %s assumes %s", lines[i], lines[i+1], want, o.bound, want)
+		}
+	}
+	logf("field: dead_letter_worker_publisher_confirm_timeout (ms): %s", strings.Join(strings.Fields(string(out)), " "))
+}
