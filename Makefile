@@ -138,9 +138,15 @@ tls-test:
 ## scripted handler, an inbox consumer in order), a fault schedule drawn
 ## from SEED for DURATION (default 4m) by the generator's newest version
 ## (printed; SEED, DURATION and SCHEDULE_VERSION=n replay it), then heal,
-## quiescence within 3 min of the last heal, and the checker's one
+## quiescence within 3.5 min of the last heal (3 min plus twice the
+## dead-letter worker's confirm timeout), and the checker's one
 ## `FIELD seed=…` line; exits non-zero on any violation, with the seed and
 ## the failing history (all of it under /tmp/acemq-fieldrun/<seed>).
+## The scripted queue's broker waits go through durable rungs (quorum,
+## at least once); FIELD_RUNGS=classic runs them on classic rungs for
+## comparison (a rung's loss is then counted apart, as rung_lost).
+## FIELD_DLX_CONFIRM_TIMEOUT (ms, default 15000) is the nodes'
+## dead_letter_worker_publisher_confirm_timeout (docs/field.md).
 ## FIELD_MODE=cluster runs on scripts/cluster.sh's nodes instead, with the
 ## orchestrator's own drill (process kills, connection cuts, a node killed),
 ## no packet filter needed. FIELDFLAGS passes flags on (-bound, -rate, …).
@@ -150,9 +156,11 @@ tls-test:
 FIELD_MODE ?= field
 SEED       ?=
 SCHEDULE_VERSION ?=
+FIELD_RUNGS ?=
+FIELD_DLX_CONFIRM_TIMEOUT ?=
 field: DURATION ?= 4m
 soak: DURATION ?= 1h
-export SEED DURATION SCHEDULE_VERSION
+export SEED DURATION SCHEDULE_VERSION FIELD_RUNGS FIELD_DLX_CONFIRM_TIMEOUT
 # FIELD_INSTANCE=N (0-9) runs on field.sh's instance N, beside the others:
 # its own nodes, ports, PostgreSQL, histories and lock (the environment
 # carries it to field.sh and the orchestrator).

@@ -23,6 +23,8 @@
 #   queue-nodes PREFIX       "QUEUE fN" per queue named PREFIX…: its node
 #   quorum-leaders           "QUEUE fN" per quorum queue: the node leading it
 #   ctl ARGS...              rabbitmqctl against a running node (bounded)
+#   dlx-confirm-timeout      each running node's dead_letter_worker_
+#                            publisher_confirm_timeout (ms), as it took it
 #   status                   a human summary
 #
 # FIELD_INSTANCE=N (1-9; default 0, the addresses above) runs a second field
@@ -47,6 +49,15 @@
 # net_ticktime is $FIELD_TICKTIME seconds (default 10, RabbitMQ's default is
 # 60): a cut node is seen down after 10-15 s rather than 64-70 s, so a
 # partition of 30 s is one the cluster notices.
+#
+# dead_letter_worker_publisher_confirm_timeout is $FIELD_DLX_CONFIRM_TIMEOUT
+# ms (default 15000, as RabbitMQ's Jepsen setup has it; RabbitMQ's default
+# is 180000): how long a quorum queue's at-least-once dead-letter worker
+# waits for the confirm of a dead letter before it publishes it again. A
+# durable rung's dead letters sent into a cut are re-sent after this, so a
+# wait ends at most about this late after a heal, not three minutes late
+# (docs/field.md). RabbitMQ 4.3.6's rabbitmq.conf has no key for it: it
+# goes in advanced.config, as rabbit's application environment.
 #
 # Every command prints on stdout only what it is asked for (urls, pg-url,
 # leader, status); progress goes to stderr. Every call to rabbitmqctl is
@@ -75,6 +86,8 @@ pg_port=$((5441 + inst))
 epmd_port=$((4371 + inst))
 epmd_addrs="127.0.0.1,$net.21,$net.22,$net.23"
 ticktime="${FIELD_TICKTIME:-10}"
+dlx_confirm_timeout="${FIELD_DLX_CONFIRM_TIMEOUT:-15000}" # ms
+[[ "$dlx_confirm_timeout" =~ ^[1-9][0-9]*$ ]] || die "FIELD_DLX_CONFIRM_TIMEOUT is milliseconds (got '$dlx_confirm_timeout')"
 start_timeout="${FIELD_START_TIMEOUT:-180}" # seconds, per wait
 ctl_timeout="${FIELD_CTL_TIMEOUT:-30}"      # seconds, per rabbitmqctl call
 table="inet acemq_field$tsfx"
@@ -143,7 +156,8 @@ EOF
   cat >"$d/advanced.config" <<EOF
 [{kernel, [{net_ticktime, $ticktime},
            {inet_dist_use_interface, $(erl_ip "$n")},
-           {inet_dist_connect_options, [{ip, $(erl_ip "$n")}]}]}].
+           {inet_dist_connect_options, [{ip, $(erl_ip "$n")}]}]},
+ {rabbit, [{dead_letter_worker_publisher_confirm_timeout, $dlx_confirm_timeout}]}].
 EOF
   echo "[]." >"$d/enabled_plugins"
 }
@@ -734,6 +748,17 @@ ctl() {
   die "no field node is running"
 }
 
+# dlx_timeouts: "fN MS" for each running node: the dead-letter worker's
+# confirm timeout as the node's rabbit application has it.
+dlx_timeouts() {
+  local n v
+  for n in "${nodes[@]}"; do
+    running "$n" || continue
+    v="$(fctl "$n" eval 'application:get_env(rabbit, dead_letter_worker_publisher_confirm_timeout).' 2>/dev/null)" || continue
+    echo "$n $(grep -o '[0-9][0-9]*' <<<"$v" | head -n 1)"
+  done
+}
+
 status() {
   local n pid
   for n in "${nodes[@]}"; do
@@ -788,6 +813,7 @@ leader) need_up; leader "$@" ;;
 queue-nodes) need_up; queue_nodes "$@" ;;
 quorum-leaders) need_up; quorum_leaders ;;
 ctl) need_up; ctl "$@" ;;
+dlx-confirm-timeout) need_up; dlx_timeouts ;;
 status) status ;;
-*) die "usage: $0 up|down|urls|pg-url|partition G1 G2|partition-oneway FROM TO|isolate-clients fN|heal|cut-ok|netem fN ARGS|netem-clear|kill fN|start fN|stop fN|restart fN|pg-kill|pg-start|pg-restart|leader QUEUE|queue-nodes PREFIX|quorum-leaders|ctl ARGS|status" ;;
+*) die "usage: $0 up|down|urls|pg-url|partition G1 G2|partition-oneway FROM TO|isolate-clients fN|heal|cut-ok|netem fN ARGS|netem-clear|kill fN|start fN|stop fN|restart fN|pg-kill|pg-start|pg-restart|leader QUEUE|queue-nodes PREFIX|quorum-leaders|ctl ARGS|dlx-confirm-timeout|status" ;;
 esac

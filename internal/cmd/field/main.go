@@ -47,7 +47,7 @@ func main() {
 	flag.StringVar(&o.mode, "mode", "field", "field (scripts/field.sh and its faults) or cluster (scripts/cluster.sh and a drill of process kills, cuts and a node kill)")
 	flag.StringVar(&o.script, "script", "scripts/field.sh", "the field's script")
 	flag.StringVar(&o.out, "out", "", "folder for the histories and logs (default /tmp/acemq-fieldrun/<seed>, /tmp/acemq-fieldrun-N/<seed> for FIELD_INSTANCE=N)")
-	flag.DurationVar(&o.bound, "bound", 3*time.Minute, "every message reaches its end within this of the last heal, or it is stuck")
+	flag.DurationVar(&o.bound, "bound", defaultBound(), "every message reaches its end within this of the last heal, or it is stuck (default: 3m plus twice the dead-letter worker's confirm timeout, FIELD_DLX_CONFIRM_TIMEOUT)")
 	flag.DurationVar(&o.settle, "settle", 20*time.Second, "how long the producers go on after the last heal")
 	flag.Float64Var(&o.rate, "rate", 6, "orders and plain messages per second, each")
 	flag.StringVar(&o.soak, "soak", "", "write the soak table (TSV) here")
@@ -111,7 +111,10 @@ func main() {
 		}
 		o.out = filepath.Join(os.TempDir(), runs, strconv.FormatInt(o.seed, 10))
 	}
-	fmt.Printf("field: seed=%d duration=%s schedule_version=%d mode=%s bound=%s (replay: make field %s)\n", o.seed, o.duration, o.version, o.mode, o.bound, o.replay())
+	if _, err := rungMode(); err != nil {
+		fail("%v", err)
+	}
+	fmt.Printf("field: seed=%d duration=%s schedule_version=%d mode=%s rungs=%s bound=%s (replay: make field %s)\n", o.seed, o.duration, o.version, o.mode, modeName(), o.bound, o.replay())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	code, err := run(ctx, o)
@@ -127,6 +130,9 @@ func main() {
 // replay is what `make field` takes to run o's schedule again.
 func (o options) replay() string {
 	s := fmt.Sprintf("SEED=%d DURATION=%s", o.seed, o.duration)
+	if classic, _ := rungMode(); classic {
+		s += " FIELD_RUNGS=classic"
+	}
 	if o.mode == "cluster" {
 		return s + " FIELD_MODE=cluster"
 	}
@@ -162,7 +168,8 @@ func siteOf(o options) (site, error) {
 		if err != nil {
 			return site{}, fmt.Errorf("%s pg-url: %v", o.script, err)
 		}
-		s := site{urls: strings.Split(strings.TrimSpace(string(u)), ","), pg: strings.TrimSpace(string(pg)), names: workload.Names{Prefix: "field.", Tables: "field_"}}
+		classic, _ := rungMode()
+		s := site{urls: strings.Split(strings.TrimSpace(string(u)), ","), pg: strings.TrimSpace(string(pg)), names: workload.Names{Prefix: "field.", Tables: "field_", ClassicRungs: classic}}
 		for _, x := range s.urls {
 			s.ports = append(s.ports, x[strings.LastIndexByte(strings.TrimSuffix(x, "/"), ':')+1:len(strings.TrimSuffix(x, "/"))])
 		}
@@ -174,7 +181,8 @@ func siteOf(o options) (site, error) {
 		}
 		return s, nil
 	case "cluster":
-		s := site{pg: envOr("PG_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), names: workload.Names{Prefix: "fieldwork.", Tables: "fieldwork_"}}
+		classic, _ := rungMode()
+		s := site{pg: envOr("PG_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), names: workload.Names{Prefix: "fieldwork.", Tables: "fieldwork_", ClassicRungs: classic}}
 		for i := 1; i <= 3; i++ {
 			s.urls = append(s.urls, fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", 5680+i))
 			s.ports = append(s.ports, strconv.Itoa(5680+i))
@@ -252,6 +260,7 @@ func run(ctx context.Context, o options) (int, error) {
 	rungs := &rungWatch{o: o, s: s}
 	stopRungs := func() {}
 	if o.mode == "field" {
+		checkDLXTimeout(setup, o)
 		rungs.first(ctx)
 		stopRungs = rungs.watch(ctx, 10*time.Second)
 	}
@@ -276,6 +285,7 @@ func run(ctx context.Context, o options) (int, error) {
 			"FIELD_ROLE=" + r.role, "FIELD_PROC=" + r.name, "FIELD_URLS=" + strings.Join(urls, ","), "FIELD_PG=" + s.pg,
 			"FIELD_PREFIX=" + s.names.Prefix, "FIELD_TABLES=" + s.names.Tables, "FIELD_HISTORY=" + filepath.Join(o.out, r.name+".jsonl"),
 			"FIELD_RATE=" + strconv.FormatFloat(o.rate, 'f', -1, 64), "FIELD_STATS=" + o.sample.String(), "FIELD_AMQP_PORTS=" + proxyPorts(purls),
+			"FIELD_RUNGS=" + s.names.RungMode(),
 		})
 	}
 	for _, w := range f.workers {
@@ -317,7 +327,7 @@ func run(ctx context.Context, o options) (int, error) {
 	if err != nil {
 		return 2, fmt.Errorf("collect: %w", err)
 	}
-	in.Seed, in.Duration, in.ScheduleVersion = o.seed, o.duration, o.version
+	in.Seed, in.Duration, in.ScheduleVersion, in.Rungs = o.seed, o.duration, o.version, s.names.RungMode()
 	for _, e := range events {
 		if e.Phase == "end" {
 			in.Heals = append(in.Heals, e.T)

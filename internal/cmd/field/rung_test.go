@@ -31,7 +31,18 @@ import (
 // queued 3 min after the heal (stuck), or lost without that evidence.
 //
 //	go test -tags field -run TestRungAcrossPartition -timeout 10m -v ./internal/cmd/field
-func TestRungAcrossPartition(t *testing.T) {
+func TestRungAcrossPartition(t *testing.T) { rungAcrossPartition(t, false) }
+
+// TestDurableRungAcrossPartition is the same cut with the wait in a
+// durable rung (retry.DurableRungs: a quorum queue that dead-letters at
+// least once, its leader on f1 as declared): the message must come home,
+// handled, with no carve-out (the checker in the durable mode counts a
+// rung's loss as lost).
+//
+//	go test -tags field -run TestDurableRungAcrossPartition -timeout 10m -v ./internal/cmd/field
+func TestDurableRungAcrossPartition(t *testing.T) { rungAcrossPartition(t, true) }
+
+func rungAcrossPartition(t *testing.T, durable bool) {
 	script, sh := fieldSh(t)
 	sh("up")
 	t.Cleanup(func() { _ = exec.Command(script, "heal").Run() })
@@ -40,7 +51,12 @@ func TestRungAcrossPartition(t *testing.T) {
 	defer cancel()
 
 	q := fmt.Sprintf("rungcut.%d", time.Now().UnixNano())
-	policy := retry.Exponential(2, 5*time.Second, retry.InProcessLimit(time.Second)) // one wait: the rung q.retry.5s
+	opts := []retry.Option{retry.InProcessLimit(time.Second)}
+	mode := check.RungsClassic
+	if durable {
+		opts, mode = append(opts, retry.DurableRungs()), check.RungsDurable
+	}
+	policy := retry.Exponential(2, 5*time.Second, opts...) // one wait: the rung q.retry.5s (.quorum)
 	// Declared through f1 only: the rung and the home queue's first leader on f1.
 	admin := mq.New(mq.Config{URLs: urls[:1], ConnectionName: "rungcut-admin"})
 	if err := admin.Start(ctx); err != nil {
@@ -50,7 +66,7 @@ func TestRungAcrossPartition(t *testing.T) {
 	if err := admin.Declare(ctx, topology.New().Queue(q, topology.Retry(policy))); err != nil {
 		t.Fatal(err)
 	}
-	rung := topology.RungQueue(q, 5*time.Second)
+	rung := topology.Rung(q, policy, 5*time.Second).Name
 	t.Cleanup(func() {
 		c, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -139,6 +155,7 @@ func TestRungAcrossPartition(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	in := check.Input{
+		Rungs:   mode,
 		RungTTL: map[string]time.Duration{rung: 5 * time.Second}, RungNodes: places,
 		FaultLog: []check.FaultSpan{cut}, Heals: []time.Time{cut.End},
 		Nodes: []string{"f1", "f2", "f3"}, Tolerance: detectionWindow(),
@@ -163,6 +180,12 @@ func TestRungAcrossPartition(t *testing.T) {
 	t.Logf("%s\n%s", r.Line(), rep.String())
 	if !r.OK() || r.Lost != 0 || r.Published != 1 {
 		t.Fatalf("the message that waited in %s across the cut: lost=%d rung_lost=%d stuck=%d (ready counts %v): a loss the rung's cut does not explain, or a message still waiting", rung, r.Lost, r.RungLost, r.Stuck, where)
+	}
+	mu.Lock()
+	_, home := attempts[2]
+	mu.Unlock()
+	if durable && !home {
+		t.Fatalf("the message in the durable rung %s did not come home within 3 min of the heal (ready counts %v)", rung, where)
 	}
 	t.Logf("the message came home (handled) or its loss is attributed to the rung: rung_lost=%d", r.RungLost)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +16,9 @@ import (
 	"github.com/acemq/acemq-go/internal/field/check"
 )
 
-// rungWatch records where the scripted queue's broker rungs (classic
-// queues) live, and which node leads the scripted queue itself (their
+// rungWatch records where the scripted queue's broker rungs live (a
+// classic rung's node, a durable rung's leader), and which node leads the
+// scripted queue itself (their
 // home, where an expired rung dead-letters to), through `field.sh
 // queue-nodes`, into out/rungs.jsonl.
 type rungWatch struct {
@@ -157,4 +159,69 @@ func detectionWindow() time.Duration {
 		t = v
 	}
 	return time.Duration(1.5 * t * float64(time.Second))
+}
+
+// rungMode reads FIELD_RUNGS: "durable" or empty (the default: the
+// scripted queue's broker waits go through durable rungs) or "classic"
+// (classic rungs, for comparison); classic is true for the latter.
+func rungMode() (classic bool, err error) {
+	switch v := os.Getenv("FIELD_RUNGS"); v {
+	case "", check.RungsDurable:
+		return false, nil
+	case check.RungsClassic:
+		return true, nil
+	default:
+		return false, fmt.Errorf("FIELD_RUNGS=%q: want %s or %s", v, check.RungsDurable, check.RungsClassic)
+	}
+}
+
+// modeName is FIELD_RUNGS's mode as the FIELD line names it.
+func modeName() string {
+	if classic, _ := rungMode(); classic {
+		return check.RungsClassic
+	}
+	return check.RungsDurable
+}
+
+// dlxConfirmTimeout is the field nodes' dead_letter_worker_publisher_
+// confirm_timeout: FIELD_DLX_CONFIRM_TIMEOUT milliseconds, as field.sh
+// sets it (15000 unless set, as RabbitMQ's Jepsen setup has it; RabbitMQ's
+// default is 180000). A quorum queue's dead-letter worker re-publishes a
+// dead letter it got no confirm for after this long.
+func dlxConfirmTimeout() time.Duration {
+	ms := 15000.0
+	if v, err := strconv.ParseFloat(os.Getenv("FIELD_DLX_CONFIRM_TIMEOUT"), 64); err == nil && v > 0 {
+		ms = v
+	}
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// defaultBound is how long after the last heal every message must have
+// reached its end: the 3 minutes the classic rungs needed, plus twice the
+// dead-letter worker's confirm timeout (dlxConfirmTimeout). A durable rung
+// whose dead letters went out unconfirmed into a cut (or to a home queue
+// with no leader) re-publishes them only when that timeout runs out, once
+// for the publish lost in the cut and once more for a retry that went to
+// a leader still settling after the heal.
+func defaultBound() time.Duration { return 3*time.Minute + 2*dlxConfirmTimeout() }
+
+// checkDLXTimeout logs the dead-letter worker's confirm timeout each field
+// node runs with (`field.sh dlx-confirm-timeout`), and says loudly when
+// one differs from dlxConfirmTimeout, which the stuck bound counts on.
+func checkDLXTimeout(ctx context.Context, o options) {
+	c, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(c, o.script, "dlx-confirm-timeout").Output()
+	if err != nil {
+		logf("field: the nodes' dead-letter confirm timeout is unknown: %s dlx-confirm-timeout: %v", o.script, err)
+		return
+	}
+	want := strconv.FormatInt(dlxConfirmTimeout().Milliseconds(), 10)
+	lines := strings.Fields(strings.TrimSpace(string(out)))
+	for i := 0; i+1 < len(lines); i += 2 {
+		if lines[i+1] != want {
+			logf("field: WARNING %s runs with dead_letter_worker_publisher_confirm_timeout %s ms, not %s: the stuck bound %s assumes %s", lines[i], lines[i+1], want, o.bound, want)
+		}
+	}
+	logf("field: dead_letter_worker_publisher_confirm_timeout (ms): %s", strings.Join(strings.Fields(string(out)), " "))
 }

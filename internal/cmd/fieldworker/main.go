@@ -47,7 +47,7 @@ func run() error {
 		name:  os.Getenv("FIELD_PROC"),
 		urls:  strings.Split(os.Getenv("FIELD_URLS"), ","),
 		pg:    os.Getenv("FIELD_PG"),
-		names: workload.Names{Prefix: os.Getenv("FIELD_PREFIX"), Tables: os.Getenv("FIELD_TABLES")},
+		names: workload.Names{Prefix: os.Getenv("FIELD_PREFIX"), Tables: os.Getenv("FIELD_TABLES"), ClassicRungs: os.Getenv("FIELD_RUNGS") == "classic"},
 		rate:  5,
 	}
 	if p.name == "" {
@@ -247,7 +247,7 @@ func (p *proc) publisher(ctx context.Context, b *mq.Broker) error {
 		case r < 85:
 			s.Fail = 2 // then the broker rung
 		case r < 92:
-			s.Fail = workload.WorkPolicy().Attempts() // exhausted: .dlq
+			s.Fail = workload.WorkAttempts // exhausted: .dlq
 		default:
 			s.Park = true
 		}

@@ -9,6 +9,19 @@ import (
 	"time"
 
 	"github.com/acemq/acemq-go/internal/field/history"
+	"github.com/acemq/acemq-go/topology"
+)
+
+// The modes of the workload's broker waits (Input.Rungs).
+const (
+	// RungsDurable: the scripted queue's broker waits go through durable
+	// rungs (quorum queues that dead-letter at least once): a message lost
+	// from one is lost, with no carve-out. The field's default.
+	RungsDurable = "durable"
+	// RungsClassic: they go through classic rungs (FIELD_RUNGS=classic),
+	// kept for comparison: a loss RungLoss explains is counted apart, as
+	// rung_lost.
+	RungsClassic = "classic"
 )
 
 // Order is an order the database holds (its transaction committed).
@@ -40,6 +53,9 @@ type Place struct {
 type Input struct {
 	Seed     int64
 	Duration time.Duration
+	// Rungs is the mode the run's broker waits went through: RungsClassic,
+	// or RungsDurable (also when empty).
+	Rungs string
 	// ScheduleVersion is the version of the fault schedule's generator
 	// the run used (fault.Version for a new run); 0 when the schedule has
 	// none (-mode cluster's drill).
@@ -92,7 +108,8 @@ type FaultSpan struct {
 }
 
 // RungLoss is a confirmed message lost in a way contract §2 forces: its
-// last event was a confirmed hop to a broker rung (a classic queue), the
+// last event was a confirmed hop to a classic broker rung (in the
+// RungsClassic mode only; a durable rung's loss is lost), the
 // rung's node was cut from the majority when the rung's TTL expired, and
 // it never came home. RabbitMQ dead-letters from a classic queue at most
 // once, so the message can vanish there; the FIELD line counts it as
@@ -137,7 +154,13 @@ type Result struct {
 	RungLosses       []RungLoss
 	HealP50, HealP99 time.Duration
 	Heals            []time.Duration
-	Violations       []Violation
+	// LateWaits is how late each broker wait ended (LateWaits), and
+	// LateP50, LateP99 its quantiles; FaultLateWaits and FaultLateP50,
+	// FaultLateP99 the same for the waits that overlapped a node fault.
+	LateWaits, FaultLateWaits  []time.Duration
+	LateP50, LateP99           time.Duration
+	FaultLateP50, FaultLateP99 time.Duration
+	Violations                 []Violation
 	// ReorderedHeld counts, and Held shows, reorders the broker made: the
 	// late order came redelivered, so RabbitMQ had sent it before to a
 	// consumer whose node then died or was cut off, kept it checked out
@@ -151,13 +174,34 @@ type Result struct {
 // OK is true when no invariant was broken.
 func (r Result) OK() bool { return len(r.Violations) == 0 }
 
-// Line is the one FIELD line of issue 30.
+// Line is the one FIELD line of issue 30: rungs= names the mode of the
+// broker waits, rung_lost= is there in the classic mode only (in the
+// durable one a rung's loss is in lost=), and late_wait_*_s are the
+// quantiles of LateWaits (all broker waits, then those that overlapped a
+// node fault: fault_waits= of them).
 func (r Result) Line() string {
 	in := r.In
-	return fmt.Sprintf("FIELD seed=%d duration=%s schedule_version=%d faults=%d partitions=%d kills=%d restarts=%d published=%d committed=%d effects=%d lost=%d rung_lost=%d duplicate_effects=%d reordered=%d stuck=%d heal_p50_s=%.1f heal_p99_s=%.1f reordered_held=%d",
-		in.Seed, in.Duration, in.ScheduleVersion, in.Faults, in.Partitions, in.Kills, in.Restarts,
-		r.Published, r.Committed, r.Effects, r.Lost, r.RungLost, r.DuplicateEffects, r.Reordered, r.Stuck,
-		r.HealP50.Seconds(), r.HealP99.Seconds(), r.ReorderedHeld)
+	rungLost := ""
+	if in.classic() {
+		rungLost = fmt.Sprintf(" rung_lost=%d", r.RungLost)
+	}
+	return fmt.Sprintf("FIELD seed=%d duration=%s schedule_version=%d rungs=%s faults=%d partitions=%d kills=%d restarts=%d published=%d committed=%d effects=%d lost=%d%s duplicate_effects=%d reordered=%d stuck=%d heal_p50_s=%.1f heal_p99_s=%.1f broker_waits=%d late_wait_p50_s=%.2f late_wait_p99_s=%.2f fault_waits=%d fault_late_wait_p50_s=%.2f fault_late_wait_p99_s=%.2f reordered_held=%d",
+		in.Seed, in.Duration, in.ScheduleVersion, in.mode(), in.Faults, in.Partitions, in.Kills, in.Restarts,
+		r.Published, r.Committed, r.Effects, r.Lost, rungLost, r.DuplicateEffects, r.Reordered, r.Stuck,
+		r.HealP50.Seconds(), r.HealP99.Seconds(),
+		len(r.LateWaits), r.LateP50.Seconds(), r.LateP99.Seconds(),
+		len(r.FaultLateWaits), r.FaultLateP50.Seconds(), r.FaultLateP99.Seconds(), r.ReorderedHeld)
+}
+
+// classic says whether the run's waits went through classic rungs.
+func (in Input) classic() bool { return in.Rungs == RungsClassic }
+
+// mode is the run's mode as the FIELD line prints it.
+func (in Input) mode() string {
+	if in.classic() {
+		return RungsClassic
+	}
+	return RungsDurable
 }
 
 // Report writes every rung loss (RungLoss: not a violation, but never
@@ -382,7 +426,73 @@ func Check(in Input) Result {
 
 	r.Heals = healTimes(in)
 	r.HealP50, r.HealP99 = quantile(r.Heals, 0.50), quantile(r.Heals, 0.99)
+	r.LateWaits, r.FaultLateWaits = lateWaits(in, byID)
+	r.LateP50, r.LateP99 = quantile(r.LateWaits, 0.50), quantile(r.LateWaits, 0.99)
+	r.FaultLateP50, r.FaultLateP99 = quantile(r.FaultLateWaits, 0.50), quantile(r.FaultLateWaits, 0.99)
 	return r
+}
+
+// lateWaits measures how late each broker wait ended: for each confirmed
+// hop to a rung (its wait read from the rung's name), the first time the
+// scripted handler ran on the message after it (it came home), minus the
+// hop's time and the wait. The hop is recorded at its confirm, a little
+// after the message entered the rung, so a wait can look early by the
+// confirm's delay: that counts as 0, not late. A hop that never came home
+// is left out (it is lost or stuck, and counted there). faulted is those
+// whose time in the rung, hop to home, overlapped a node fault of the log
+// (a cut between nodes, a node killed or restarted, a rolling restart):
+// the waits a dead-letter worker may have had to retry after a heal.
+func lateWaits(in Input, byID map[string][]history.Record) (all, faulted []time.Duration) {
+	var lastHeal time.Time
+	for _, h := range in.Heals {
+		if h.After(lastHeal) {
+			lastHeal = h
+		}
+	}
+	for _, hop := range in.Records {
+		if hop.Kind != history.KindRungHop {
+			continue
+		}
+		_, wait, _, ok := topology.ParseRung(hop.Queue)
+		if !ok {
+			continue
+		}
+		var home time.Time
+		for _, h := range byID[hop.ID] {
+			if (h.Kind == history.KindAttempt || h.Kind == history.KindHandled) && h.T.After(hop.T) && (home.IsZero() || h.T.Before(home)) {
+				home = h.T
+			}
+		}
+		if home.IsZero() {
+			continue
+		}
+		late := home.Sub(hop.T) - wait
+		if late < 0 {
+			late = 0
+		}
+		all = append(all, late)
+		for _, f := range in.FaultLog {
+			end := f.End
+			if end.IsZero() {
+				end = lastHeal
+			}
+			if nodeFault(f) && !f.Start.After(home) && (end.IsZero() || !end.Before(hop.T)) {
+				faulted = append(faulted, late)
+				break
+			}
+		}
+	}
+	return all, faulted
+}
+
+// nodeFault says whether f cuts nodes apart or takes one down: the faults
+// that move a queue's leader or stall a dead-letter.
+func nodeFault(f FaultSpan) bool {
+	switch f.Kind {
+	case "partition", "partition-oneway", "partition-leader", "kill", "restart", "rolling":
+		return true
+	}
+	return false
 }
 
 // healTimes: for each heal, how long until every kind of progress the run
@@ -505,6 +615,12 @@ func rungLoss(in *Input, id string, hist []history.Record) (RungLoss, bool) {
 	if last == nil || last.Kind != history.KindRungHop {
 		return RungLoss{}, false
 	}
+	// Only a classic rung dead-letters at most once: a durable rung's loss,
+	// or any loss in the durable mode, is a loss.
+	home, _, durable, isRung := topology.ParseRung(last.Queue)
+	if !in.classic() || !isRung || durable {
+		return RungLoss{}, false
+	}
 	ttl, ok := in.RungTTL[last.Queue]
 	if !ok {
 		return RungLoss{}, false
@@ -515,10 +631,7 @@ func rungLoss(in *Input, id string, hist []history.Record) (RungLoss, bool) {
 		return RungLoss{}, false
 	}
 	// The rung <queue>.retry.<d> dead-letters to <queue> (contract §1).
-	home := ""
-	if i := strings.LastIndex(last.Queue, ".retry."); i > 0 {
-		home = placeAt(in.RungNodes, last.Queue[:i], expiry)
-	}
+	home = placeAt(in.RungNodes, home, expiry)
 	var lastHeal time.Time
 	for _, h := range in.Heals {
 		if h.After(lastHeal) {

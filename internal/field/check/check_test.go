@@ -46,7 +46,7 @@ func TestCleanHistoryPasses(t *testing.T) {
 		r.Report(&b, 10)
 		t.Fatalf("violations in a clean history:\n%s", b.String())
 	}
-	want := "FIELD seed=7 duration=4m0s schedule_version=2 faults=1 partitions=1 kills=0 restarts=0 published=4 committed=2 effects=2 lost=0 rung_lost=0 duplicate_effects=0 reordered=0 stuck=0 heal_p50_s=4.0 heal_p99_s=4.0 reordered_held=0"
+	want := "FIELD seed=7 duration=4m0s schedule_version=2 rungs=durable faults=1 partitions=1 kills=0 restarts=0 published=4 committed=2 effects=2 lost=0 duplicate_effects=0 reordered=0 stuck=0 heal_p50_s=4.0 heal_p99_s=4.0 broker_waits=0 late_wait_p50_s=0.00 late_wait_p99_s=0.00 fault_waits=0 fault_late_wait_p50_s=0.00 fault_late_wait_p99_s=0.00 reordered_held=0"
 	if got := r.Line(); got != want {
 		t.Fatalf("line\n got %s\nwant %s", got, want)
 	}

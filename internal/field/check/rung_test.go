@@ -12,9 +12,11 @@ import (
 // rungRun is clean() plus m5: published, failed twice, hopped at 20 s to
 // the rung field.work.retry.3s (TTL 3 s, so it expires at 23 s), which
 // lives on f1; f1 is cut from f2,f3 from 21 s to 50 s; m5 is nowhere at
-// the end. Every field of the attribution holds, so m5 is rung_lost.
+// the end, in the classic mode. Every field of the attribution holds, so
+// m5 is rung_lost.
 func rungRun() Input {
 	in := clean()
+	in.Rungs = RungsClassic
 	in.Records = append(in.Records,
 		history.Record{T: at(15), Proc: "publisher", Kind: history.KindPublished, ID: "m5", Expect: history.EndHandled},
 		history.Record{T: at(15.5), Proc: "worker", Kind: history.KindAttempt, ID: "m5", Attempt: 1},

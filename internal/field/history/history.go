@@ -37,7 +37,8 @@ const (
 	KindAttempt = "attempt"
 	// KindRungHop: the library republished a message (ID) to a broker
 	// rung (Queue) and the broker confirmed it: from here the message
-	// waits out the rung's TTL in that classic queue.
+	// waits out the rung's TTL in that queue (a durable rung, a quorum
+	// queue, or in the classic mode a classic one).
 	KindRungHop = "rung-hop"
 	// KindEffect: the inbox handler wrote an order's effect in the
 	// inbox's transaction (ID, Key, Seq); whether it committed is the

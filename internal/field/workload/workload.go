@@ -19,10 +19,13 @@ import (
 )
 
 // Names is the field's names: every queue and exchange starts with
-// Prefix, every table with Tables.
+// Prefix, every table with Tables. ClassicRungs keeps the scripted queue's
+// broker waits in classic rungs (FIELD_RUNGS=classic, for comparison);
+// by default they go through durable rungs.
 type Names struct {
-	Prefix string
-	Tables string
+	Prefix       string
+	Tables       string
+	ClassicRungs bool
 }
 
 // Orders is the topic exchange the relays publish committed orders to.
@@ -47,11 +50,30 @@ func (n Names) Schema() outbox.Schema {
 func (n Names) OrdersTable() string  { return n.Tables + "orders" }
 func (n Names) EffectsTable() string { return n.Tables + "effects" }
 
-// WorkPolicy is the scripted queue's policy: 3 attempts, waits 1.5 s
-// (in the consumer's process) and 3 s (above the 2 s in-process limit,
-// so through the broker rung <work>.retry.3s).
-func WorkPolicy() retry.Policy {
-	return retry.Exponential(3, 1500*time.Millisecond, retry.InProcessLimit(2*time.Second))
+// WorkAttempts is how many attempts the scripted queue's policy gives a
+// message.
+const WorkAttempts = 3
+
+// WorkPolicy is the scripted queue's policy: WorkAttempts attempts, waits
+// 1.5 s (in the consumer's process) and 3 s (above the 2 s in-process
+// limit, so through a broker rung): the durable rung
+// <work>.retry.3s.quorum (retry.DurableRungs), or the classic rung
+// <work>.retry.3s when n.ClassicRungs.
+func (n Names) WorkPolicy() retry.Policy {
+	opts := []retry.Option{retry.InProcessLimit(2 * time.Second)}
+	if !n.ClassicRungs {
+		opts = append(opts, retry.DurableRungs())
+	}
+	return retry.Exponential(WorkAttempts, 1500*time.Millisecond, opts...)
+}
+
+// RungMode is the mode of the scripted queue's broker waits, as the
+// FIELD line and FIELD_RUNGS name it: "durable" or "classic".
+func (n Names) RungMode() string {
+	if n.ClassicRungs {
+		return "classic"
+	}
+	return "durable"
 }
 
 // InboxPolicy is the inbox consumer's: every wait in-process, so the
@@ -76,25 +98,25 @@ func (n Names) Topology() *topology.Topology {
 		Exchange(n.Orders(), topology.Topic).
 		Queue(n.InboxQueue(), topology.DeadLetter(), topology.Retry(InboxPolicy()), topology.Args(InboxArgs())).
 		Binding(n.InboxQueue(), n.Orders(), "order.*").
-		Queue(n.WorkQueue(), topology.DeadLetter(), topology.Retry(WorkPolicy()))
+		Queue(n.WorkQueue(), topology.DeadLetter(), topology.Retry(n.WorkPolicy()))
 }
 
 // Queues is every queue a message can wait in, the ends included.
 func (n Names) Queues() []string {
 	q := []string{n.WorkQueue(), n.InboxQueue(), topology.DeadLetterQueue(n.WorkQueue()), topology.ParkedQueue(n.WorkQueue()),
 		topology.DeadLetterQueue(n.InboxQueue()), topology.ParkedQueue(n.InboxQueue())}
-	for _, d := range WorkPolicy().BrokerRungs() {
-		q = append(q, topology.RungQueue(n.WorkQueue(), d))
+	for _, d := range n.WorkPolicy().BrokerRungs() {
+		q = append(q, topology.Rung(n.WorkQueue(), n.WorkPolicy(), d).Name)
 	}
 	return q
 }
 
-// Rungs is each broker rung of the scripted queue and its TTL (the
-// rung's wait).
+// Rungs is each broker rung of the scripted queue (durable or classic,
+// as n says) and its TTL (the rung's wait).
 func (n Names) Rungs() map[string]time.Duration {
 	m := map[string]time.Duration{}
-	for _, d := range WorkPolicy().BrokerRungs() {
-		m[topology.RungQueue(n.WorkQueue(), d)] = d
+	for _, d := range n.WorkPolicy().BrokerRungs() {
+		m[topology.Rung(n.WorkQueue(), n.WorkPolicy(), d).Name] = d
 	}
 	return m
 }
@@ -148,7 +170,7 @@ func (s Script) End() string {
 	switch {
 	case s.Park:
 		return history.EndParked
-	case s.Fail >= WorkPolicy().Attempts():
+	case s.Fail >= WorkAttempts:
 		return history.EndDLQ
 	default:
 		return history.EndHandled
@@ -235,11 +257,11 @@ type Delivery struct {
 }
 
 // ConsumeWork consumes the scripted queue through middleware.Standard
-// with WorkPolicy, four at a time.
+// with n.WorkPolicy, four at a time.
 func (n Names) ConsumeWork(ctx context.Context, b *mq.Broker, h func(ctx context.Context, d Delivery) error) (*mq.Consumer, error) {
 	return b.Consume(ctx, n.WorkQueue(), mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
 		return h(ctx, Delivery{ID: d.MessageId, Body: d.Body, Attempt: d.Attempt(), Timestamp: d.Timestamp})
-	}), middleware.Standard(WorkPolicy()), mq.WithConcurrency(4))
+	}), middleware.Standard(n.WorkPolicy()), mq.WithConcurrency(4))
 }
 
 // ConsumeInbox consumes the orders through middleware.Standard with
