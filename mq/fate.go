@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -537,10 +536,11 @@ func (a *asideRetry) redo(ctx context.Context, d *Delivery, rt Runtime) error {
 // or nil: the consumer's memory of a copy it returned (d.aside), or a copy
 // that names its hop itself (HeaderPendingHop; see refused). The latter is
 // honoured only for a target of d's own queue (its .dlq, its .parked, one
-// of its rungs), so a header cannot send a message anywhere else; its
-// attempt becomes the one that decided the hop (the copy carries the next,
-// whatever the broker counted of its returns since), so the hop writes
-// what it wrote the first time.
+// of its rungs, classic or durable, read by topology.ParseRung), so a
+// header cannot send a message anywhere else; its attempt becomes the one
+// that decided the hop (the copy carries the next, whatever the broker
+// counted of its returns since), so the hop writes what it wrote the first
+// time.
 func (d *Delivery) pendingFate() *asideRetry {
 	target, ok := d.Headers[HeaderPendingHop].(string)
 	if d.aside != nil {
@@ -553,13 +553,15 @@ func (d *Delivery) pendingFate() *asideRetry {
 		return nil
 	}
 	a := &asideRetry{target: target}
+	home, wait, _, rung := topology.ParseRung(target)
 	switch {
 	case target == topology.DeadLetterQueue(d.queue):
 		a.outcome = OutcomeDeadLetter
 	case target == topology.ParkedQueue(d.queue):
 		a.outcome = OutcomePark
-	case strings.HasPrefix(target, d.queue+topology.RetrySegment):
-		a.outcome = OutcomeRetry
+	case rung && home == d.queue:
+		// Classic or durable, the rung's name says its wait.
+		a.outcome, a.wait = OutcomeRetry, wait
 	default:
 		d.runtime().Logger().Warn("acemq.pending.hop.header.ignored", "message_id", d.MessageId, "header", HeaderPendingHop, "value", target)
 		return nil

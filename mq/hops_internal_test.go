@@ -277,3 +277,51 @@ func TestRememberedPendingCopyGoesBackAsItIs(t *testing.T) {
 		t.Fatalf("hops after the remembered copy's delivery: %v, want only the one to %s", rt.to[copies:], rung)
 	}
 }
+
+// eventRuntime is a targetRuntime that keeps its events.
+type eventRuntime struct {
+	targetRuntime
+	events []Event
+}
+
+func (r *eventRuntime) Event(_ context.Context, e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+// A pending hop to a rung is read with topology.ParseRung, the one reader
+// of rung names: a durable rung is a rung of the queue with the wait its
+// name says, and a name that only starts like one of the queue's rungs (a
+// rung of another queue, a wait no rung has) is not a target (issue 40).
+func TestPendingHopToARungReadsItsName(t *testing.T) {
+	for target, wait := range map[string]time.Duration{
+		"q.retry.5s": 5 * time.Second, "q.retry.5s.quorum": 5 * time.Second, "q.retry.2m.quorum": 2 * time.Minute,
+		"q.retry.x.retry.5s": 0, "q.retry.x.retry.5s.quorum": 0, "q.retry.5s.quorum.quorum": 0,
+		"q.retry.soon": 0, "q.retry.05s": 0, "q.retry.5s.classic": 0,
+	} {
+		calls := 0
+		h := HandlerFunc(func(context.Context, *Delivery) error { calls++; return nil })
+		rt := &eventRuntime{}
+		raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{HeaderPendingHop: target, HeaderAttempt: int32(3)}}
+		d := NewDelivery("q", raw, rt)
+		if err := newRunner(h, nil, nil).Deliver(context.Background(), d); err != nil {
+			t.Fatalf("%q: %v", target, err)
+		}
+		if wait == 0 {
+			if calls != 1 || len(rt.to) != 0 {
+				t.Errorf("%q: %d handler calls, hops to %v: want the header ignored", target, calls, rt.to)
+			}
+			continue
+		}
+		var got []Event
+		for _, e := range rt.events {
+			if e.Name == EventRetry {
+				got = append(got, e)
+			}
+		}
+		if calls != 0 || len(rt.to) != 1 || rt.to[0] != target || len(got) != 1 || got[0].Wait != wait || got[0].Target != target || got[0].Kind != KindBroker {
+			t.Errorf("%q: %d handler calls, hops to %v, retry events %+v: want the hop made once as a broker wait of %v", target, calls, rt.to, got, wait)
+		}
+	}
+}

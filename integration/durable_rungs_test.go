@@ -1,0 +1,371 @@
+//go:build integration
+
+package integration
+
+// Issue 40: durable rungs (retry.DurableRungs: quorum queues that dead-letter
+// at least once). The hop through one, a rung that refuses it, a queue
+// moving from classic rungs to durable ones with messages waiting, and a
+// duplicate the broker's dead-letter worker can make.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/acemq-go/internal/testenv"
+	"github.com/acemq/acemq-go/middleware"
+	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/retry"
+	"github.com/acemq/acemq-go/topology"
+)
+
+// rungCall is one call of a handler: which message, its attempt, when, and
+// the queue its latest x-death names (the rung it came home from).
+type rungCall struct {
+	id      string
+	attempt int
+	at      time.Time
+	from    string
+}
+
+type rungCalls struct {
+	mu    sync.Mutex
+	calls []rungCall
+}
+
+func (r *rungCalls) add(d *mq.Delivery) rungCall {
+	c := rungCall{id: d.MessageId, attempt: d.Attempt(), at: time.Now()}
+	if deaths, ok := d.Headers["x-death"].([]any); ok && len(deaths) > 0 {
+		if t, ok := deaths[0].(amqp.Table); ok {
+			c.from, _ = t["queue"].(string)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, c)
+	return c
+}
+
+// of is the calls for message id, in order.
+func (r *rungCalls) of(id string) []rungCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []rungCall
+	for _, c := range r.calls {
+		if c.id == id {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (r *rungCalls) n() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.calls)
+}
+
+func attemptsOf(cs []rungCall) []int {
+	out := make([]int, len(cs))
+	for i, c := range cs {
+		out[i] = c.attempt
+	}
+	return out
+}
+
+// rungConsumer consumes q with the standard stack of p (declaring its
+// topology, rungs included) and h.
+func rungConsumer(t *testing.T, b *mq.Broker, q string, p retry.Policy, h mq.HandlerFunc) *mq.Consumer {
+	t.Helper()
+	c, err := b.Consume(testenv.Context(t, 30*time.Second), q, h, middleware.Standard(p), mq.WithRequeuePause(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// sameQueue declares queue as it is; an error says its arguments differ
+// (a PRECONDITION_FAILED: the kind of rung, its TTL, its route home).
+func sameQueue(t *testing.T, b *mq.Broker, queue topology.Queue) error {
+	t.Helper()
+	ch, err := b.Channel(testenv.Context(t, 15*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	_, err = ch.QueueDeclare(queue.Name, queue.Durable, false, false, false, queue.Args)
+	return err
+}
+
+// The hop: a policy's broker waits with retry.DurableRungs go through the
+// quorum rung DurableRungQueue and come home, attempts 1, 2, 3 with no gap
+// and each at least the wait after the one before.
+func TestDurableRungHop(t *testing.T) {
+	b, _ := consBroker(t)
+	p := retry.Fixed(3, 2*time.Second, retry.InProcessLimit(0), retry.DurableRungs())
+	q := testenv.Queue(t, b, p) // quorum
+	var calls rungCalls
+	c := rungConsumer(t, b, q, p, func(_ context.Context, d *mq.Delivery) error {
+		calls.add(d)
+		return fmt.Errorf("fails on attempt %d", d.Attempt())
+	})
+	defer testenv.Stop(t, c)
+	testenv.Publish(t, b, q, mq.Message{Body: []byte("x"), MessageId: "durable-hop"})
+	testenv.WaitCount(t, b, topology.DeadLetterQueue(q), 1, 60*time.Second)
+	got := calls.of("durable-hop")
+	if a := attemptsOf(got); !slices.Equal(a, []int{1, 2, 3}) {
+		t.Fatalf("attempts %v, want 1 2 3", a)
+	}
+	rung := topology.DurableRungQueue(q, 2*time.Second)
+	for i, c := range got[1:] {
+		if c.from != rung {
+			t.Errorf("attempt %d came home from %q, want the durable rung %s", c.attempt, c.from, rung)
+		}
+		if w := c.at.Sub(got[i].at); w < 1500*time.Millisecond {
+			t.Errorf("attempt %d ran %v after attempt %d, want at least the 2 s wait", c.attempt, w.Round(time.Millisecond), got[i].attempt)
+		}
+	}
+	if err := sameQueue(t, b, topology.Queue{Name: rung, Durable: true, Args: topology.DurableRungArguments(q, 2*time.Second)}); err != nil {
+		t.Errorf("%s is not declared with the durable rung's argument table: %v", rung, err)
+	}
+	dl := testenv.GetAll(t, b, topology.DeadLetterQueue(q))
+	if len(dl) != 1 || mq.AttemptOf(dl[0].Headers) != 4 {
+		t.Fatalf(".dlq: %v, want one message carrying attempt 4", headersOf(dl))
+	}
+	for _, name := range []string{q, rung} {
+		if n := testenv.Count(t, b, name); n != 0 {
+			t.Errorf("%s still holds %d messages", name, n)
+		}
+	}
+}
+
+// A durable rung that refuses the hop (an operator's policy: max-length 0,
+// reject-publish) keeps the message home: no attempt is skipped and no wait
+// spent. The handler is not called again while the rung refuses, and once
+// it accepts, the message waits the whole wait before attempt 2.
+func TestDurableRungRefusedByPolicy(t *testing.T) {
+	const wait = 10 * time.Second // the filler below must outlast the refusal
+	b, lg := consBroker(t)
+	p := retry.Fixed(2, wait, retry.InProcessLimit(0), retry.DurableRungs())
+	q := testenv.Queue(t, b, p, topology.Classic(), topology.DeadLetter())
+	if err := b.Declare(testenv.Context(t, 15*time.Second), topology.New().Queue(q, topology.Classic(), topology.DeadLetter(), topology.Retry(p))); err != nil {
+		t.Fatal(err)
+	}
+	rung := topology.DurableRungQueue(q, wait)
+	policy := testenv.Name(t, "policy")
+	if _, err := testenv.Rabbitmqctl(testenv.Context(t, time.Minute), "", "set_policy", "--apply-to", "queues", "--priority", "100",
+		policy, "^"+rung+"$", `{"max-length":0,"overflow":"reject-publish"}`); err != nil {
+		t.Fatal(err)
+	}
+	cleared := false
+	clear := func() {
+		if !cleared {
+			cleared = true
+			if _, err := testenv.Rabbitmqctl(testenv.Context(t, time.Minute), "", "clear_policy", policy); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(clear)
+	// A quorum queue takes one message past its limit before it refuses
+	// (a message a consumer holds does not count): the filler is that one.
+	ch, err := b.Channel(testenv.Context(t, 15*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	fill := func(id string) bool {
+		t.Helper()
+		c, err := ch.PublishWithDeferredConfirm("", rung, false, false, amqp.Publishing{Body: []byte("filler"), MessageId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := c.WaitContext(testenv.Context(t, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !testenv.Poll(10*time.Second, func() bool { return !fill("probe") }) {
+		t.Fatalf("%s took every message within 10 s: the policy did not apply", rung)
+	}
+	filled := time.Now()
+
+	var calls rungCalls
+	c := rungConsumer(t, b, q, p, func(_ context.Context, d *mq.Delivery) error {
+		calls.add(d)
+		return fmt.Errorf("fails on attempt %d", d.Attempt())
+	})
+	defer testenv.Stop(t, c)
+	testenv.Publish(t, b, q, mq.Message{Body: []byte("x"), MessageId: "durable-refused"})
+	if !testenv.Poll(wait/2, func() bool { return lg.Count(mq.EventRequeued) >= 3 || calls.n() > 1 }) {
+		t.Fatalf("within %v: %d returns, %d calls (events: %s)", wait/2, lg.Count(mq.EventRequeued), calls.n(), lg.Events())
+	}
+	if a := attemptsOf(calls.of("durable-refused")); len(a) != 1 {
+		t.Fatalf("while %s refused the hop the handler ran attempts %v, want only 1", rung, a)
+	}
+	// The rung accepts again: the filler goes (acknowledged, not
+	// dead-lettered), then the policy.
+	m, ok, err := ch.Get(rung, false)
+	if err != nil || !ok || m.MessageId != "probe" || time.Since(filled) > wait {
+		t.Fatalf("the filler: %q, %v, %v after %v", m.MessageId, ok, err, time.Since(filled))
+	}
+	if err := m.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	clear()
+	accepted := time.Now()
+	testenv.WaitCount(t, b, topology.DeadLetterQueue(q), 1, 3*wait)
+	got := calls.of("durable-refused")
+	if a := attemptsOf(got); !slices.Equal(a, []int{1, 2}) {
+		t.Fatalf("attempts %v, want 1 2", a)
+	}
+	if w := got[1].at.Sub(accepted); w < wait-time.Second {
+		t.Errorf("attempt 2 ran %v after the rung accepted, want at least its %v wait", w.Round(time.Millisecond), wait)
+	}
+	if got[1].from != rung {
+		t.Errorf("attempt 2 came home from %q, want %s", got[1].from, rung)
+	}
+	for _, name := range []string{q, rung} {
+		if n := testenv.Count(t, b, name); n != 0 {
+			t.Errorf("%s still holds %d messages", name, n)
+		}
+	}
+}
+
+// A queue moves from classic rungs to durable ones while messages wait in
+// the classic rung: the new topology declares the durable rung beside the
+// classic one (no PRECONDITION_FAILED), the waiting messages still come
+// home, their next wait is in the durable rung, and the classic rung is
+// left where it was, empty: the library never deletes a rung.
+func TestDurableRungMoveFromClassic(t *testing.T) {
+	b, _ := consBroker(t)
+	classic := retry.Fixed(3, 3*time.Second, retry.InProcessLimit(0))
+	durable := retry.Fixed(3, 3*time.Second, retry.InProcessLimit(0), retry.DurableRungs())
+	q := testenv.Queue(t, b, classic)
+	testenv.CleanupDerived(t, q, durable)
+	old, rung := topology.RungQueue(q, 3*time.Second), topology.DurableRungQueue(q, 3*time.Second)
+	if old == rung {
+		t.Fatalf("a durable rung is named as the classic one: %s", rung)
+	}
+	const n = 5
+	var calls rungCalls
+	fails := func(_ context.Context, d *mq.Delivery) error {
+		if calls.add(d).attempt < 3 {
+			return fmt.Errorf("fails on attempt %d", d.Attempt())
+		}
+		return nil
+	}
+	c := rungConsumer(t, b, q, classic, fails)
+	testenv.Publish(t, b, q, consMessages("move", n)...)
+	testenv.WaitCount(t, b, old, n, 20*time.Second)
+	testenv.Stop(t, c)
+
+	c = rungConsumer(t, b, q, durable, fails)
+	defer testenv.Stop(t, c)
+	if !testenv.Poll(60*time.Second, func() bool { return calls.n() == 3*n }) {
+		t.Fatalf("within 60 s of the switch: %d calls, want %d", calls.n(), 3*n)
+	}
+	for i := range n {
+		id := fmt.Sprintf("move-%d", i)
+		got := calls.of(id)
+		if a := attemptsOf(got); !slices.Equal(a, []int{1, 2, 3}) {
+			t.Errorf("%s: attempts %v, want 1 2 3", id, a)
+			continue
+		}
+		if got[1].from != old || got[2].from != rung {
+			t.Errorf("%s: attempt 2 came home from %q, attempt 3 from %q; want %s, then %s", id, got[1].from, got[2].from, old, rung)
+		}
+	}
+	for _, queue := range []topology.Queue{
+		{Name: old, Durable: true, Args: topology.RungArguments(q, 3*time.Second)},
+		{Name: rung, Durable: true, Args: topology.DurableRungArguments(q, 3*time.Second)},
+	} {
+		if err := sameQueue(t, b, queue); err != nil {
+			t.Errorf("%s is gone or changed after the switch: %v", queue.Name, err)
+			continue
+		}
+		if k := testenv.Count(t, b, queue.Name); k != 0 {
+			t.Errorf("%s still holds %d messages", queue.Name, k)
+		}
+	}
+	for _, name := range []string{q, topology.DeadLetterQueue(q)} {
+		if k := testenv.Count(t, b, name); k != 0 {
+			t.Errorf("%s holds %d messages, want none", name, k)
+		}
+	}
+}
+
+// The broker's dead-letter worker re-publishes a dead letter it saw no
+// confirm for, so one wait can end in two copies of the same hop at home.
+// The second is one more delivery of the same attempt, not a new attempt:
+// the handler sees attempt 2 twice, and never an attempt 3.
+func TestDurableRungDuplicateIsTheSameAttempt(t *testing.T) {
+	b, _ := consBroker(t)
+	p := retry.Fixed(3, 3*time.Second, retry.InProcessLimit(0), retry.DurableRungs())
+	q := testenv.Queue(t, b, p)
+	rung := topology.DurableRungQueue(q, 3*time.Second)
+	var calls rungCalls
+	c := rungConsumer(t, b, q, p, func(_ context.Context, d *mq.Delivery) error {
+		if calls.add(d).attempt == 1 {
+			return errors.New("fails on attempt 1")
+		}
+		return nil
+	})
+	defer testenv.Stop(t, c)
+	testenv.Publish(t, b, q, mq.Message{Body: []byte("x"), MessageId: "durable-dup"})
+	testenv.WaitCount(t, b, rung, 1, 20*time.Second)
+	// Copy the hop as it waits, headers and all, into the rung beside it:
+	// two copies of one hop, as the worker's re-publish makes.
+	ch, err := b.Channel(testenv.Context(t, 15*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	m, ok, err := ch.Get(rung, false)
+	if err != nil || !ok {
+		t.Fatalf("get from %s: %v, %v", rung, ok, err)
+	}
+	conf, err := ch.PublishWithDeferredConfirm("", rung, false, false, amqp.Publishing{
+		Headers: m.Headers, MessageId: m.MessageId, Body: m.Body, ContentType: m.ContentType, DeliveryMode: amqp.Persistent,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := conf.WaitContext(testenv.Context(t, 10*time.Second)); !ok || err != nil {
+		t.Fatalf("the copy into %s was not confirmed: %v, %v", rung, ok, err)
+	}
+	if err := m.Nack(false, true); err != nil {
+		t.Fatal(err)
+	}
+	if !testenv.Poll(30*time.Second, func() bool { return len(calls.of("durable-dup")) >= 3 }) {
+		t.Fatalf("calls %v within 30 s, want attempt 1 and two deliveries of attempt 2", attemptsOf(calls.of("durable-dup")))
+	}
+	time.Sleep(4 * time.Second) // a further hop would be back by now
+	got := calls.of("durable-dup")
+	if a := attemptsOf(got); !slices.Equal(a, []int{1, 2, 2}) {
+		t.Fatalf("attempts %v, want 1 2 2: the copy is the same attempt", a)
+	}
+	for _, c := range got[1:] {
+		if c.from != rung {
+			t.Errorf("attempt 2 came home from %q, want %s", c.from, rung)
+		}
+	}
+	for _, name := range []string{q, rung, topology.DeadLetterQueue(q)} {
+		if k := testenv.Count(t, b, name); k != 0 {
+			t.Errorf("%s holds %d messages, want none", name, k)
+		}
+	}
+}
