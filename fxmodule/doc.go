@@ -91,7 +91,8 @@
 // of its own). The inbox comes from outbox.Module (through [AsInbox]),
 // with the schema given to that module once; this package does not import
 // the outbox or its database driver. A consumer with Inbox set in an app
-// without one fails fx.New.
+// without one fails fx.New. A test runs such a consumer as the app does,
+// the test's inbox in the app's place, with fxmoduletest.ConsumerWithInbox.
 //
 // # Publishers and health
 //

@@ -86,7 +86,7 @@ func newRunner(p runParams) (*runner, error) {
 		if c.Queue == "" || c.Handler == nil {
 			continue
 		}
-		opts, err := consumerOptions(c, r.topo, p.Inbox, r.mws...)
+		opts, err := ConsumerOptions(c, r.topo, p.Inbox, r.mws...)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -101,26 +101,21 @@ func newRunner(p runParams) (*runner, error) {
 }
 
 // ConsumerOptions returns the options the module consumes c.Queue with,
-// given the app's merged topology t (nil: none) and the middleware the app
-// gives WithMiddleware, in order: shared outermost (mq.WithMiddleware),
-// then middleware.Standard with the policy t declares for c.Queue when
-// c.Standard is set, then c.Options. It fails as fx.New fails for c: a
-// consumer option that is invalid, Standard with no topology.Retry for the
-// queue, a ladder given both by Standard and by Options, or a ladder in
-// Options whose policy is not the one t declares. The module calls it for
-// every consumer; fxmoduletest.Consumer runs a handler through exactly
-// these options, so a test and the app cannot drift apart. It has no
-// app's inbox, so it refuses a c with Inbox set rather than leave the
-// inbox out.
-func ConsumerOptions(c Consumer, t *topology.Topology, shared ...mq.Middleware) ([]mq.ConsumerOption, error) {
-	return consumerOptions(c, t, nil, shared...)
-}
-
-// consumerOptions is ConsumerOptions with the app's inbox (nil: none),
-// which a c with Inbox set runs innermost.
-func consumerOptions(c Consumer, t *topology.Topology, inbox mq.Middleware, shared ...mq.Middleware) ([]mq.ConsumerOption, error) {
+// given the app's merged topology t (nil: none), the app's inbox (nil:
+// none; outbox.Module provides it) and the middleware the app gives
+// WithMiddleware, in order: shared outermost (mq.WithMiddleware), then
+// middleware.Standard with the policy t declares for c.Queue when
+// c.Standard is set, then c.Options, then, when c.Inbox is set, inbox
+// innermost, next to the handler. It fails as fx.New fails for c: a
+// consumer option that is invalid, Inbox set with no inbox, Standard with
+// no topology.Retry for the queue, a ladder given both by Standard and by
+// Options, or a ladder in Options whose policy is not the one t declares.
+// The module calls it for every consumer; fxmoduletest.Consumer and
+// fxmoduletest.ConsumerWithInbox run a handler through exactly these
+// options, so a test and the app cannot drift apart.
+func ConsumerOptions(c Consumer, t *topology.Topology, inbox mq.Middleware, shared ...mq.Middleware) ([]mq.ConsumerOption, error) {
 	if c.Inbox && inbox == nil {
-		return nil, fmt.Errorf("fxmodule: consumer of %q: Inbox is set, but the app has no inbox: give outbox.Module (it provides the inbox, fxmodule.AsInbox, with the schema its relay uses)", c.Queue)
+		return nil, fmt.Errorf("fxmodule: consumer of %q: Inbox is set, but the app has no inbox: give outbox.Module (it provides the inbox, fxmodule.AsInbox, with the schema its relay uses); a test runs such a consumer with fxmoduletest.ConsumerWithInbox", c.Queue)
 	}
 	if c.Inbox {
 		c.Options = append(slices.Clone(c.Options), mq.WithMiddleware(inbox))
