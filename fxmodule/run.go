@@ -78,9 +78,11 @@ func newRunner(p runParams) (*runner, error) {
 	slices.SortStableFunc(sets, func(a, b middlewareSet) int { return cmp.Compare(a.order, b.order) })
 	for i, set := range sets {
 		if i > 0 && sets[i-1].order == set.order {
-			errs = append(errs, fmt.Errorf("fxmodule: WithMiddleware was given twice with order %d (at %s and at %s): give each call its own order, so which sits outside is explicit", set.order, sets[i-1].at, set.at))
+			errs = append(errs, fmt.Errorf("fxmodule: AsMiddleware was given twice with order %d (at %s and at %s): give each its own order, so which sits outside is explicit", set.order, sets[i-1].at, set.at))
 		}
-		r.mws = append(r.mws, set.mws...)
+		if set.mw != nil {
+			r.mws = append(r.mws, set.mw)
+		}
 	}
 	for i, c := range consumers {
 		if c.Queue == "" || c.Handler == nil {
@@ -103,7 +105,7 @@ func newRunner(p runParams) (*runner, error) {
 // ConsumerOptions returns the options the module consumes c.Queue with,
 // given the app's merged topology t (nil: none), the app's inbox (nil:
 // none; outbox.Module provides it) and the middleware the app gives
-// WithMiddleware, in order: shared outermost (mq.WithMiddleware), then
+// AsMiddleware, in order: shared outermost (mq.WithMiddleware), then
 // middleware.Standard with the policy t declares for c.Queue when
 // c.Standard is set, then c.Options, then, when c.Inbox is set, inbox
 // innermost, next to the handler. It fails as fx.New fails for c: a

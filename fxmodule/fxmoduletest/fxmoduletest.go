@@ -13,7 +13,7 @@ import (
 // Consumer returns an mqtest consumer that runs c's handler through
 // exactly the chain the module runs it with (fxmodule.ConsumerOptions),
 // given the app's topology t and the middleware the app gives
-// fxmodule.WithMiddleware (shared, in order): middleware.Standard with t's
+// fxmodule.AsMiddleware (shared, in order): middleware.Standard with t's
 // policy when c.Standard is set, c.StandardOptions and c.Options. A
 // consumer the module would refuse (Standard with no policy in t, a
 // policy that disagrees with t's) fails the test with the module's
