@@ -31,8 +31,8 @@ endif
 # (scripts/modules.sh; the README's install lines). `./...` stops at a
 # module's edge, so the targets below name every module's tree; integration/
 # is all behind build tags and is visited by the tagged targets, as are the
-# tests of outbox/outboxtest (they need PostgreSQL, which `unit` does not
-# start). GOWORK is
+# tests of outbox/outboxtest (they need PostgreSQL; so does
+# examples/service's, in `unit`). GOWORK is
 # set so that a GOWORK=off in the environment cannot hide the nested modules.
 export GOWORK := $(CURDIR)/go.work
 MODULES := $(patsubst $(CURDIR)%,.%,$(shell GOWORK=$(CURDIR)/go.work $(GO) list -m -f '{{.Dir}}'))
@@ -81,8 +81,9 @@ suites: chromium pika
 		echo "== RabbitMQ $$v: integration and chaos passed in $$(( $$(date +%s) - t0 ))s"; \
 	done
 
-## unit: every module's tests without a broker, with -race
-unit:
+## unit: every module's tests without a broker, with -race (PostgreSQL
+## started: examples/service tests its consumer in the inbox)
+unit: postgres
 	$(GO) test -race -count=1 $(PKGS)
 
 ## integration: the integration suites; the fate matrix (TestFateMatrix) is

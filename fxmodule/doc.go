@@ -39,7 +39,8 @@
 //			return fxmodule.Consumer{Queue: "shipping.orders", Handler: s, Standard: true}
 //		}),
 //		fxmodule.AsPublisher[OrderEvents]("orders-events"), // type OrderEvents interface{ mq.Sender }
-//		fxmodule.WithMiddleware(10, audit, metrics), // around every consumer, audit outermost
+//		fxmodule.AsMiddleware(10, NewAudit), // around every consumer: func NewAudit(db *sql.DB) mq.Middleware
+//		fxmodule.AsMiddleware(20, metrics),  // a value will do; the lower order is further out
 //	)
 //
 // [Module] requires an mq.Config from the app. It takes, when the app has
@@ -51,10 +52,10 @@
 //
 // # Value groups
 //
-// The helpers hide the group tags: [AsTopology] and [AsConsumer] take
-// constructors (any function fx can call, parameter objects welcome) that
-// return a *topology.Topology fragment or a Consumer, optionally with an
-// error. A constructor returning any other type fails fx.New with an error
+// The helpers hide the group tags: [AsTopology], [AsConsumer] and
+// [AsMiddleware] take constructors (any function fx can call, parameter
+// objects welcome) that return a *topology.Topology fragment, a Consumer or
+// an mq.Middleware, optionally with an error. A constructor returning any other type fails fx.New with an error
 // naming it, rather than silently feeding nothing (the groups carry
 // concrete types, so fx.As, which casts to interfaces, has nothing to do).
 // Every fragment is merged into one topology (topology.New().Merge) and
@@ -68,11 +69,12 @@
 // queues after a reconnect, a queue deleted under its consumer) unless
 // mq.Config.NoRedeclare is set.
 //
-// [WithMiddleware] wraps every consumer's handler in the middleware given,
-// outside each consumer's own (Consumer.Standard, Consumer.Options). It may
-// be given by several modules; each call says its order (lower is further
-// out), because order never comes from the order fx feeds a group in. Two
-// calls with one order fail fx.New naming both places.
+// [AsMiddleware] wraps every consumer's handler in the middleware its
+// constructor returns (or the middleware given), outside each consumer's
+// own (Consumer.Standard, Consumer.Options). It may be given by several
+// modules; each says its order (lower is further out), because order never
+// comes from the order fx builds a group in. Two with one order fail
+// fx.New naming both places.
 //
 // # The retry policy, written once
 //
@@ -91,7 +93,8 @@
 // of its own). The inbox comes from outbox.Module (through [AsInbox]),
 // with the schema given to that module once; this package does not import
 // the outbox or its database driver. A consumer with Inbox set in an app
-// without one fails fx.New.
+// without one fails fx.New. A test runs such a consumer as the app does,
+// the test's inbox in the app's place, with fxmoduletest.ConsumerWithInbox.
 //
 // # Publishers and health
 //

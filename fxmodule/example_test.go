@@ -47,8 +47,8 @@ func ExampleAsPublisher() {
 		fx.Supply(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}}),
 		fxmodule.Module,
 		fxmodule.AsPublisher[OrderEvents]("orders-events"),
-		fxmodule.WithMiddleware(10, middleware.Recover()),
-		fx.Module("audit", fxmodule.WithMiddleware(20, middleware.Logging())),
+		fxmodule.AsMiddleware(10, middleware.Recover()),
+		fx.Module("audit", fxmodule.AsMiddleware(20, middleware.Logging())),
 		fx.Invoke(func(b *mq.Broker, events OrderEvents) {
 			http.Handle("/readyz", fxmodule.ReadyHandler(b))
 			http.HandleFunc("/orders", func(w http.ResponseWriter, r *http.Request) {

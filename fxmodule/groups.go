@@ -14,7 +14,7 @@ import (
 )
 
 // The value groups the helpers feed. They are an implementation detail:
-// feed them through AsTopology, AsConsumer and WithMiddleware.
+// feed them through AsTopology, AsConsumer and AsMiddleware.
 const (
 	groupTopologies = "acemq.topologies"
 	groupConsumers  = "acemq.consumers"
@@ -31,7 +31,7 @@ type Consumer struct {
 	// Handler handles each delivery. Required.
 	Handler mq.Handler
 	// Options configure the consumer. Middleware they add sits inside the
-	// middleware given to [WithMiddleware], and inside Standard's.
+	// middleware given to [AsMiddleware], and inside Standard's.
 	Options []mq.ConsumerOption
 	// Standard wraps Handler in [middleware.Standard] with the retry policy
 	// the merged topology declares for Queue ([topology.Retry]): the policy
@@ -82,20 +82,55 @@ func AsConsumer(ctor any) fx.Option {
 	return fx.Provide(fx.Annotate(ctor, fx.ResultTags(`group:"`+groupConsumers+`"`)))
 }
 
-// WithMiddleware wraps the handler of every consumer of the app in mws,
-// outside each consumer's own middleware. It may be given any number of
-// times, from any module; order places the calls explicitly, since fx
-// feeds them in no fixed order: a lower order is further out, and within
-// one call the first middleware is outermost. So tracing given at order 10
-// in one module sits outside metrics given at order 20 in another. Two
-// calls with the same order fail fx.New naming both places, since their
-// order would otherwise be up to fx.
-func WithMiddleware(order int, mws ...mq.Middleware) fx.Option {
-	set := middlewareSet{order: order, mws: slices.Clone(mws), at: "unknown place"}
+// AsMiddleware wraps the handler of every consumer of the app in a
+// middleware, outside each consumer's own. ctor is a constructor fx can
+// call (its parameters are injected, so a middleware that needs the app's
+// *sql.DB asks for it) returning an [mq.Middleware], optionally with an
+// error; an mq.Middleware value is accepted too. A nil middleware adds
+// nothing. It may be given any number of times, from any module; order
+// places them, since fx builds them in no fixed order: a lower order is
+// further out. So tracing given at order 10 in one module sits outside
+// metrics given at order 20 in another. Two with the same order fail
+// fx.New naming both places, since their order would otherwise be up to
+// fx; so does a constructor's error, naming where AsMiddleware was given.
+func AsMiddleware(order int, ctor any) fx.Option {
+	at := "unknown place"
 	if _, file, line, ok := runtime.Caller(1); ok {
-		set.at = fmt.Sprintf("%s:%d", file, line)
+		at = fmt.Sprintf("%s:%d", file, line)
 	}
-	return fx.Provide(fx.Annotate(func() middlewareSet { return set }, fx.ResultTags(`group:"`+groupMiddleware+`"`)))
+	mwType := reflect.TypeFor[mq.Middleware]()
+	if t := reflect.TypeOf(ctor); t != nil && t.ConvertibleTo(mwType) {
+		mw := reflect.ValueOf(ctor).Convert(mwType).Interface().(mq.Middleware)
+		ctor = func() mq.Middleware { return mw }
+	}
+	if err := checkConstructor("AsMiddleware", ctor, mwType); err != nil {
+		return fx.Error(fmt.Errorf("%w (at %s)", err, at))
+	}
+	// A function of ctor's parameters, so fx injects what ctor asks for,
+	// returning the middleware with its order and its place.
+	cv, ct := reflect.ValueOf(ctor), reflect.TypeOf(ctor)
+	in := make([]reflect.Type, ct.NumIn())
+	for i := range in {
+		in[i] = ct.In(i)
+	}
+	ft := reflect.FuncOf(in, []reflect.Type{reflect.TypeFor[middlewareSet](), errorType}, ct.IsVariadic())
+	build := reflect.MakeFunc(ft, func(args []reflect.Value) []reflect.Value {
+		var outs []reflect.Value
+		if ct.IsVariadic() {
+			outs = cv.CallSlice(args)
+		} else {
+			outs = cv.Call(args)
+		}
+		set := middlewareSet{order: order, at: at}
+		var err error
+		if len(outs) == 2 && !outs[1].IsNil() {
+			err = fmt.Errorf("fxmodule.AsMiddleware (at %s): %w", at, outs[1].Interface().(error))
+		} else {
+			set.mw, _ = outs[0].Interface().(mq.Middleware)
+		}
+		return []reflect.Value{reflect.ValueOf(set), reflect.ValueOf(&err).Elem()}
+	})
+	return fx.Provide(fx.Annotate(build.Interface(), fx.ResultTags(`group:"`+groupMiddleware+`"`)))
 }
 
 // nameInbox names the app's inbox among the app's values (AsInbox).
@@ -113,11 +148,11 @@ func AsInbox(ctor any) fx.Option {
 	return fx.Provide(fx.Annotate(ctor, fx.ResultTags(`name:"`+nameInbox+`"`)))
 }
 
-// middlewareSet is one WithMiddleware call.
+// middlewareSet is what one AsMiddleware gives.
 type middlewareSet struct {
 	order int
-	mws   []mq.Middleware
-	at    string // where WithMiddleware was called
+	mw    mq.Middleware // nil: none
+	at    string        // where AsMiddleware was called
 }
 
 // AsPublisher provides a publisher to exchange as P, an interface type

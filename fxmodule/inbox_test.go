@@ -37,7 +37,7 @@ func TestConsumerInboxSitsNextToTheHandler(t *testing.T) {
 			return errors.New("fails")
 		})}
 	topo := topology.New().Queue("orders", topology.Retry(retry.Waits(time.Second)))
-	opts, err := consumerOptions(c, topo, trail("inbox", &got), trail("shared", &got))
+	opts, err := ConsumerOptions(c, topo, trail("inbox", &got), trail("shared", &got))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestConsumerInboxNeedsAnInbox(t *testing.T) {
 	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "Inbox") || !strings.Contains(err.Error(), "outbox.Module") {
 		t.Errorf("fx.New: %v, want an error saying Inbox needs outbox.Module", err)
 	}
-	if _, err := ConsumerOptions(Consumer{Queue: "orders", Inbox: true, Handler: noop}, nil); err == nil || !strings.Contains(err.Error(), "Inbox") {
+	if _, err := ConsumerOptions(Consumer{Queue: "orders", Inbox: true, Handler: noop}, nil, nil); err == nil || !strings.Contains(err.Error(), "Inbox") {
 		t.Errorf("ConsumerOptions: %v, want an error about Inbox", err)
 	}
 }

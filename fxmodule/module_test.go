@@ -16,6 +16,7 @@ import (
 	"go.uber.org/fx/fxtest"
 	"go.uber.org/goleak"
 
+	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -43,7 +44,7 @@ func TestValidateAppWiring(t *testing.T) {
 		AsTopology(topology.New().Exchange("orders-events")),
 		AsConsumer(func(b *mq.Broker) Consumer { return Consumer{Queue: "orders", Handler: noop} }),
 		AsConsumer(func() (Consumer, error) { return Consumer{Queue: "orders", Handler: noop}, nil }),
-		WithMiddleware(10),
+		AsMiddleware(10, func(*mq.Broker) mq.Middleware { return nil }),
 		fx.Invoke(func(*mq.Broker) {}),
 	)
 	if err != nil {
@@ -133,6 +134,9 @@ func TestConstructorOfTheWrongType(t *testing.T) {
 		"consumer nil":     AsConsumer(nil),
 		"consumer two":     AsConsumer(func() (Consumer, Consumer) { return Consumer{}, Consumer{} }),
 		"not a function":   AsConsumer(Consumer{}),
+		"middleware slice": AsMiddleware(1, []mq.Middleware{}),
+		"middleware nil":   AsMiddleware(1, nil),
+		"handler":          AsMiddleware(1, func() mq.Handler { return noop }),
 	}
 	for name, opt := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -146,10 +150,10 @@ func TestConstructorOfTheWrongType(t *testing.T) {
 }
 
 func TestMiddlewareGivenTwiceWithOneOrder(t *testing.T) {
-	app := fx.New(fx.NopLogger, fx.Supply(cfg()), Module, WithMiddleware(5), fx.Module("other", WithMiddleware(5)))
+	app := fx.New(fx.NopLogger, fx.Supply(cfg()), Module, AsMiddleware(5, middleware.Recover()), fx.Module("other", AsMiddleware(5, middleware.Logging())))
 	err := app.Err()
-	if err == nil || !strings.Contains(err.Error(), "WithMiddleware was given twice with order 5") || strings.Count(err.Error(), "module_test.go:") != 2 {
-		t.Fatalf("fx.New: %v, want an error naming both WithMiddleware calls", err)
+	if err == nil || !strings.Contains(err.Error(), "AsMiddleware was given twice with order 5") || strings.Count(err.Error(), "module_test.go:") != 2 {
+		t.Fatalf("fx.New: %v, want an error naming both AsMiddleware calls", err)
 	}
 }
 

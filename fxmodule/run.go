@@ -78,15 +78,17 @@ func newRunner(p runParams) (*runner, error) {
 	slices.SortStableFunc(sets, func(a, b middlewareSet) int { return cmp.Compare(a.order, b.order) })
 	for i, set := range sets {
 		if i > 0 && sets[i-1].order == set.order {
-			errs = append(errs, fmt.Errorf("fxmodule: WithMiddleware was given twice with order %d (at %s and at %s): give each call its own order, so which sits outside is explicit", set.order, sets[i-1].at, set.at))
+			errs = append(errs, fmt.Errorf("fxmodule: AsMiddleware was given twice with order %d (at %s and at %s): give each its own order, so which sits outside is explicit", set.order, sets[i-1].at, set.at))
 		}
-		r.mws = append(r.mws, set.mws...)
+		if set.mw != nil {
+			r.mws = append(r.mws, set.mw)
+		}
 	}
 	for i, c := range consumers {
 		if c.Queue == "" || c.Handler == nil {
 			continue
 		}
-		opts, err := consumerOptions(c, r.topo, p.Inbox, r.mws...)
+		opts, err := ConsumerOptions(c, r.topo, p.Inbox, r.mws...)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -101,26 +103,21 @@ func newRunner(p runParams) (*runner, error) {
 }
 
 // ConsumerOptions returns the options the module consumes c.Queue with,
-// given the app's merged topology t (nil: none) and the middleware the app
-// gives WithMiddleware, in order: shared outermost (mq.WithMiddleware),
-// then middleware.Standard with the policy t declares for c.Queue when
-// c.Standard is set, then c.Options. It fails as fx.New fails for c: a
-// consumer option that is invalid, Standard with no topology.Retry for the
-// queue, a ladder given both by Standard and by Options, or a ladder in
-// Options whose policy is not the one t declares. The module calls it for
-// every consumer; fxmoduletest.Consumer runs a handler through exactly
-// these options, so a test and the app cannot drift apart. It has no
-// app's inbox, so it refuses a c with Inbox set rather than leave the
-// inbox out.
-func ConsumerOptions(c Consumer, t *topology.Topology, shared ...mq.Middleware) ([]mq.ConsumerOption, error) {
-	return consumerOptions(c, t, nil, shared...)
-}
-
-// consumerOptions is ConsumerOptions with the app's inbox (nil: none),
-// which a c with Inbox set runs innermost.
-func consumerOptions(c Consumer, t *topology.Topology, inbox mq.Middleware, shared ...mq.Middleware) ([]mq.ConsumerOption, error) {
+// given the app's merged topology t (nil: none), the app's inbox (nil:
+// none; outbox.Module provides it) and the middleware the app gives
+// AsMiddleware, in order: shared outermost (mq.WithMiddleware), then
+// middleware.Standard with the policy t declares for c.Queue when
+// c.Standard is set, then c.Options, then, when c.Inbox is set, inbox
+// innermost, next to the handler. It fails as fx.New fails for c: a
+// consumer option that is invalid, Inbox set with no inbox, Standard with
+// no topology.Retry for the queue, a ladder given both by Standard and by
+// Options, or a ladder in Options whose policy is not the one t declares.
+// The module calls it for every consumer; fxmoduletest.Consumer and
+// fxmoduletest.ConsumerWithInbox run a handler through exactly these
+// options, so a test and the app cannot drift apart.
+func ConsumerOptions(c Consumer, t *topology.Topology, inbox mq.Middleware, shared ...mq.Middleware) ([]mq.ConsumerOption, error) {
 	if c.Inbox && inbox == nil {
-		return nil, fmt.Errorf("fxmodule: consumer of %q: Inbox is set, but the app has no inbox: give outbox.Module (it provides the inbox, fxmodule.AsInbox, with the schema its relay uses)", c.Queue)
+		return nil, fmt.Errorf("fxmodule: consumer of %q: Inbox is set, but the app has no inbox: give outbox.Module (it provides the inbox, fxmodule.AsInbox, with the schema its relay uses); a test runs such a consumer with fxmoduletest.ConsumerWithInbox", c.Queue)
 	}
 	if c.Inbox {
 		c.Options = append(slices.Clone(c.Options), mq.WithMiddleware(inbox))

@@ -57,8 +57,9 @@ func TestMiddlewareFromSeveralModulesInOrder(t *testing.T) {
 	}
 	// Fed in the "wrong" order: the order values decide.
 	r, err := runnerFor(t, nil, []middlewareSet{
-		{order: 20, mws: []mq.Middleware{mark("metrics")}, at: "b.go:1"},
-		{order: 10, mws: []mq.Middleware{mark("tracing"), mark("audit")}, at: "a.go:1"},
+		{order: 20, mw: mark("metrics"), at: "b.go:1"},
+		{order: 10, mw: mark("tracing"), at: "a.go:1"},
+		{order: 15, mw: mark("audit"), at: "c.go:1"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -68,9 +69,9 @@ func TestMiddlewareFromSeveralModulesInOrder(t *testing.T) {
 		t.Fatalf("order %s, want tracing > audit > metrics", got)
 	}
 	// Through fx, from two modules: the app builds.
-	app := fx.New(fx.NopLogger, fx.Supply(cfg()), Module, WithMiddleware(20, mark("m")), fx.Module("tracing", WithMiddleware(10, mark("t"))))
+	app := fx.New(fx.NopLogger, fx.Supply(cfg()), Module, AsMiddleware(20, mark("m")), fx.Module("tracing", AsMiddleware(10, mark("t"))))
 	if err := app.Err(); err != nil {
-		t.Fatalf("fx.New with WithMiddleware from two modules: %v", err)
+		t.Fatalf("fx.New with AsMiddleware from two modules: %v", err)
 	}
 }
 
@@ -156,5 +157,44 @@ func TestReadyHandlerBeforeStart(t *testing.T) {
 	_ = b.Close(context.Background())
 	if err := b.Check(context.Background()); !errors.Is(err, mq.ErrClosed) {
 		t.Fatalf("Check after close: %v", err)
+	}
+}
+
+// A middleware that needs what the app provides (a database, say) is
+// given as a constructor, as AsTopology's and AsConsumer's are: fx
+// injects its parameters. A middleware value is accepted too; order
+// places both.
+func TestAsMiddlewareConstructorGetsItsDependencies(t *testing.T) {
+	type auditDB struct{ name string }
+	var trail []string
+	mark := func(name string) mq.Middleware {
+		return func(next mq.Handler) mq.Handler {
+			return mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+				trail = append(trail, name)
+				return next.Handle(ctx, d)
+			})
+		}
+	}
+	var r *runner
+	// Module's constructors, without its fx.Private, so the test can reach
+	// the runner.
+	app := fxtest.New(t, fx.Supply(cfg()), fx.Supply(&auditDB{name: "audit"}), fx.Provide(New, newRunner),
+		AsMiddleware(20, func(db *auditDB) mq.Middleware { return mark(db.name) }),
+		AsMiddleware(10, mark("tracing")),
+		AsMiddleware(30, func(*auditDB) (mq.Middleware, error) { return nil, nil }), // adds nothing
+		fx.Populate(&r))
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = mq.Chain(noop, r.mws...).Handle(context.Background(), nil)
+	if got := strings.Join(trail, " > "); got != "tracing > audit" {
+		t.Fatalf("chain %s, want tracing > audit", got)
+	}
+	// A constructor's error fails fx.New, naming AsMiddleware and where it
+	// was given.
+	boom := fx.New(fx.NopLogger, fx.Supply(cfg()), Module,
+		AsMiddleware(10, func() (mq.Middleware, error) { return nil, errors.New("no audit database") }))
+	if err := boom.Err(); err == nil || !strings.Contains(err.Error(), "no audit database") || !strings.Contains(err.Error(), "fxmodule.AsMiddleware") || !strings.Contains(err.Error(), "service_test.go:") {
+		t.Fatalf("fx.New: %v, want the constructor's error, naming AsMiddleware and where", err)
 	}
 }

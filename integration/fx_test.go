@@ -119,7 +119,8 @@ func TestFxStartAndStop(t *testing.T) {
 				Options: []mq.ConsumerOption{middleware.Standard(policy), mq.WithMiddleware(mark("own"))},
 			}
 		}),
-		fxmodule.WithMiddleware(0, mark("first"), mark("second")),
+		fxmodule.AsMiddleware(0, mark("first")),
+		fxmodule.AsMiddleware(1, mark("second")),
 		fx.Populate(&b),
 	)
 	app.RequireStart()

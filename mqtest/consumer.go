@@ -73,7 +73,11 @@ type Result struct {
 	// mq.OutcomeAck, OutcomeRetry (to a broker rung), OutcomeDeadLetter,
 	// OutcomePark, OutcomeRequeue or OutcomeReject.
 	Outcome mq.Outcome
-	// Err is what the middleware chain returned (nil when acknowledged).
+	// Err is what the middleware chain returned (nil when acknowledged)
+	// or, when the chain settled the delivery itself with a hop (to a
+	// rung, .dlq or .parked) and returned nil, the cause it hopped for:
+	// the handler's last error, a panic's *mq.PanicError. So a panic under
+	// middleware.Standard shows here, not only in the hop's x-acemq-error.
 	Err error
 	// Attempts is how many times the handler was called for this delivery
 	// (in-process retries included).
@@ -247,6 +251,9 @@ func (c *Consumer) deliver(m mq.Message, exchange, key string) (r Result) {
 	defer mu.Unlock()
 	r.Err = err
 	r.Outcome = d.Outcome()
+	if err == nil && (r.Outcome == mq.OutcomeRetry || r.Outcome == mq.OutcomeDeadLetter || r.Outcome == mq.OutcomePark) {
+		r.Err = d.Cause()
+	}
 	return r
 }
 

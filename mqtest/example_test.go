@@ -23,10 +23,10 @@ func ExampleConsumer_Run() {
 	}
 	fmt.Println("fake time passed:", c.Now().Sub(mqtest.Epoch))
 	// Output:
-	// retry after 3 attempt(s), retry to shipping.orders.retry.40s (attempt 4)
-	// retry after 1 attempt(s), retry to shipping.orders.retry.80s (attempt 5)
-	// retry after 1 attempt(s), retry to shipping.orders.retry.160s (attempt 6)
-	// dead-letter after 1 attempt(s), dead-letter to shipping.orders.dlq (attempt 7)
+	// retry after 3 attempt(s), retry to shipping.orders.retry.40s (attempt 4): carrier down
+	// retry after 1 attempt(s), retry to shipping.orders.retry.80s (attempt 5): carrier down
+	// retry after 1 attempt(s), retry to shipping.orders.retry.160s (attempt 6): carrier down
+	// dead-letter after 1 attempt(s), dead-letter to shipping.orders.dlq (attempt 7): carrier down
 	// fake time passed: 5m10s
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -226,5 +227,27 @@ func TestPublisher(t *testing.T) {
 	got := p.Messages()
 	if len(got) != 2 || got[0].RoutingKey != "order.placed" || string(got[0].Message.Body) != "x" || got[1].RoutingKey != "order.paid" {
 		t.Fatalf("messages %+v", got)
+	}
+}
+
+// A panic in the handler under Standard is retried like an error and
+// then hops to a rung: the chain returns nil, having settled the delivery
+// itself, yet the result says why: Err is the panic (*mq.PanicError), not
+// only the hop's header.
+func TestPanicUnderStandardIsTheResultsErr(t *testing.T) {
+	h := mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+		var tx *struct{ n int }
+		tx.n++ // a nil transaction: the inbox forgotten
+		return nil
+	})
+	r := mqtest.New(t, "orders", h, middleware.Standard(policy)).Deliver(mq.Message{MessageId: "m-1"})
+	var pe *mq.PanicError
+	if r.Outcome != mq.OutcomeRetry || !errors.As(r.Err, &pe) || !strings.Contains(r.Err.Error(), "nil pointer dereference") {
+		t.Fatalf("result %v (Err %v), want a retry whose Err is the panic", r, r.Err)
+	}
+	// A handler's error settled by a hop is the result's Err as well.
+	r = mqtest.New(t, "orders", failing(100, errDown), middleware.Standard(policy)).Deliver(mq.Message{})
+	if r.Outcome != mq.OutcomeRetry || !errors.Is(r.Err, errDown) {
+		t.Fatalf("result %v, want a retry whose Err is the handler's error", r)
 	}
 }

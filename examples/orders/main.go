@@ -116,7 +116,7 @@ func main() {
 		),
 		fxmodule.Module,
 		fxmodule.AsTopology(demoTopology),
-		fxmodule.WithMiddleware(0, progress.middleware), // outermost: sees every final outcome
+		fxmodule.AsMiddleware(0, progress.middleware), // outermost: sees every final outcome
 		fxmodule.AsConsumer(shippingConsumer),
 		fxmodule.AsConsumer(billingConsumer),
 		fx.Invoke(publishOrders(log, progress)),
@@ -194,7 +194,7 @@ func dashes(n int) string {
 
 // tracker counts orders to their end (acked, parked or dead-lettered) on
 // both queues. Its middleware is a plain func(mq.Handler) mq.Handler,
-// installed outermost for every consumer with fxmodule.WithMiddleware.
+// installed outermost for every consumer with fxmodule.AsMiddleware.
 type tracker struct {
 	mu     sync.Mutex
 	left   int

@@ -4,7 +4,9 @@
 // outbox sender behind an HTTP handler, and /readyz
 // from the broker's health check. Its handlers are tested without a broker
 // (shipping_test.go): fxmoduletest runs the consumer through the chain the
-// module builds, and fakes its publisher as strictly as the broker routes.
+// module builds, the inbox included (over a PostgreSQL schema of the
+// test's own, outboxtest), and fakes its publisher as strictly as the
+// broker routes.
 //
 //	go run ./examples/service      # then:
 //	curl -X POST localhost:8080/orders -d '{"id":"o-1","address":"1 Main St","items":2}'

@@ -44,7 +44,7 @@ func app() fx.Option {
 		outbox.Module(relayOptions()...),
 		outbox.AsSender[OrderEvents](Exchange),
 		fx.Provide(func(events OrderEvents, log *slog.Logger) *Shipping {
-			return &Shipping{Events: events, Carrier: parcelCarrier{}, Inbox: true, Log: log}
+			return &Shipping{Events: events, Carrier: parcelCarrier{}, Log: log}
 		}),
 		fxmodule.AsConsumer((*Shipping).Consumer),
 		fx.Invoke(serveHTTP),

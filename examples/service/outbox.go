@@ -39,17 +39,21 @@ func database(lc fx.Lifecycle) (*sql.DB, error) {
 		return nil, err
 	}
 	lc.Append(fx.Hook{
-		OnStart: func(ctx context.Context) error {
-			if err := Tables.Create(ctx, db); err != nil {
-				return err
-			}
-			_, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (id text PRIMARY KEY, address text NOT NULL, items int NOT NULL, placed_at timestamptz NOT NULL DEFAULT now());
-CREATE TABLE IF NOT EXISTS %s (order_id text PRIMARY KEY, tracking text NOT NULL, booked_at timestamptz NOT NULL DEFAULT now())`, OrdersTable, ShipmentsTable))
-			return err
-		},
-		OnStop: func(context.Context) error { return db.Close() },
+		OnStart: func(ctx context.Context) error { return createTables(ctx, db) },
+		OnStop:  func(context.Context) error { return db.Close() },
 	})
 	return db, nil
+}
+
+// createTables creates the outbox's, the inbox's and the service's tables
+// when they are missing.
+func createTables(ctx context.Context, db *sql.DB) error {
+	if err := Tables.Create(ctx, db); err != nil {
+		return err
+	}
+	_, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (id text PRIMARY KEY, address text NOT NULL, items int NOT NULL, placed_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS %s (order_id text PRIMARY KEY, tracking text NOT NULL, booked_at timestamptz NOT NULL DEFAULT now())`, OrdersTable, ShipmentsTable))
+	return err
 }
 
 // placeOrder writes the order and its order.placed event in one
@@ -81,15 +85,11 @@ func placeOrder(ctx context.Context, db *sql.DB, events OrderEvents, o Order) (p
 }
 
 // recordShipment stores the order's shipment in the inbox's transaction,
-// so it commits with the inbox's record of the order.placed message. A
-// handler test runs without the inbox, and without a transaction: it
-// records nothing.
+// so it commits with the inbox's record of the order.placed message. The
+// consumer always runs in the inbox (Inbox: true), in its tests too
+// (fxmoduletest.ConsumerWithInbox), so the transaction is always there.
 func recordShipment(ctx context.Context, orderID, tracking string) error {
-	tx := outbox.Tx(ctx)
-	if tx == nil {
-		return nil
-	}
-	_, err := tx.ExecContext(ctx, "INSERT INTO "+ShipmentsTable+" (order_id, tracking) VALUES ($1, $2)", orderID, tracking)
+	_, err := outbox.Tx(ctx).ExecContext(ctx, "INSERT INTO "+ShipmentsTable+" (order_id, tracking) VALUES ($1, $2)", orderID, tracking)
 	return err
 }
 

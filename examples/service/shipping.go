@@ -61,11 +61,7 @@ type Carrier interface {
 type Shipping struct {
 	Events  OrderEvents
 	Carrier Carrier
-	// Inbox, when set, runs each delivery through the app's inbox
-	// (outbox.Module's, with its one schema): an order is shipped once
-	// however often order.placed arrives. Handler tests leave it false.
-	Inbox bool
-	Log   *slog.Logger
+	Log     *slog.Logger
 }
 
 // errNoAddress is a problem for a person, not for a retry.
@@ -94,9 +90,11 @@ func (s *Shipping) Ship(ctx context.Context, d *mq.Delivery, o Order) error {
 }
 
 // Consumer is the fx consumer definition: middleware.Standard with the
-// topology's policy around the typed handler, and with Inbox the app's
-// inbox inside it, next to the handler (each attempt a transaction of its
-// own, the shipment and order.shipped committed with the inbox's record).
+// topology's policy around the typed handler, and the app's inbox
+// (outbox.Module's, with its one schema) inside it, next to the handler:
+// each attempt a transaction of its own, the shipment and order.shipped
+// committed with the inbox's record, so an order is shipped once however
+// often order.placed arrives.
 func (s *Shipping) Consumer() fxmodule.Consumer {
-	return fxmodule.Consumer{Queue: ShippingQueue, Handler: typed.Handler(s.Ship), Standard: true, Inbox: s.Inbox}
+	return fxmodule.Consumer{Queue: ShippingQueue, Handler: typed.Handler(s.Ship), Standard: true, Inbox: true}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,18 +16,21 @@ import (
 	"github.com/acemq/acemq-go/fxmodule/fxmoduletest"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/mqtest"
+	"github.com/acemq/acemq-go/outbox/outboxtest"
 	"github.com/acemq/acemq-go/typed"
 )
 
-// The whole file needs no broker and never sleeps: the ladder's waits
-// (30 s in TestCarrierFailuresAreRetried alone) are recorded by the fake, not
-// waited. TestMain holds it to a tenth of those waits, a bound that a
-// loaded machine with the race detector still meets (it takes about
-// 10-100 ms) and that any real wait breaks.
+// The whole file needs no broker (it needs PostgreSQL, for the inbox:
+// PG_URL, default the local test database) and never sleeps: the ladder's
+// waits (30 s in TestCarrierFailuresAreRetried alone) are recorded by the
+// fake, not waited. TestMain holds it to a third of those waits, a bound
+// that a loaded machine with the race detector still meets (it takes
+// about a second, mostly creating each test's PostgreSQL schema) and that
+// any real wait breaks.
 func TestMain(m *testing.M) {
 	began := time.Now()
 	code := m.Run()
-	if took := time.Since(began); took > 3*time.Second && code == 0 {
+	if took := time.Since(began); took > 10*time.Second && code == 0 {
 		fmt.Fprintf(os.Stderr, "the handler tests took %v: something waited for real\n", took)
 		code = 1
 	}
@@ -45,15 +49,21 @@ func (c *fakeCarrier) Book(_ context.Context, o Order) (string, error) {
 }
 
 // consumer runs the shipping handler exactly as the app does: the chain
-// fxmodule would run the consumer with, and a fake of the publisher
-// fxmodule.AsPublisher provides, routing through the service's topology
-// with the module's options. An announcement the broker would return
-// unroutable fails here as it would there.
-func consumer(t *testing.T, carrier Carrier) (*mqtest.Consumer, *mqtest.Publisher) {
+// fxmodule would run the consumer with, the inbox included, over a
+// PostgreSQL schema of the test's own with the service's tables
+// (outboxtest), and a fake of the publisher fxmodule.AsPublisher provides,
+// routing through the service's topology with the module's options. An
+// announcement the broker would return unroutable fails here as it would
+// there. It returns the test's database too.
+func consumer(t *testing.T, carrier Carrier) (*mqtest.Consumer, *mqtest.Publisher, *sql.DB) {
 	t.Helper()
+	db := outboxtest.New(t, Tables)
+	if err := createTables(t.Context(), db.DB); err != nil {
+		t.Fatal(err)
+	}
 	events := fxmoduletest.Publisher(Topology(), Exchange)
 	s := &Shipping{Events: events, Carrier: carrier, Log: mqtestLogger()}
-	return fxmoduletest.Consumer(t, s.Consumer(), Topology()), events
+	return fxmoduletest.ConsumerWithInbox(t, db.Inbox(), s.Consumer(), Topology()), events, db.DB
 }
 
 func order(t *testing.T, o Order) mq.Message {
@@ -62,11 +72,12 @@ func order(t *testing.T, o Order) mq.Message {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.MessageId = "order.placed:" + o.ID // the inbox's key, as placeOrder sets it
 	return m
 }
 
 func TestShipsAndAnnounces(t *testing.T) {
-	c, events := consumer(t, &fakeCarrier{})
+	c, events, _ := consumer(t, &fakeCarrier{})
 	r := c.Deliver(order(t, Order{ID: "o-1", Address: "1 Main St", Items: 2}))
 	if r.Outcome != mq.OutcomeAck {
 		t.Fatalf("result %v (%v), want ack", r, r.Err)
@@ -83,7 +94,7 @@ func TestShipsAndAnnounces(t *testing.T) {
 // A carrier that fails twice: two in-process retries (10 s, 20 s on the
 // fake clock), shipped on attempt 3.
 func TestCarrierFailuresAreRetried(t *testing.T) {
-	c, events := consumer(t, &fakeCarrier{fail: 2})
+	c, events, _ := consumer(t, &fakeCarrier{fail: 2})
 	r := c.Deliver(order(t, Order{ID: "o-2", Address: "2 Main St"}))
 	if r.Outcome != mq.OutcomeAck || r.Attempts != 3 || !slices.Equal(r.Waits, []time.Duration{10 * time.Second, 20 * time.Second}) {
 		t.Fatalf("result %v, waits %v", r, r.Waits)
@@ -95,7 +106,7 @@ func TestCarrierFailuresAreRetried(t *testing.T) {
 
 // A carrier that keeps failing: the broker rungs, then .dlq.
 func TestCarrierDownEndsInTheDeadLetterQueue(t *testing.T) {
-	c, events := consumer(t, &fakeCarrier{fail: 1000})
+	c, events, _ := consumer(t, &fakeCarrier{fail: 1000})
 	rs := c.Run(order(t, Order{ID: "o-3", Address: "3 Main St"}))
 	last := rs[len(rs)-1]
 	var path []string
@@ -116,7 +127,7 @@ func TestCarrierDownEndsInTheDeadLetterQueue(t *testing.T) {
 
 func TestOrderWithoutAddressIsParked(t *testing.T) {
 	carrier := &fakeCarrier{}
-	c, _ := consumer(t, carrier)
+	c, _, _ := consumer(t, carrier)
 	r := c.Deliver(order(t, Order{ID: "o-4"}))
 	if r.Outcome != mq.OutcomePark || r.Hops[0].Queue != "shipping.orders.parked" || r.Hops[0].Error() != "order o-4: order has no delivery address" {
 		t.Fatalf("result %v", r)
@@ -127,8 +138,8 @@ func TestOrderWithoutAddressIsParked(t *testing.T) {
 }
 
 func TestUndecodableOrderIsRejected(t *testing.T) {
-	c, _ := consumer(t, &fakeCarrier{})
-	r := c.Deliver(mq.Message{Body: []byte("not json")})
+	c, _, _ := consumer(t, &fakeCarrier{})
+	r := c.Deliver(mq.Message{MessageId: "m-bad", Body: []byte("not json")})
 	if r.Outcome != mq.OutcomeDeadLetter || r.Attempts != 1 || r.Hops[0].Reason() != mq.ReasonRejected {
 		t.Fatalf("result %v", r)
 	}
@@ -142,3 +153,20 @@ func TestAppWiring(t *testing.T) {
 }
 
 func mqtestLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// The shipment is written in the inbox's transaction: once, however often
+// order.placed arrives.
+func TestShipmentIsRecordedOnce(t *testing.T) {
+	c, events, db := consumer(t, &fakeCarrier{})
+	m := order(t, Order{ID: "o-5", Address: "5 Main St"})
+	if r := c.Deliver(m); r.Outcome != mq.OutcomeAck || r.Attempts != 1 {
+		t.Fatalf("first delivery: %v", r)
+	}
+	if r := c.Deliver(m); r.Outcome != mq.OutcomeAck || r.Attempts != 0 {
+		t.Fatalf("redelivery: %v, want acknowledged without shipping again", r)
+	}
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM " + ShipmentsTable + " WHERE order_id = 'o-5'").Scan(&n); err != nil || n != 1 || len(events.Messages()) != 1 {
+		t.Fatalf("%d shipments (%v), %d announcements; want one of each", n, err, len(events.Messages()))
+	}
+}

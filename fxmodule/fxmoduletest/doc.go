@@ -1,10 +1,11 @@
 // Package fxmoduletest tests what an fx app built with package fxmodule
 // runs, without fx and without a broker: Consumer runs an fxmodule.Consumer
 // through exactly the chain the module would run it with (one function,
-// fxmodule.ConsumerOptions, builds both), on an mqtest.Consumer; Publisher
-// is the fake of a publisher fxmodule.AsPublisher would provide, routing
-// through the app's topology with the options the module would give it
-// (fxmodule.PublisherOptions).
+// fxmodule.ConsumerOptions, builds both), on an mqtest.Consumer, and
+// ConsumerWithInbox one with Inbox set, the test's inbox in the app's
+// place; Publisher is the fake of a publisher fxmodule.AsPublisher would
+// provide, routing through the app's topology with the options the module
+// would give it (fxmodule.PublisherOptions).
 //
 //	events := fxmoduletest.Publisher(Topology(), "orders-events")
 //	s := &Shipping{Events: events}

@@ -1,6 +1,7 @@
 package fxmoduletest
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/acemq/acemq-go/fxmodule"
@@ -10,19 +11,49 @@ import (
 )
 
 // Consumer returns an mqtest consumer that runs c's handler through
-// exactly the chain the module runs it with, given the app's topology t
-// and the middleware the app gives fxmodule.WithMiddleware (shared, in
-// order): middleware.Standard with t's policy when c.Standard is set,
-// c.StandardOptions and c.Options. A consumer the module would refuse
-// (Standard with no policy in t, a policy that disagrees with t's) fails
-// the test with the module's error. So does a c with Inbox set: the
-// inbox is the app's (outbox.Module's) and needs a database, so such a
-// test sets Inbox false and gives an inbox of its own, innermost, as the
-// last of c.Options (mq.WithMiddleware), rather than run the handler
-// without one unawares.
+// exactly the chain the module runs it with (fxmodule.ConsumerOptions),
+// given the app's topology t and the middleware the app gives
+// fxmodule.AsMiddleware (shared, in order): middleware.Standard with t's
+// policy when c.Standard is set, c.StandardOptions and c.Options. A
+// consumer the module would refuse (Standard with no policy in t, a
+// policy that disagrees with t's) fails the test with the module's
+// error. So does a c with Inbox set: the app runs it in its inbox, which
+// needs a database; [ConsumerWithInbox] runs it so.
 func Consumer(tb testing.TB, c fxmodule.Consumer, t *topology.Topology, shared ...mq.Middleware) *mqtest.Consumer {
 	tb.Helper()
-	opts, err := fxmodule.ConsumerOptions(c, t, shared...)
+	if c.Inbox {
+		tb.Fatal(fmt.Sprintf("fxmoduletest.Consumer: consumer of %q has Inbox set: the app runs it in its inbox, so run it with fxmoduletest.ConsumerWithInbox(t, inbox, …), the inbox outboxtest's db.Inbox() or outbox.Inbox(db, outbox.WithSchema(…))", c.Queue))
+	}
+	return consumer(tb, nil, c, t, shared)
+}
+
+// ConsumerWithInbox is [Consumer] for a c with Inbox set, run as the app
+// runs it: inbox in the app's inbox's place, innermost, next to the
+// handler (inside Standard's ladder, so each attempt is a transaction of
+// its own), where outbox.Module's would be. inbox is the same middleware
+// over the test's database: outboxtest's db.Inbox(), or
+// outbox.Inbox(db, outbox.WithSchema(tables)) with the tables the app
+// gives outbox.Module.
+//
+//	db := outboxtest.New(t, tables)
+//	c := fxmoduletest.ConsumerWithInbox(t, db.Inbox(), billing.Consumer(), Topology())
+//
+// A c without Inbox set fails the test (the app would run it without the
+// inbox: Inbox: true forgotten), as does a nil inbox.
+func ConsumerWithInbox(tb testing.TB, inbox mq.Middleware, c fxmodule.Consumer, t *topology.Topology, shared ...mq.Middleware) *mqtest.Consumer {
+	tb.Helper()
+	switch {
+	case inbox == nil:
+		tb.Fatal(fmt.Sprintf("fxmoduletest.ConsumerWithInbox: consumer of %q: the inbox is nil", c.Queue))
+	case !c.Inbox:
+		tb.Fatal(fmt.Sprintf("fxmoduletest.ConsumerWithInbox: consumer of %q: Inbox is not set, so the app runs it without the inbox: set Inbox, or test it with fxmoduletest.Consumer", c.Queue))
+	}
+	return consumer(tb, inbox, c, t, shared)
+}
+
+func consumer(tb testing.TB, inbox mq.Middleware, c fxmodule.Consumer, t *topology.Topology, shared []mq.Middleware) *mqtest.Consumer {
+	tb.Helper()
+	opts, err := fxmodule.ConsumerOptions(c, t, inbox, shared...)
 	if err != nil {
 		tb.Fatal(err)
 	}

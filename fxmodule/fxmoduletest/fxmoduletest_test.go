@@ -100,3 +100,69 @@ func TestPublisherIsTheModulesPublisher(t *testing.T) {
 		}
 	}
 }
+
+// fatalOf runs f with a TB that records a Fatal instead of ending the
+// test, and returns what it recorded ("" when f did not fail).
+func fatalOf(t *testing.T, f func(testing.TB)) string {
+	ft := &fatal{TB: t}
+	func() {
+		defer func() {
+			if r := recover(); r != nil && r != any(ft) {
+				panic(r)
+			}
+		}()
+		f(ft)
+	}()
+	return ft.msg
+}
+
+// A consumer with Inbox set runs, given an inbox, as the app runs it: the
+// inbox innermost, inside Standard's ladder (each attempt in an inbox of
+// its own) and inside the shared middleware.
+func TestConsumerWithInboxRunsTheInboxInnermost(t *testing.T) {
+	var trail []string
+	mark := func(name string) mq.Middleware {
+		return func(next mq.Handler) mq.Handler {
+			return mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+				trail = append(trail, name)
+				return next.Handle(ctx, d)
+			})
+		}
+	}
+	calls := 0
+	def := fxmodule.Consumer{Queue: "shipping.orders", Standard: true, Inbox: true, Handler: mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
+		calls++
+		trail = append(trail, "handler")
+		if calls < 3 {
+			return errors.New("carrier timeout")
+		}
+		return nil
+	})}
+	c := fxmoduletest.ConsumerWithInbox(t, mark("inbox"), def, ordersTopology(), mark("shared"))
+	if r := c.Deliver(mq.Message{MessageId: "m-1"}); r.Outcome != mq.OutcomeAck || r.Attempts != 3 {
+		t.Fatalf("result %v, want acknowledged on attempt 3", r)
+	}
+	if got := strings.Join(trail, " "); got != "shared inbox handler inbox handler inbox handler" {
+		t.Fatalf("trail %q: the inbox sits innermost, one per attempt", got)
+	}
+}
+
+// Consumer refuses a consumer with Inbox set, naming the way that runs
+// it; ConsumerWithInbox refuses one without (the app would run it with no
+// inbox: Inbox: true forgotten) and a nil inbox.
+func TestConsumerInboxRefusals(t *testing.T) {
+	h := mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil })
+	withInbox := fxmodule.Consumer{Queue: "shipping.orders", Standard: true, Inbox: true, Handler: h}
+	if msg := fatalOf(t, func(tb testing.TB) { fxmoduletest.Consumer(tb, withInbox, ordersTopology()) }); !strings.Contains(msg, "fxmoduletest.ConsumerWithInbox") {
+		t.Errorf("Consumer with Inbox set: fatal %q, want it to name fxmoduletest.ConsumerWithInbox", msg)
+	}
+	without := withInbox
+	without.Inbox = false
+	noop := func(next mq.Handler) mq.Handler { return next }
+	if msg := fatalOf(t, func(tb testing.TB) { fxmoduletest.ConsumerWithInbox(tb, noop, without, ordersTopology()) }); !strings.Contains(msg, "Inbox is not set") {
+		t.Errorf("ConsumerWithInbox without Inbox set: fatal %q", msg)
+	}
+	if msg := fatalOf(t, func(tb testing.TB) { fxmoduletest.ConsumerWithInbox(tb, nil, withInbox, ordersTopology()) }); !strings.Contains(msg, "inbox is nil") {
+		t.Errorf("ConsumerWithInbox with a nil inbox: fatal %q", msg)
+	}
+}

@@ -14,9 +14,9 @@
 //	c.Deliver(m) // runs bill, commits its writes with the inbox's record
 //	c.Deliver(m) // a redelivery: acknowledged, bill not called
 //
-// An fx app's consumer (fxmoduletest.Consumer) gets the same inbox in
-// place of the app's: Inbox set false, and mq.WithMiddleware(db.Inbox())
-// the last of its Options.
+// An fx app's consumer with Inbox set runs with the same inbox in place
+// of the app's, in one line: fxmoduletest.ConsumerWithInbox(t,
+// db.Inbox(), consumer, topology).
 //
 // What it owns: the schema's life and the inbox's place in the chain
 // (innermost, as the outbox package documents it); every decision is the

@@ -3,7 +3,7 @@
 package outboxtest_test
 
 // docs/outbox.md: an fx app's consumer with Inbox set, tested with
-// fxmoduletest and the test's inbox in the app's place.
+// fxmoduletest.ConsumerWithInbox and the test's inbox in the app's place.
 
 import (
 	"testing"
@@ -18,10 +18,8 @@ func TestBillingConsumer(t *testing.T) {
 	if _, err := db.Exec(`CREATE TABLE invoices (order_id text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	bc := billingConsumer() // the app's fxmodule.Consumer, with Inbox: true
-	bc.Inbox = false
-	bc.Options = append(bc.Options, mq.WithMiddleware(db.Inbox()))
-	c := fxmoduletest.Consumer(t, bc, billingTopology())
+	// The app's fxmodule.Consumer, with Inbox: true, run as the app runs it.
+	c := fxmoduletest.ConsumerWithInbox(t, db.Inbox(), billingConsumer(), billingTopology())
 	m := mq.Message{MessageId: "m-1", Body: []byte("o-1")}
 	if r := c.Deliver(m); r.Outcome != mq.OutcomeAck || r.Attempts != 1 {
 		t.Fatalf("first delivery: %v, want acknowledged after one call", r)

@@ -114,11 +114,10 @@ func (d *DB) Close() error {
 	return nil
 }
 
-// Inbox is outbox.Inbox over the DB's tables: the middleware to give an
-// fx app's consumer in a test (fxmoduletest.Consumer), in place of the
-// app's inbox: with Inbox set false (fxmoduletest refuses it set) and
-// mq.WithMiddleware(db.Inbox()) the last of its Options, innermost. An inbox of other options (KeyBy, say) is
-// outbox.Inbox(d.DB, outbox.WithSchema(d.Tables), …).
+// Inbox is outbox.Inbox over the DB's tables: the inbox to run an fx
+// app's consumer with in a test, in place of the app's
+// (fxmoduletest.ConsumerWithInbox). An inbox of other options (KeyBy,
+// say) is outbox.Inbox(d.DB, outbox.WithSchema(d.Tables), …).
 func (d *DB) Inbox() mq.Middleware {
 	return outbox.Inbox(d.DB, outbox.WithSchema(d.Tables))
 }

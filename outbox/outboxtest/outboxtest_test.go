@@ -73,8 +73,8 @@ func TestConsumerSuppressesRedelivery(t *testing.T) {
 
 // A handler's error rolls its write back with the inbox's record, so the
 // retry runs it again; here through the chain an fx app runs
-// (fxmoduletest, middleware.Standard with the topology's policy), the
-// inbox among the consumer's Options.
+// (fxmoduletest.ConsumerWithInbox, middleware.Standard with the
+// topology's policy), the inbox where Inbox: true puts the app's.
 func TestConsumerRollsBackWithFxmoduletest(t *testing.T) {
 	db := outboxtest.New(t, outbox.Schema{Inbox: "billing_inbox", Outbox: "billing_outbox"})
 	invoices(t, db)
@@ -90,8 +90,7 @@ func TestConsumerRollsBackWithFxmoduletest(t *testing.T) {
 		return nil
 	})
 	topo := topology.New().Queue("billing.orders", topology.Retry(retry.Exponential(3, time.Second)))
-	c := fxmoduletest.Consumer(t, fxmodule.Consumer{Queue: "billing.orders", Handler: h, Standard: true,
-		Options: []mq.ConsumerOption{mq.WithMiddleware(db.Inbox())}}, topo)
+	c := fxmoduletest.ConsumerWithInbox(t, db.Inbox(), fxmodule.Consumer{Queue: "billing.orders", Handler: h, Standard: true, Inbox: true}, topo)
 	m := mq.Message{MessageId: "m-2", Body: []byte("o-2")}
 	rs := c.Run(m)
 	if last := rs[len(rs)-1]; last.Outcome != mq.OutcomeAck {
