@@ -43,11 +43,12 @@
 //		fxmodule.AsMiddleware(20, metrics),  // a value will do; the lower order is further out
 //	)
 //
-// [Module] requires an mq.Config from the app. It takes, when the app has
-// them, a *slog.Logger (used when Config.Logger is nil), a
-// trace.TracerProvider and a metric.MeterProvider: given either provider,
-// the broker is instrumented with otelmq (a provider that is not given
-// defaults to the global one). Provide those as the interface types, e.g.
+// [Module] requires an mq.Config from the app; its Logger is the one place
+// the broker takes a logger from (an app that provides a *slog.Logger but
+// leaves Config.Logger nil fails fx.New, told to set it). It takes, when
+// the app has them, a trace.TracerProvider and a metric.MeterProvider:
+// given either provider, the broker is instrumented with otelmq (a
+// provider that is not given defaults to the global one). Provide those as the interface types, e.g.
 // fx.Annotate(sdktrace.NewTracerProvider, fx.As(new(trace.TracerProvider))).
 //
 // # Value groups

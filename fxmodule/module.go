@@ -2,6 +2,7 @@ package fxmodule
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -23,18 +24,40 @@ var Module = fx.Module("acemq",
 	// must ask for them itself, or fx would never build them.
 	fx.Invoke(func(*runner) {}),
 	fx.Invoke(attachChecks),
+	fx.Invoke(oneLogger),
 )
+
+// appLogger is what [oneLogger] looks at: the app's configuration and the
+// *slog.Logger the app provides, if it provides one.
+type appLogger struct {
+	fx.In
+
+	Config mq.Config
+	Logger *slog.Logger `optional:"true"`
+}
+
+// oneLogger fails the app that provides a *slog.Logger but leaves
+// mq.Config.Logger nil. Config.Logger is the one place AceMQ takes its
+// logger; the module does not pick the app's logger up on its own, and a
+// broker quietly logging to slog.Default() beside the app's logger is
+// what a user would not expect.
+func oneLogger(in appLogger) error {
+	if in.Logger != nil && in.Config.Logger == nil {
+		return errors.New("fxmodule: the app provides a *slog.Logger but mq.Config.Logger is nil: " +
+			"set mq.Config.Logger, the one place AceMQ takes its logger " +
+			"(e.g. fx.Provide(func(l *slog.Logger) mq.Config { return mq.Config{URLs: urls, Logger: l} }))")
+	}
+	return nil
+}
 
 // Params are [New]'s dependencies.
 type Params struct {
 	fx.In
 
 	Lifecycle fx.Lifecycle
-	// Config is the broker's configuration; the app supplies it.
+	// Config is the broker's configuration; the app supplies it. Its
+	// Logger is the one place the broker takes a logger from.
 	Config mq.Config
-	// Logger is used when Config.Logger is nil. Optional: default
-	// slog.Default().
-	Logger *slog.Logger `optional:"true"`
 	// TracerProvider and MeterProvider instrument the broker with otelmq
 	// when either is given; the other then defaults to the global one.
 	// Optional: without both, no instrumentation is installed.
@@ -55,9 +78,6 @@ type Result struct {
 // work can be reproduced without Module.
 func New(p Params) (Result, error) {
 	cfg := p.Config
-	if cfg.Logger == nil && p.Logger != nil {
-		cfg.Logger = p.Logger
-	}
 	var opts []mq.Option
 	if p.TracerProvider != nil || p.MeterProvider != nil {
 		opts = append(opts, mq.WithHooks(otelmq.New(

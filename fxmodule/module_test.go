@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -103,26 +104,45 @@ func TestProvidesOnlyTheBroker(t *testing.T) {
 	}
 }
 
-func TestLoggerFromTheGraph(t *testing.T) {
+// mq.Config.Logger is the one place AceMQ takes its logger. An app that
+// provides a *slog.Logger but leaves Config.Logger nil fails fx.New with
+// an error that says to set Config.Logger, rather than the broker logging
+// somewhere the app did not choose; with Config.Logger set, the app's
+// logger is none of the module's business.
+func TestAppLoggerWithoutConfigLoggerFails(t *testing.T) {
 	l := slog.New(slog.DiscardHandler)
-	var b *mq.Broker
 	c := cfg()
 	c.Logger = nil
-	app := fx.New(fx.NopLogger, fx.Supply(c), fx.Supply(l), Module, fx.Populate(&b))
-	if err := app.Err(); err != nil {
-		t.Fatal(err)
+	app := fx.New(fx.NopLogger, fx.Supply(c), fx.Supply(l), Module)
+	err := app.Err()
+	if err == nil {
+		t.Fatal("fx.New accepted an app *slog.Logger with Config.Logger nil")
 	}
-	if b.Logger() != l {
-		t.Fatal("the broker does not log to the app's *slog.Logger")
+	if !strings.Contains(err.Error(), "set mq.Config.Logger") {
+		t.Fatalf("the error does not say to set mq.Config.Logger: %v", err)
 	}
-	// Config.Logger, when set, wins.
+	// Config.Logger set: the app's own logger may sit beside it.
 	c.Logger = slog.New(slog.DiscardHandler)
+	var b *mq.Broker
 	app = fx.New(fx.NopLogger, fx.Supply(c), fx.Supply(l), Module, fx.Populate(&b))
 	if err := app.Err(); err != nil {
 		t.Fatal(err)
 	}
 	if b.Logger() != c.Logger {
-		t.Fatal("Config.Logger was overridden")
+		t.Fatal("the broker does not log to Config.Logger")
+	}
+	// No logger anywhere: the default, no error.
+	c.Logger = nil
+	app = fx.New(fx.NopLogger, fx.Supply(c), Module, fx.Populate(&b))
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Params has no logger of its own: Config.Logger is the one place.
+func TestParamsHasNoLogger(t *testing.T) {
+	if _, ok := reflect.TypeFor[Params]().FieldByName("Logger"); ok {
+		t.Fatal("fxmodule.Params.Logger is a second place to give the logger (mq.Config.Logger is the one)")
 	}
 }
 

@@ -232,7 +232,7 @@ func TestAuditRepeatedStopsLeaveTheDeliveryCount(t *testing.T) {
 func TestAuditFailingSetAsideIsNotDroppedByTheDeliveryLimit(t *testing.T) {
 	b, lg := consBroker(t)
 	p := retry.Waits(time.Second).With(retry.InProcessLimit(0))
-	q := testenv.Queue(t, b, p, topology.Args(amqp.Table{"x-delivery-limit": 3}))
+	q := testenv.Queue(t, b, p, topology.Args(map[string]any{"x-delivery-limit": 3}))
 	dlq := topology.DeadLetterQueue(q)
 	calls := &consCalls{}
 	h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error { calls.add(d); return fmt.Errorf("fails") })

@@ -181,7 +181,7 @@ func TestConsumerRefusesAStream(t *testing.T) {
 	b, _ := consBroker(t)
 	q := testenv.Name(t, "stream")
 	testenv.Cleanup(t, q)
-	if err := b.Declare(testenv.Context(t, 15*time.Second), topology.New().Queue(q, topology.Args(amqp.Table{"x-queue-type": "stream"}))); err != nil {
+	if err := b.Declare(testenv.Context(t, 15*time.Second), topology.New().Queue(q, topology.Args(map[string]any{"x-queue-type": "stream"}))); err != nil {
 		t.Fatal(err)
 	}
 	c, err := b.Consume(testenv.Context(t, 10*time.Second), q, mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }))

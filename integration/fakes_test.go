@@ -48,7 +48,7 @@ func TestFakePublisherAnswersAsTheBroker(t *testing.T) {
 		Exchange(ex("topic"), topology.Topic, topology.AutoDelete()).
 		Exchange(ex("fanout"), topology.Fanout, topology.AutoDelete()).
 		Exchange(ex("headers"), topology.Headers, topology.AutoDelete()).
-		Exchange(ex("with-ae"), topology.Direct, topology.AutoDelete(), topology.Args(amqp.Table{"alternate-exchange": ex("fanout")})).
+		Exchange(ex("with-ae"), topology.Direct, topology.AutoDelete(), topology.Args(map[string]any{"alternate-exchange": ex("fanout")})).
 		Exchange(ex("internal"), topology.Fanout, topology.AutoDelete(), topology.Internal()).
 		Queue(qa, topology.Classic()).
 		Queue(qb, topology.Classic()).
@@ -60,9 +60,9 @@ func TestFakePublisherAnswersAsTheBroker(t *testing.T) {
 		Binding(qc, ex("topic"), "*.*.eu").
 		Binding(qa, ex("fanout"), "ignored").
 		Binding(qb, ex("fanout"), "").
-		Binding(qa, ex("headers"), "", topology.Args(amqp.Table{"x-match": "all", "kind": "order", "v": int32(2)})).
-		Binding(qb, ex("headers"), "", topology.Args(amqp.Table{"x-match": "any", "kind": "refund", "urgent": nil})).
-		Binding(qc, ex("headers"), "", topology.Args(amqp.Table{"x-match": "all", "x-tenant": "t1"})).
+		Binding(qa, ex("headers"), "", topology.Args(map[string]any{"x-match": "all", "kind": "order", "v": int32(2)})).
+		Binding(qb, ex("headers"), "", topology.Args(map[string]any{"x-match": "any", "kind": "refund", "urgent": nil})).
+		Binding(qc, ex("headers"), "", topology.Args(map[string]any{"x-match": "all", "x-tenant": "t1"})).
 		Binding(qc, ex("with-ae"), "k").
 		Binding(qc, ex("internal"), "")
 	testenv.Cleanup(t, qa, qb, qc)

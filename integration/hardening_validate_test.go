@@ -138,7 +138,7 @@ func TestHardeningInvalidInputsCostNoConnection(t *testing.T) {
 		if _, err := ops.Replay(ctx, b, long, ops.ReplayOptions{}); !errors.Is(err, mq.ErrInvalid) {
 			t.Fatalf("ops.Replay: %v; want ErrInvalid", err)
 		}
-		err := b.Declare(ctx, topology.New().Queue(testenv.Name(t, "never"), topology.Classic(), topology.Args(amqp.Table{"x-deep": hardNest(mq.MaxHeaderDepth + 1)})))
+		err := b.Declare(ctx, topology.New().Queue(testenv.Name(t, "never"), topology.Classic(), topology.Args(map[string]any{"x-deep": hardNest(mq.MaxHeaderDepth + 1)})))
 		if !errors.Is(err, mq.ErrInvalid) {
 			t.Fatalf("Declare with arguments nested 33 deep: %v; want ErrInvalid", err)
 		}

@@ -444,8 +444,8 @@ func TestInboxAuditQueueAttributeOnce(t *testing.T) {
 	testenv.Cleanup(t, in)
 	var buf auditBuffer
 	app := fxApp(t,
-		fx.Supply(mq.Config{URLs: []string{testenv.URL()}, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}),
-		fx.Supply(slog.New(slog.NewTextHandler(&buf, nil))),
+		fx.Supply(mq.Config{URLs: []string{testenv.URL()}, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(&buf, nil))}),
 		fx.Supply(db),
 		fxmodule.AsTopology(topology.New().Queue(in, topology.Classic())),
 		fxmodule.AsConsumer(func() fxmodule.Consumer {

@@ -160,7 +160,7 @@ func (m *attemptMemo) recall(raw amqp.Delivery) (int, *asideRetry) {
 // failed, the attempt that decided it and the set-aside to make again. It
 // replaces what was remembered of the id before.
 func (m *attemptMemo) remember(d *Delivery) {
-	raw := (*amqp.Delivery)(&d.envelope)
+	raw := d.raw()
 	next := max(d.used+1, d.attempt)
 	if d.aside != nil {
 		next = d.attempt
@@ -168,7 +168,7 @@ func (m *attemptMemo) remember(d *Delivery) {
 	if d.MessageId == "" || (d.aside == nil && next <= AttemptOf(raw.Headers)) {
 		return
 	}
-	m.put(&memoEntry{id: d.MessageId, next: next, mark: markOf(raw), at: time.Now(), aside: d.aside})
+	m.put(&memoEntry{id: d.MessageId, next: next, mark: markOf(&raw), at: time.Now(), aside: d.aside})
 }
 
 // rememberHop records, as d's fate is carried out (a confirmed hop: a
@@ -182,7 +182,7 @@ func (m *attemptMemo) rememberHop(d *Delivery, at int) {
 	if d.MessageId == "" || d.lane == nil {
 		return
 	}
-	m.put(&memoEntry{id: d.MessageId, next: d.attempt, mark: markOf((*amqp.Delivery)(&d.envelope)), at: time.Now(),
+	m.put(&memoEntry{id: d.MessageId, next: d.attempt, mark: markOf(new(d.raw())), at: time.Now(),
 		lane: d.lane, aside: &asideRetry{outcome: d.outcome, cause: d.cause, at: at, done: true}})
 }
 

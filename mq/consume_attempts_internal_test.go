@@ -20,7 +20,9 @@ func memoCopy(id string, redelivered bool, header int) amqp.Delivery {
 
 // returned is what settle hands the memo: raw, handled up to attempt used.
 func returned(raw amqp.Delivery, used int) *Delivery {
-	return &Delivery{envelope: envelope(raw), attempt: max(used, AttemptOf(raw.Headers)), used: used}
+	d := received(raw)
+	d.attempt, d.used = max(used, AttemptOf(raw.Headers)), used
+	return d
 }
 
 func TestMemoIsNeverReadByAFreshDelivery(t *testing.T) {

@@ -3,19 +3,66 @@ package mq
 import (
 	"errors"
 	"log/slog"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Delivery is one message as a consumer received it: the fields of the
-// amqp091-go delivery by their amqp091-go names (d.Body, d.Headers,
-// d.MessageId, d.CorrelationId, d.ContentType, d.Exchange, d.RoutingKey,
-// d.Redelivered, d.DeliveryTag, …), the queue it came from and its attempt
-// number. It is stamped with the channel it came on; the runtime settles it
-// there, and never on a later channel. It has no Ack, Nack or Reject:
-// settlement belongs to the runtime, and the handler's error decides it.
+// Delivery is one message as a consumer received it: its body and
+// properties (the fields below, named as amqp091-go names them), where it
+// was published to, the queue it came from ([Delivery.Queue]) and its
+// attempt number ([Delivery.Attempt]). It is stamped with the channel it
+// came on; the runtime settles it there, and never on a later channel. It
+// has no Ack, Nack or Reject: settlement belongs to the runtime, and the
+// handler's error decides it.
 type Delivery struct {
-	envelope
+	// Body is the message's payload.
+	Body []byte
+	// Headers are the message's headers: the publisher's, and those the
+	// library and the broker add (x-acemq-attempt, x-death, …).
+	Headers amqp.Table
+	// MessageId is the publisher's id of the message: what the inbox and
+	// the consumer's attempt memory know a message by.
+	MessageId string
+	// CorrelationId ties the message to another (a request's reply, say).
+	CorrelationId string
+	// ContentType is Body's MIME type.
+	ContentType string
+	// ContentEncoding is Body's encoding (gzip, say).
+	ContentEncoding string
+	// Type is the publisher's name for the kind of message.
+	Type string
+	// ReplyTo is the queue a reply goes to.
+	ReplyTo string
+	// AppId is the publishing application's name.
+	AppId string
+	// UserId is the user the publisher logged in as, when it set it (the
+	// broker checks it).
+	UserId string
+	// Timestamp is when the publisher stamped the message.
+	Timestamp time.Time
+	// Expiration is the message's own time to live, in milliseconds.
+	Expiration string
+	// Priority is the message's priority (0 when the publisher set none).
+	Priority uint8
+	// DeliveryMode is 2 for a persistent message, 1 or 0 for a transient
+	// one.
+	DeliveryMode uint8
+	// Exchange is the exchange the message was published to: for a
+	// delivery that came back from a retry rung, .dlq or .parked, the
+	// original exchange, not the hop's.
+	Exchange string
+	// RoutingKey is the key the message was published with, the original
+	// one for a delivery that came back from a hop, as Exchange.
+	RoutingKey string
+	// Redelivered is the broker's flag: the message was delivered before
+	// and not acknowledged (the attempt number says more).
+	Redelivered bool
+	// ConsumerTag names the subscription the delivery came on.
+	ConsumerTag string
+	// DeliveryTag numbers the delivery on its channel; the library
+	// settles by it.
+	DeliveryTag uint64
 
 	queue   string
 	attempt int
@@ -69,10 +116,32 @@ func (d *Delivery) consumer() consumerRuntime {
 	return cr
 }
 
-// envelope is amqp.Delivery without its methods: its fields are promoted
-// into Delivery, its Ack/Nack/Reject (which would bypass the runtime and
-// always fail, the acknowledger being withheld) are not.
-type envelope amqp.Delivery
+// received builds a Delivery holding raw's body and properties; raw's
+// Acknowledger is left out (settling belongs to the runtime), and so is its
+// MessageCount (basic.get's alone).
+func received(raw amqp.Delivery) *Delivery {
+	return &Delivery{
+		Body: raw.Body, Headers: raw.Headers, MessageId: raw.MessageId, CorrelationId: raw.CorrelationId,
+		ContentType: raw.ContentType, ContentEncoding: raw.ContentEncoding, Type: raw.Type,
+		ReplyTo: raw.ReplyTo, AppId: raw.AppId, UserId: raw.UserId, Timestamp: raw.Timestamp,
+		Expiration: raw.Expiration, Priority: raw.Priority, DeliveryMode: raw.DeliveryMode,
+		Exchange: raw.Exchange, RoutingKey: raw.RoutingKey, Redelivered: raw.Redelivered,
+		ConsumerTag: raw.ConsumerTag, DeliveryTag: raw.DeliveryTag,
+	}
+}
+
+// raw is d's body and properties as amqp091-go holds them, with no
+// Acknowledger.
+func (d *Delivery) raw() amqp.Delivery {
+	return amqp.Delivery{
+		Body: d.Body, Headers: d.Headers, MessageId: d.MessageId, CorrelationId: d.CorrelationId,
+		ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, Type: d.Type,
+		ReplyTo: d.ReplyTo, AppId: d.AppId, UserId: d.UserId, Timestamp: d.Timestamp,
+		Expiration: d.Expiration, Priority: d.Priority, DeliveryMode: d.DeliveryMode,
+		Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered,
+		ConsumerTag: d.ConsumerTag, DeliveryTag: d.DeliveryTag,
+	}
+}
 
 // Queue is the queue the delivery came from.
 func (d *Delivery) Queue() string { return d.queue }
@@ -109,7 +178,7 @@ func (d *Delivery) Logger() *slog.Logger { return d.runtime().Logger() }
 
 // Message copies the delivery for republishing: body and properties
 // unchanged, headers copied less the broker's counters (see MessageOf).
-func (d *Delivery) Message() Message { return MessageOf(amqp.Delivery(d.envelope)) }
+func (d *Delivery) Message() Message { return MessageOf(d.raw()) }
 
 // Server is host:port of the connection the delivery came on ("" outside
 // a consumer).

@@ -396,7 +396,8 @@ func (s *session) handle(l *lane, raw amqp.Delivery) {
 	raw.Acknowledger = nil // settlement belongs to the runtime
 	restoreOrigin(&raw)
 	attempt, aside := c.memo.recall(raw)
-	d := &Delivery{envelope: envelope(raw), queue: c.queue, attempt: attempt, aside: aside, from: s, lane: l, slot: true}
+	d := received(raw)
+	d.queue, d.attempt, d.aside, d.from, d.lane, d.slot = c.queue, attempt, aside, s, l, true
 	ctx := s.ctx
 	hooks := c.b.hooks.delivery
 	for _, h := range hooks {

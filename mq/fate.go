@@ -109,7 +109,9 @@ type Runtime interface {
 func NewDelivery(queue string, raw amqp.Delivery, rt Runtime) *Delivery {
 	raw.Acknowledger = nil
 	restoreOrigin(&raw)
-	return &Delivery{envelope: envelope(raw), queue: queue, attempt: AttemptOf(raw.Headers), from: rt}
+	d := received(raw)
+	d.queue, d.attempt, d.from = queue, AttemptOf(raw.Headers), rt
+	return d
 }
 
 // Runner runs a handler inside its middleware for one delivery at a time

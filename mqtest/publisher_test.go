@@ -73,7 +73,7 @@ func routingTopology() *topology.Topology {
 		Exchange("topic", topology.Topic).
 		Exchange("fanout", topology.Fanout).
 		Exchange("headers", topology.Headers).
-		Exchange("with-ae", topology.Direct, topology.Args(amqp.Table{"alternate-exchange": "fanout"})).
+		Exchange("with-ae", topology.Direct, topology.Args(map[string]any{"alternate-exchange": "fanout"})).
 		Exchange("internal", topology.Fanout, topology.Internal()).
 		Queue("a", topology.Classic()).
 		Queue("b", topology.Classic()).
@@ -84,8 +84,8 @@ func routingTopology() *topology.Topology {
 		Binding("c", "topic", "#.audit").
 		Binding("a", "fanout", "ignored").
 		Binding("b", "fanout", "").
-		Binding("a", "headers", "", topology.Args(amqp.Table{"x-match": "all", "kind": "order", "v": int32(2)})).
-		Binding("b", "headers", "", topology.Args(amqp.Table{"x-match": "any", "kind": "refund", "urgent": nil})).
+		Binding("a", "headers", "", topology.Args(map[string]any{"x-match": "all", "kind": "order", "v": int32(2)})).
+		Binding("b", "headers", "", topology.Args(map[string]any{"x-match": "any", "kind": "refund", "urgent": nil})).
 		Binding("c", "with-ae", "k").
 		Binding("c", "internal", "")
 }

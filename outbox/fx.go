@@ -32,9 +32,11 @@ import (
 // starts, with an error matching ErrSchema that names it with its schema;
 // so does a database that cannot be reached. So does an exchange an
 // AsSender sender names that the app's topology does not declare and the
-// broker does not have (a passive declare), naming it. Module creates nothing: run
-// Schema.Create before (at start-up, say in an fx.Invoke given before
-// Module) or take Schema.SQL into your migrations.
+// broker does not have (a passive declare), naming it. Module creates
+// nothing: create the tables with Schema.Create in a start hook of the
+// *sql.DB's provider (Module asks for the *sql.DB, so that hook runs
+// before its check; docs/outbox.md shows one), or take Schema.SQL into
+// your migrations.
 //
 // The relay publishes each row by fxmodule.AsPublisher's rule, with the
 // app's topology (WithTopology): to its topic, fanout or headers exchanges
@@ -48,8 +50,7 @@ import (
 // not reach stay in the table for the next start. The app's
 // metric.MeterProvider (the relay's and the inbox's) is used when it has
 // one; options given here win. The relay logs through the broker's logger
-// and the inbox through each consumer's (fxmodule gives the app's
-// *slog.Logger to the broker).
+// and the inbox through each consumer's, both mq.Config.Logger.
 func Module(opts ...Option) fx.Option {
 	outboxOpts, relayOpts, inboxOpts := only[OutboxOption](opts), only[RelayOption](opts), only[InboxOption](opts)
 	return fx.Module("acemq.outbox",

@@ -164,10 +164,12 @@ type ArgsOption interface {
 type argsOption struct{ t amqp.Table }
 
 // Args adds broker arguments to a queue, an exchange or a binding (for a
-// headers exchange, the binding's match table). The table is copied. A queue
-// whose arguments name x-queue-type keeps that type (how streams are
-// declared); giving [Quorum]() or [Classic]() as well is an error.
-func Args(t amqp.Table) ArgsOption { return argsOption{cloneTable(t)} }
+// headers exchange, the binding's match table), e.g.
+// Args(map[string]any{"x-max-length": 10000}). The map is copied; a nested
+// map[string]any is sent as a nested table. A queue whose arguments name
+// x-queue-type keeps that type (how streams are declared); giving
+// [Quorum]() or [Classic]() as well is an error.
+func Args(t map[string]any) ArgsOption { return argsOption{cloneTable(t)} }
 
 func (o argsOption) applyQueue(s *queueSpec)       { s.args = mergeTable(s.args, o.t) }
 func (o argsOption) applyExchange(s *exchangeSpec) { s.args = mergeTable(s.args, o.t) }
@@ -189,8 +191,9 @@ func mergeTable(dst, src amqp.Table) amqp.Table {
 
 // cloneTable copies t deeply: nested tables, arrays and byte slices are
 // copied too, so neither the caller's table nor one handed out by Queues()
-// and the like shares anything with the topology.
-func cloneTable(t amqp.Table) amqp.Table {
+// and the like shares anything with the topology. A nested plain
+// map[string]any becomes an amqp.Table, the form amqp091 sends.
+func cloneTable(t map[string]any) amqp.Table {
 	if t == nil {
 		return nil
 	}
@@ -204,6 +207,8 @@ func cloneTable(t amqp.Table) amqp.Table {
 func cloneValue(v any) any {
 	switch x := v.(type) {
 	case amqp.Table:
+		return cloneTable(x)
+	case map[string]any:
 		return cloneTable(x)
 	case []any:
 		if x == nil {

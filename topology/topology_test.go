@@ -220,7 +220,7 @@ func TestExchanges(t *testing.T) {
 		{"transient", []topology.ExchangeOption{topology.Transient()}, topology.Exchange{Name: "e", Kind: topology.Topic}},
 		{"auto-delete", []topology.ExchangeOption{topology.AutoDelete()}, topology.Exchange{Name: "e", Kind: topology.Topic, Durable: true, AutoDelete: true}},
 		{"internal", []topology.ExchangeOption{topology.Internal()}, topology.Exchange{Name: "e", Kind: topology.Topic, Durable: true, Internal: true}},
-		{"everything", []topology.ExchangeOption{topology.Internal(), topology.Headers, topology.AutoDelete(), topology.Transient(), topology.Args(amqp.Table{"b": "x", "a": int32(7)})},
+		{"everything", []topology.ExchangeOption{topology.Internal(), topology.Headers, topology.AutoDelete(), topology.Transient(), topology.Args(map[string]any{"b": "x", "a": int32(7)})},
 			topology.Exchange{Name: "e", Kind: topology.Headers, AutoDelete: true, Internal: true, Args: amqp.Table{"a": int32(7), "b": "x"}}},
 	}
 	for _, tc := range tests {
@@ -256,16 +256,18 @@ func TestInvalid(t *testing.T) {
 			`ForConsumer("amq", 1 attempt, in-process up to 30s)`, `derived queue name "amq.dlq" starts with amq.`},
 		{"two exchange kinds", func(tp *topology.Topology) { tp.Exchange("e", topology.Direct, topology.Fanout) },
 			`Exchange("e", direct, fanout)`, "more than one exchange kind"},
-		{"Go int outside int32", func(tp *topology.Topology) { tp.Queue("q", topology.Args(amqp.Table{"x-max-length-bytes": 1 << 40})) },
+		{"Go int outside int32", func(tp *topology.Topology) {
+			tp.Queue("q", topology.Args(map[string]any{"x-max-length-bytes": 1 << 40}))
+		},
 			`Queue("q", Args({x-max-length-bytes=1099511627776}))`, "does not fit the 32 bits"},
-		{"Go int below int32", func(tp *topology.Topology) { tp.Exchange("e", topology.Args(amqp.Table{"n": -1<<31 - 1})) },
+		{"Go int below int32", func(tp *topology.Topology) { tp.Exchange("e", topology.Args(map[string]any{"n": -1<<31 - 1})) },
 			`Exchange("e", Args({n=-2147483649}))`, "does not fit the 32 bits"},
 		{"Go int outside int32, nested", func(tp *topology.Topology) {
-			tp.Queue("q").Exchange("e", topology.Headers).Binding("q", "e", "", topology.Args(amqp.Table{"l": []any{1 << 33}}))
+			tp.Queue("q").Exchange("e", topology.Headers).Binding("q", "e", "", topology.Args(map[string]any{"l": []any{1 << 33}}))
 		}, `Binding("q", "e", "", Args({l=[8589934592]}))`, "does not fit the 32 bits"},
-		{"type AMQP cannot carry", func(tp *topology.Topology) { tp.Queue("q", topology.Args(amqp.Table{"u": uint64(1)})) },
+		{"type AMQP cannot carry", func(tp *topology.Topology) { tp.Queue("q", topology.Args(map[string]any{"u": uint64(1)})) },
 			`Queue("q", Args({u=1}))`, "not supported"},
-		{"empty argument name", func(tp *topology.Topology) { tp.Queue("q", topology.Args(amqp.Table{"": "x"})) },
+		{"empty argument name", func(tp *topology.Topology) { tp.Queue("q", topology.Args(map[string]any{"": "x"})) },
 			`Queue("q", Args({='x'}))`, "argument name"},
 		{"nil queue option", func(tp *topology.Topology) { tp.Queue("q", nil) }, `Queue("q", <nil>)`, "an option is nil"},
 		{"nil exchange option", func(tp *topology.Topology) { tp.Exchange("e", nil) }, `Exchange("e", <nil>)`, "an option is nil"},
@@ -324,13 +326,13 @@ func allErrors(err error) []error {
 
 func TestValidateReturnsEveryMistake(t *testing.T) {
 	tp := topology.New().
-		Queue("a", topology.Quorum(), topology.Exclusive()).        // 1
-		Queue("").                                                  // 2
-		Exchange("amq.x").                                          // 3
-		Exchange("e", topology.Kind("bogus")).                      // 4
-		Queue("b").Queue("b", topology.Classic()).                  // 5
-		Binding("nobody", "nowhere", "k").                          // 6, 7
-		Queue("c", topology.Args(amqp.Table{"x-message-ttl": 1.0})) // 8
+		Queue("a", topology.Quorum(), topology.Exclusive()).            // 1
+		Queue("").                                                      // 2
+		Exchange("amq.x").                                              // 3
+		Exchange("e", topology.Kind("bogus")).                          // 4
+		Queue("b").Queue("b", topology.Classic()).                      // 5
+		Binding("nobody", "nowhere", "k").                              // 6, 7
+		Queue("c", topology.Args(map[string]any{"x-message-ttl": 1.0})) // 8
 	err := tp.Validate()
 	if err == nil {
 		t.Fatal("Validate() = nil")
@@ -371,14 +373,14 @@ func TestSameQueueTwice(t *testing.T) {
 	}
 	checkUnique(t, plan)
 	// Quorum() spelled out is the same queue as the default.
-	if err := topology.New().Queue("q").Queue("q", topology.Quorum()).Queue("q", topology.Args(amqp.Table{"x-queue-type": "quorum"})).Validate(); err != nil {
+	if err := topology.New().Queue("q").Queue("q", topology.Quorum()).Queue("q", topology.Args(map[string]any{"x-queue-type": "quorum"})).Validate(); err != nil {
 		t.Errorf("three spellings of one quorum queue: %v", err)
 	}
 	// Binding args distinguish bindings.
 	tp = topology.New().Queue("q").Exchange("h", topology.Headers).
-		Binding("q", "h", "", topology.Args(amqp.Table{"x-match": "all"})).
-		Binding("q", "h", "", topology.Args(amqp.Table{"x-match": "any"})).
-		Binding("q", "h", "", topology.Args(amqp.Table{"x-match": "all"}))
+		Binding("q", "h", "", topology.Args(map[string]any{"x-match": "all"})).
+		Binding("q", "h", "", topology.Args(map[string]any{"x-match": "any"})).
+		Binding("q", "h", "", topology.Args(map[string]any{"x-match": "all"}))
 	if got := len(tp.Bindings()); got != 2 {
 		t.Errorf("got %d bindings, want 2: %v", got, tp.Bindings())
 	}
@@ -551,10 +553,10 @@ func TestMerge(t *testing.T) {
 
 func TestCopies(t *testing.T) {
 	tp := topology.New().
-		Exchange("h", topology.Headers, topology.Args(amqp.Table{"alternate-exchange": "ae"})).
+		Exchange("h", topology.Headers, topology.Args(map[string]any{"alternate-exchange": "ae"})).
 		Queue("q", topology.DeadLetter(), topology.Retry(retry.Fixed(2, time.Minute)),
-			topology.Args(amqp.Table{"x-max-length": 10, "nested": amqp.Table{"a": "b"}, "list": []any{"x"}})).
-		Binding("q", "h", "", topology.Args(amqp.Table{"x-match": "all"}))
+			topology.Args(map[string]any{"x-max-length": 10, "nested": amqp.Table{"a": "b"}, "list": []any{"x"}})).
+		Binding("q", "h", "", topology.Args(map[string]any{"x-match": "all"}))
 	before := tp.String()
 
 	for _, e := range tp.Exchanges() {
@@ -659,7 +661,7 @@ func TestOptionStrings(t *testing.T) {
 		{topology.DeadLetter().String(), "DeadLetter()"},
 		{topology.Internal().String(), "Internal()"},
 		{topology.Fanout.String(), "fanout"},
-		{topology.Args(amqp.Table{"b": 1, "a": "x"}).String(), "Args({a='x', b=1})"},
+		{topology.Args(map[string]any{"b": 1, "a": "x"}).String(), "Args({a='x', b=1})"},
 		{topology.Retry(retry.Fixed(2, time.Minute)).String(), "Retry(2 attempts, waits [1m0s], in-process up to 30s)"},
 	}
 	for _, tc := range tests {

@@ -30,8 +30,12 @@ func app() fx.Option {
 		url = "amqp://guest:guest@127.0.0.1:5672/"
 	}
 	return fx.Options(
-		fx.Supply(mq.Config{URLs: []string{url}, ConnectionName: "shipping"}),
+		// The app's logger, and the broker's through Config.Logger (the
+		// one place AceMQ takes it).
 		fx.Supply(slog.New(slog.NewTextHandler(os.Stderr, nil))),
+		fx.Provide(func(log *slog.Logger) mq.Config {
+			return mq.Config{URLs: []string{url}, ConnectionName: "shipping", Logger: log}
+		}),
 		fx.Provide(database),
 		fxmodule.Module,
 		fxmodule.AsTopology(Topology),
