@@ -31,6 +31,7 @@ func TestExistingDeadLetterQueueOwnedByTheOperator(t *testing.T) {
 	policy := retry.Exponential(2, 10*time.Millisecond)
 	q := testenv.Name(t)
 	dlq := topology.DeadLetterQueue(q)
+	testenv.NothingLeft(t, q, dlq, topology.ParkedQueue(q))
 	testenv.CleanupDerived(t, q, policy)
 	helper := testenv.Broker(t, mq.Config{Logger: testenv.Discard()})
 	ctx := testenv.Context(t, 30*time.Second)
