@@ -208,6 +208,15 @@ func TestCLIPeekReadsTheBrokersRecords(t *testing.T) {
 	if m := ms[0].(map[string]any); m["attempts_used"] != nil || m["original_routing_key"] != "order.paid" || m["original_exchange"] != "shop" {
 		t.Fatalf("peek --json of a broker dead letter: %v", m)
 	}
+	// x-death itself, nested JSON (issue 39), not Go's formatting of it.
+	headers, _ := ms[0].(map[string]any)["headers"].(map[string]any)
+	deaths, _ := headers["x-death"].([]any)
+	if len(deaths) != 1 {
+		t.Fatalf("peek --json x-death %#v, want an array of one record", headers["x-death"])
+	}
+	if d, _ := deaths[0].(map[string]any); d["reason"] != "delivery_limit" || d["count"] != float64(1) {
+		t.Fatalf("peek --json x-death[0] %#v, want an object of its fields", deaths[0])
+	}
 
 	_, dlq2, _ := opsSetup(t, b)
 	testenv.Publish(t, b, dlq2, mq.Message{MessageId: "acq", Body: []byte("x"), Headers: amqp.Table{"x-acquired-count": int64(1)}})

@@ -58,7 +58,8 @@ func TestFateStandardTakesTheDeclaredPolicy(t *testing.T) {
 func TestFateStandardDeclaredWithoutAPolicyIsRefused(t *testing.T) {
 	b, _ := consBroker(t)
 	q := testenv.Name(t)
-	testenv.Cleanup(t, q, topology.DeadLetterQueue(q))
+	testenv.NothingLeft(t, q, topology.DeadLetterQueue(q), topology.ParkedQueue(q))
+	testenv.CleanupDerived(t, q, retry.Policy{}) // DeadLetter() derives .dlq and .parked
 	ctx := testenv.Context(t, 30*time.Second)
 	if err := b.Declare(ctx, topology.New().Queue(q, topology.DeadLetter())); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -25,6 +27,13 @@ import (
 // queue has different arguments. A connection lost midway is waited out and
 // the declaration run again, bounded by ctx.
 //
+// A queue marked [topology.Existing] (declared elsewhere) is checked with
+// a passive declare instead: [ErrNotFound] when it is missing. The Broker
+// remembers it, so a later declaration that derives it (a consumer's own
+// failure half, topology.ForConsumer) checks it too. A derived queue
+// (.dlq, .parked, a rung) refused with PRECONDITION_FAILED is named with
+// that way out: another owner declared it with other arguments.
+//
 // The Broker remembers what it declared. On every new connection, before
 // any consumer resubscribes, it declares again the exclusive, auto-delete
 // and transient queues and exchanges among them, with their bindings: the
@@ -43,6 +52,11 @@ func (b *Broker) Declare(ctx context.Context, t *topology.Topology) error {
 		return err
 	}
 	exchanges, queues, bindings := t.Exchanges(), t.Queues(), t.Bindings()
+	for i, q := range queues {
+		if !q.Existing && b.reg.existing(q.Name) {
+			queues[i] = topology.Queue{Name: q.Name, Retry: q.Retry, HasRetry: q.HasRetry, Existing: true}
+		}
+	}
 	// The builder checks names; the argument tables go through the same
 	// validator as message headers, so none can fail the frame.
 	var errs []error
@@ -69,10 +83,30 @@ func (b *Broker) Declare(ctx context.Context, t *topology.Topology) error {
 	}
 	d := declaration{exchanges: exchanges, queues: queues, bindings: bindings}
 	if err := b.onChannel(ctx, "declare topology", d.on); err != nil {
-		return err
+		return ownedElsewhere(err)
 	}
 	b.reg.note(d) // what the broker forgets is declared again (recovery.go)
 	return nil
+}
+
+// ownedElsewhere adds to a PRECONDITION_FAILED on a derived queue (.dlq,
+// .parked, a rung) the way to say it belongs to someone else.
+func ownedElsewhere(err error) error {
+	var be *BrokerError
+	if !errors.As(err, &be) || be.Code != codePreconditionFailed {
+		return err
+	}
+	name, ok := strings.CutPrefix(be.Op, "declare queue ")
+	if !ok {
+		return err
+	}
+	if name, uerr := strconv.Unquote(name); uerr == nil {
+		_, _, _, rung := topology.ParseRung(name)
+		if rung || strings.HasSuffix(name, topology.DeadLetterSuffix) || strings.HasSuffix(name, topology.ParkedSuffix) {
+			return fmt.Errorf("%w (declared elsewhere with other arguments? say so, and the queue is checked instead of declared: .Queue(%q, topology.Existing()))", err, name)
+		}
+	}
+	return err
 }
 
 // QueueExists reports whether queue exists (a passive declare on a

@@ -77,6 +77,12 @@ func (d declaration) on(ch *amqp.Channel) (string, error) {
 		}
 	}
 	for _, q := range d.queues {
+		if q.Existing {
+			if _, err := ch.QueueDeclarePassive(q.Name, false, false, false, false, nil); err != nil {
+				return fmt.Sprintf("check queue %q (declared elsewhere, topology.Existing)", q.Name), err
+			}
+			continue
+		}
 		if _, err := ch.QueueDeclare(q.Name, q.Durable, q.AutoDelete, q.Exclusive, false, q.Args); err != nil {
 			return fmt.Sprintf("declare queue %q", q.Name), err
 		}
@@ -169,8 +175,19 @@ func (r *remembered) noteConsumed(queue string) {
 }
 
 // forgets reports whether the broker forgets q with a connection (or a
-// restart): exclusive, auto-delete or transient.
-func forgets(q topology.Queue) bool { return q.Exclusive || q.AutoDelete || !q.Durable }
+// restart): exclusive, auto-delete or transient. A queue declared
+// elsewhere (Existing) is its owner's to keep.
+func forgets(q topology.Queue) bool {
+	return !q.Existing && (q.Exclusive || q.AutoDelete || !q.Durable)
+}
+
+// existing reports whether queue was declared through this Broker as one
+// declared elsewhere (topology.Existing).
+func (r *remembered) existing(queue string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.ContainsFunc(r.queues, func(q topology.Queue) bool { return q.Name == queue && q.Existing })
+}
 
 // unused reports whether the broker deleted q because nobody uses it: q is
 // exclusive or auto-delete, a consumer of this Broker consumed it, and none

@@ -18,7 +18,9 @@
 // ("Topology and printout": [Topology.Plan]), validation ("Validation":
 // [Topology.Validate]) and the failure half a consumer declares for itself
 // ("Who declares what": [ForConsumer]). Each contract constant is written
-// here once and read everywhere else.
+// here once and read everywhere else. A queue another owner declares (an
+// operator's .dlq with a length limit) is marked [Existing]: checked, not
+// declared (a project extension, docs/contract.md).
 //
 // # Mistakes
 //

@@ -136,6 +136,24 @@ func DeadLetter() QueueOption {
 	return queueFlag{flag{name: "DeadLetter", q: func(s *queueSpec) { s.deadLetter = true }}}
 }
 
+// Existing says the queue is declared elsewhere (by an operator, by
+// another service), with settings that are its owner's: the topology uses
+// it, and applying the topology checks that it exists (a passive declare)
+// instead of declaring it. The printout shows it as "check queue <name>
+// (declared elsewhere)". Given for a queue the topology derives (a .dlq
+// with a length limit an operator set, say), it takes the derived
+// declaration's place, whichever call comes first:
+//
+//	topology.New().
+//		Queue("billing", topology.DeadLetter(), topology.Retry(policy)).
+//		Queue("billing.dlq", topology.Existing())
+//
+// It takes no option that would declare the queue; [Retry] goes with it
+// (the queue's failure half and rungs are declared, as for a consumer's).
+func Existing() QueueOption {
+	return queueFlag{flag{name: "Existing", q: func(s *queueSpec) { s.existing = true }}}
+}
+
 // Internal declares an exchange that clients cannot publish to directly,
 // only other exchanges (default: off).
 func Internal() ExchangeOption {

@@ -13,11 +13,15 @@ import (
 // ActionKind is what an [Action] declares.
 type ActionKind string
 
-// The three kinds of declaration, in the order they are applied.
+// The kinds of declaration, in the order they are applied (a CheckQueue
+// among the queues).
 const (
 	DeclareExchange ActionKind = "exchange"
 	DeclareQueue    ActionKind = "queue"
 	DeclareBinding  ActionKind = "binding"
+	// CheckQueue checks that a queue declared elsewhere exists
+	// ([Existing]); its Detail is "declared elsewhere".
+	CheckQueue ActionKind = "check queue"
 )
 
 // Action is one line of a plan: declare Kind Name (Detail). For a binding
@@ -31,6 +35,9 @@ type Action struct {
 // String is the action as the printout writes it, without indentation:
 // "declare queue orders.dlq (durable)".
 func (a Action) String() string {
+	if a.Kind == CheckQueue {
+		return string(a.Kind) + " " + a.Name + " (" + a.Detail + ")"
+	}
 	if a.Detail == "" {
 		return "declare " + string(a.Kind) + " " + a.Name
 	}
@@ -54,6 +61,10 @@ func (t *Topology) actions() []Action {
 		out = append(out, Action{DeclareExchange, e.v.Name, exchangeDetail(e.v)})
 	}
 	for _, q := range t.queues {
+		if q.v.Existing {
+			out = append(out, Action{CheckQueue, q.v.Name, "declared elsewhere"})
+			continue
+		}
 		out = append(out, Action{DeclareQueue, q.v.Name, queueDetail(q.v)})
 	}
 	for _, b := range t.bindings {

@@ -57,6 +57,10 @@ type Queue struct {
 	DeadLetter bool
 	Retry      retry.Policy
 	HasRetry   bool
+	// Existing says the queue is declared elsewhere ([Existing]): applying
+	// the topology checks that it exists (a passive declare) and declares
+	// nothing. Its flags and arguments are then zero: they are its owner's.
+	Existing bool
 }
 
 // Binding binds a queue to an exchange on a routing key.
@@ -76,14 +80,15 @@ type exchangeSpec struct {
 type queueSpec struct {
 	transient, autoDelete, exclusive bool
 	quorum, classic, deadLetter      bool
-	hasRetry                         bool
+	hasRetry, existing               bool
 	retry                            retry.Policy
 	args                             amqp.Table
 }
 
 type item[T any] struct {
-	v    T
-	call string
+	v       T
+	call    string
+	derived bool // a queue the failure half of another derived
 }
 
 // Topology is a description of exchanges, queues and bindings. Build one with
@@ -250,11 +255,18 @@ func (t *Topology) queue(name string, opts []QueueOption) {
 		}
 	}
 	q.Args = args
+	if s.existing {
+		if s.transient || s.autoDelete || s.exclusive || s.quorum || s.classic || s.deadLetter || len(s.args) > 0 {
+			t.fail(call, "Existing() says the queue is declared elsewhere, so its flags and arguments are its owner's: give it no option that declares it (only Retry(…) goes with it)")
+			ok = false
+		}
+		q = Queue{Name: name, Retry: s.retry, HasRetry: s.hasRetry, Existing: true}
+	}
 	if !ok {
 		t.refused["q\x00"+name] = true
 		return
 	}
-	if !t.addQueue(call, q) {
+	if !t.addQueue(call, q, false) {
 		return
 	}
 	if s.deadLetter || s.hasRetry {
@@ -285,10 +297,10 @@ func (t *Topology) failureHalf(call, q string, p retry.Policy) {
 	if len(rungs) > 0 {
 		t.addExchange(call, Exchange{Name: RetryExchange, Kind: Direct, Durable: true})
 	}
-	t.addQueue(call, Queue{Name: DeadLetterQueue(q), Durable: true})
-	t.addQueue(call, Queue{Name: ParkedQueue(q), Durable: true})
+	t.addQueue(call, Queue{Name: DeadLetterQueue(q), Durable: true}, true)
+	t.addQueue(call, Queue{Name: ParkedQueue(q), Durable: true}, true)
 	for _, d := range rungs {
-		t.addQueue(call, Rung(q, p, d))
+		t.addQueue(call, Rung(q, p, d), true)
 	}
 	t.addBinding(call, Binding{Queue: DeadLetterQueue(q), Exchange: DeadLetterExchange, Key: DeadLetterQueue(q)})
 	t.addBinding(call, Binding{Queue: ParkedQueue(q), Exchange: DeadLetterExchange, Key: ParkedQueue(q)})
@@ -389,12 +401,29 @@ func (t *Topology) addExchange(call string, e Exchange) {
 		return
 	}
 	t.exIdx[e.Name] = len(t.exchanges)
-	t.exchanges = append(t.exchanges, item[Exchange]{e, call})
+	t.exchanges = append(t.exchanges, item[Exchange]{v: e, call: call})
 }
 
-func (t *Topology) addQueue(call string, q Queue) bool {
+// addQueue adds q, met in call; derived: q is part of another queue's
+// failure half. A queue marked Existing takes the place of a derived
+// declaration of the same name, whichever comes first.
+func (t *Topology) addQueue(call string, q Queue, derived bool) bool {
 	if i, ok := t.qIdx[q.Name]; ok {
 		prev := t.queues[i]
+		switch {
+		case prev.v.Existing && derived:
+			return true // declared elsewhere: not declared here
+		case q.Existing && prev.derived:
+			t.queues[i] = item[Queue]{q, call, false}
+			return true
+		case q.Existing != prev.v.Existing:
+			declares, marks := prev.call, call
+			if prev.v.Existing {
+				declares, marks = call, prev.call
+			}
+			t.fail(call, "queue %q is declared by %s and marked Existing() (declared elsewhere) by %s: say one", q.Name, declares, marks)
+			return false
+		}
 		if !sameQueue(prev.v, q) {
 			t.fail(call, "queue %q is already declared differently by %s as (%s); this call declares it as (%s)", q.Name, prev.call, queueSummary(prev.v), queueSummary(q))
 			return false
@@ -402,7 +431,7 @@ func (t *Topology) addQueue(call string, q Queue) bool {
 		return true
 	}
 	t.qIdx[q.Name] = len(t.queues)
-	t.queues = append(t.queues, item[Queue]{q, call})
+	t.queues = append(t.queues, item[Queue]{q, call, derived})
 	return true
 }
 
@@ -412,7 +441,7 @@ func (t *Topology) addBinding(call string, b Binding) {
 		return
 	}
 	t.bIdx[k] = len(t.bindings)
-	t.bindings = append(t.bindings, item[Binding]{b, call})
+	t.bindings = append(t.bindings, item[Binding]{v: b, call: call})
 }
 
 func (t *Topology) checkName(call, what, name string) bool {

@@ -688,3 +688,61 @@ func TestDuplicateDefinitionMessage(t *testing.T) {
 		t.Fatalf("Validate() = %v\nwant it to contain %s", err, want)
 	}
 }
+
+// A derived queue declared elsewhere (an operator's .dlq with a length
+// limit) is marked Existing: the plan checks it instead of declaring it,
+// in its place among the queues, whichever call comes first; the rest of
+// the printout is unchanged.
+func TestExistingDerivedQueue(t *testing.T) {
+	policy := retry.Exponential(3, 10*time.Second)
+	own := topology.New().Queue("billing", topology.DeadLetter(), topology.Retry(policy))
+	for name, topo := range map[string]*topology.Topology{
+		"after":  topology.New().Queue("billing", topology.DeadLetter(), topology.Retry(policy)).Queue("billing.dlq", topology.Existing()),
+		"before": topology.New().Queue("billing.dlq", topology.Existing()).Queue("billing", topology.DeadLetter(), topology.Retry(policy)),
+		"merged": topology.New().Queue("billing", topology.DeadLetter(), topology.Retry(policy)).Merge(topology.New().Queue("billing.dlq", topology.Existing())),
+	} {
+		if err := topo.Validate(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want := strings.Replace(own.String(), "  declare queue billing.dlq (durable)\n", "  check queue billing.dlq (declared elsewhere)\n", 1)
+		if name == "before" {
+			// The existing queue was met first: first among the queues.
+			lines := strings.Split(own.String(), "\n")
+			i := slices.Index(lines, "  declare queue billing.dlq (durable)")
+			lines = slices.Delete(lines, i, i+1)
+			j := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "  declare queue ") })
+			want = strings.Join(slices.Insert(lines, j, "  check queue billing.dlq (declared elsewhere)"), "\n")
+		}
+		if got := topo.String(); got != want {
+			t.Errorf("%s: printout\n%s\nwant\n%s", name, got, want)
+		}
+		q, ok := topo.QueueNamed("billing.dlq")
+		if !ok || !q.Existing {
+			t.Errorf("%s: QueueNamed(billing.dlq) = %+v, %v; want it Existing", name, q, ok)
+		}
+	}
+	// The queue's settings are its owner's: Existing takes no option that
+	// would declare it; a queue declared here and marked existing is a
+	// contradiction.
+	for _, bad := range []*topology.Topology{
+		topology.New().Queue("audit", topology.Existing(), topology.Quorum()),
+		topology.New().Queue("audit", topology.Existing(), topology.DeadLetter()),
+		topology.New().Queue("audit", topology.Classic()).Queue("audit", topology.Existing()),
+	} {
+		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "Existing()") {
+			t.Errorf("%s: Validate %v, want a refusal naming Existing()", bad, err)
+		}
+	}
+	// An existing queue may have a retry policy: its failure half and
+	// rungs are declared for it, as for a consumer's (ForConsumer).
+	ext := topology.New().Queue("audit", topology.Existing(), topology.Retry(retry.Exponential(4, 20*time.Second)))
+	if err := ext.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if q, _ := ext.QueueNamed("audit"); !q.Existing || !q.HasRetry {
+		t.Errorf("audit: %+v, want Existing with its policy", q)
+	}
+	if _, ok := ext.QueueNamed("audit.retry.40s"); !ok {
+		t.Errorf("no rung declared for the existing queue:\n%s", ext)
+	}
+}

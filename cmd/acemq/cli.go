@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -435,6 +437,18 @@ type countCmd struct {
 	Queues []string `arg:"" name:"queue" help:"Queues to count."`
 }
 
+// Validate refuses an empty queue name before the broker is dialled: a
+// usage error, like any other bad argument.
+func (c *countCmd) Validate() error { return named(c.Queues...) }
+
+// named refuses an empty queue name among queues.
+func named(queues ...string) error {
+	if slices.Contains(queues, "") {
+		return errors.New("a queue name is empty")
+	}
+	return nil
+}
+
 type countJSON struct {
 	Queue     string `json:"queue"`
 	Exists    bool   `json:"exists"`
@@ -473,6 +487,9 @@ type peekCmd struct {
 	Limit int    `short:"n" default:"10" help:"How many messages to show, from the head."`
 	filterFlags
 }
+
+// Validate refuses an empty queue name before the broker is dialled.
+func (c *peekCmd) Validate() error { return named(c.Queue) }
 
 // contractHeaders are shown by name; the others are listed after them.
 var contractHeaders = map[string]bool{
@@ -561,9 +578,49 @@ func peekRow(m ops.Peeked) peekJSON {
 		if r.Headers == nil {
 			r.Headers = map[string]any{}
 		}
-		r.Headers[k] = headerValue(v)
+		r.Headers[k] = jsonValue(v)
 	}
 	return r
+}
+
+// jsonValue is a header value as JSON writes it, whole: a table (x-death's
+// records) an object, an array an array, each value converted the same
+// way; a byte string a string when it is UTF-8 (else "<n bytes>"); a
+// timestamp RFC 3339 in UTC; a decimal, NaN or an infinity its text.
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case amqp.Table:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = jsonValue(e)
+		}
+		return m
+	case []any:
+		a := make([]any, len(x))
+		for i, e := range x {
+			a[i] = jsonValue(e)
+		}
+		return a
+	case []byte:
+		if utf8.Valid(x) {
+			return string(x)
+		}
+		return fmt.Sprintf("<%d bytes>", len(x))
+	case time.Time:
+		return x.UTC().Format(time.RFC3339)
+	case amqp.Decimal:
+		return fmt.Sprintf("decimal(%d, scale %d)", x.Value, x.Scale)
+	case float32:
+		return jsonValue(float64(x))
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return fmt.Sprint(x) // JSON has no number for it
+		}
+		return x
+	case nil, string, bool, int, int8, int16, int32, int64, uint8, uint16, uint32, uint64:
+		return x
+	}
+	return fmt.Sprint(v)
 }
 
 func printPeeked(w io.Writer, m ops.Peeked) {
@@ -646,6 +703,9 @@ type replayCmd struct {
 	DryRun bool   `help:"Show where the messages would go; move nothing."`
 	filterFlags
 }
+
+// Validate refuses an empty queue name before the broker is dialled.
+func (c *replayCmd) Validate() error { return named(c.From) }
 
 type replayJSON struct {
 	From       string         `json:"from"`
@@ -769,6 +829,9 @@ type purgeCmd struct {
 	Yes   bool   `short:"y" help:"Do not ask for confirmation."`
 }
 
+// Validate refuses an empty queue name before the broker is dialled.
+func (c *purgeCmd) Validate() error { return named(c.Queue) }
+
 func (c *purgeCmd) Run(e *env) error {
 	counts, err := ops.Count(e.ctx, e.b, c.Queue)
 	if err != nil {
@@ -795,6 +858,9 @@ type deleteCmd struct {
 	MessageID string `arg:"" name:"message-id" help:"Message id of the message to delete."`
 	Yes       bool   `short:"y" help:"Do not ask for confirmation."`
 }
+
+// Validate refuses an empty queue name before the broker is dialled.
+func (c *deleteCmd) Validate() error { return named(c.Queue) }
 
 func (c *deleteCmd) Run(e *env) error {
 	e.result = map[string]any{"queue": c.Queue, "message_id": c.MessageID, "deleted": 0}

@@ -229,3 +229,60 @@ func assertPrintable(t *testing.T, s string) {
 		t.Errorf("%d control characters reached the output:\n%q", n, s)
 	}
 }
+
+// Issue 39 item 8: peek --json writes a table or array header (x-death,
+// the broker's record of each dead-lettering) as nested JSON, not as Go's
+// formatting of it in a string, and does not cut it short.
+func TestPeekJSONNestedHeaders(t *testing.T) {
+	at := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	long := strings.Repeat("k", 300)
+	row := peekRow(ops.Peeked{AttemptsUsed: -1, Headers: amqp.Table{
+		"x-death": []any{amqp.Table{"count": int64(2), "queue": "orders", "reason": "rejected", "time": at,
+			"routing-keys": []any{"order.placed"}, "blob": []byte("raw")}},
+		"x-tenant": "acme",
+		"x-long":   long,
+	}})
+	raw, err := json.Marshal(row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Headers map[string]any `json:"headers"`
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	deaths, ok := got.Headers["x-death"].([]any)
+	if !ok || len(deaths) != 1 {
+		t.Fatalf("x-death %#v (%s), want a JSON array", got.Headers["x-death"], raw)
+	}
+	d, ok := deaths[0].(map[string]any)
+	if !ok || d["count"] != float64(2) || d["queue"] != "orders" || d["reason"] != "rejected" || d["time"] != "2026-12-06T10:00:00Z" || d["blob"] != "raw" {
+		t.Fatalf("x-death[0] %#v, want a JSON object of its fields", deaths[0])
+	}
+	if keys, ok := d["routing-keys"].([]any); !ok || len(keys) != 1 || keys[0] != "order.placed" {
+		t.Fatalf("routing-keys %#v, want a JSON array", d["routing-keys"])
+	}
+	if got.Headers["x-tenant"] != "acme" || got.Headers["x-long"] != long {
+		t.Fatalf("plain headers %v, want them whole", got.Headers)
+	}
+}
+
+// Issue 39 item 8: an empty queue name is a usage error (exit 2), in every
+// command that takes one.
+func TestEmptyQueueNameIsAUsageError(t *testing.T) {
+	for _, args := range [][]string{
+		{"count", ""},
+		{"count", "q", ""},
+		{"peek", ""},
+		{"replay", ""},
+		{"delete", "", "m-1", "--yes"},
+		{"console", "q", ""},
+		{"purge", "", "--yes"},
+	} {
+		code, out, errs := runCLI(t, append([]string{"--url", "amqp://guest:pw@127.0.0.1:1/"}, args...)...)
+		if code != exitUsage || out != "" || !strings.Contains(errs, "empty") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %d and a line naming the empty name", args, code, out, errs, exitUsage)
+		}
+	}
+}

@@ -19,7 +19,8 @@ type consoleCmd struct {
 }
 
 // Validate refuses, before the broker is dialled, what Listen would
-// refuse: a non-loopback address without a token, or no queue to watch.
+// refuse: a non-loopback address without a token, no queue to watch, or
+// an empty queue name.
 func (c *consoleCmd) Validate() error {
 	if c.Token == "" && !ops.LoopbackAddr(c.Listen) {
 		return fmt.Errorf("--listen %s is not a loopback address: give --token (or $ACEMQ_CONSOLE_TOKEN) to serve it there", c.Listen)
@@ -27,7 +28,7 @@ func (c *consoleCmd) Validate() error {
 	if len(c.Queues) == 0 && c.Management == "" {
 		return fmt.Errorf("name the queues to watch, or give --management")
 	}
-	return nil
+	return named(c.Queues...)
 }
 
 func (c *consoleCmd) Run(e *env) error {

@@ -51,7 +51,9 @@
 // broker's oldest x-death record, else the delivery's own; "route from"
 // says which), and the last replay's record, if any (x-acemq-replayed-at
 // and -from: "replayed" in the text, replayed_at and replayed_from in
-// --json). Peeking takes messages without acknowledging them and
+// --json; every other header follows, and --json writes it whole, a
+// table such as x-death as an object, an array as an array). Peeking
+// takes messages without acknowledging them and
 // gives them back with basic.nack: on a quorum queue up to RabbitMQ 4.2
 // that raises their delivery count (RabbitMQ 4 drops or dead-letters a
 // message past its delivery limit, 20 by default; 4.3 does not count such

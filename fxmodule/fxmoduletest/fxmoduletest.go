@@ -1,7 +1,6 @@
 package fxmoduletest
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/acemq/acemq-go/fxmodule"
@@ -22,7 +21,7 @@ import (
 func Consumer(tb testing.TB, c fxmodule.Consumer, t *topology.Topology, shared ...mq.Middleware) *mqtest.Consumer {
 	tb.Helper()
 	if c.Inbox {
-		tb.Fatal(fmt.Sprintf("fxmoduletest.Consumer: consumer of %q has Inbox set: the app runs it in its inbox, so run it with fxmoduletest.ConsumerWithInbox(t, inbox, …), the inbox outboxtest's db.Inbox() or outbox.Inbox(db, outbox.WithSchema(…))", c.Queue))
+		tb.Fatalf("fxmoduletest.Consumer: consumer of %q has Inbox set: the app runs it in its inbox, so run it with fxmoduletest.ConsumerWithInbox(t, inbox, …), the inbox outboxtest's db.Inbox() or outbox.Inbox(db, outbox.WithSchema(…))", c.Queue)
 	}
 	return consumer(tb, nil, c, t, shared)
 }
@@ -44,9 +43,9 @@ func ConsumerWithInbox(tb testing.TB, inbox mq.Middleware, c fxmodule.Consumer, 
 	tb.Helper()
 	switch {
 	case inbox == nil:
-		tb.Fatal(fmt.Sprintf("fxmoduletest.ConsumerWithInbox: consumer of %q: the inbox is nil", c.Queue))
+		tb.Fatalf("fxmoduletest.ConsumerWithInbox: consumer of %q: the inbox is nil", c.Queue)
 	case !c.Inbox:
-		tb.Fatal(fmt.Sprintf("fxmoduletest.ConsumerWithInbox: consumer of %q: Inbox is not set, so the app runs it without the inbox: set Inbox, or test it with fxmoduletest.Consumer", c.Queue))
+		tb.Fatalf("fxmoduletest.ConsumerWithInbox: consumer of %q: Inbox is not set, so the app runs it without the inbox: set Inbox, or test it with fxmoduletest.Consumer", c.Queue)
 	}
 	return consumer(tb, inbox, c, t, shared)
 }

@@ -59,6 +59,10 @@ type fatal struct {
 
 func (f *fatal) Helper()        {}
 func (f *fatal) Fatal(a ...any) { f.msg = fmt.Sprint(a...); panic(f) }
+func (f *fatal) Fatalf(format string, a ...any) {
+	f.msg = fmt.Sprintf(format, a...)
+	panic(f)
+}
 
 // A consumer the module would refuse fails the test with the module's
 // error.

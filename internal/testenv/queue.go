@@ -53,6 +53,20 @@ func CleanupExchanges(t testing.TB, names ...string) {
 	})
 }
 
+// NothingLeft fails the test if any of queues still exists once the test
+// and the cleanups registered after this call have run (t.Cleanup runs the
+// last registered first): call it before testenv.Cleanup and the like, to
+// check that they delete everything the test made.
+func NothingLeft(t testing.TB, queues ...string) {
+	atEnd(t, func(ctx context.Context, b *mq.Broker) {
+		for _, q := range queues {
+			if ok, err := b.QueueExists(ctx, q); ok || err != nil {
+				t.Errorf("queue %s left behind (exists %v, %v)", q, ok, err)
+			}
+		}
+	})
+}
+
 // Publish publishes msgs to queue q through the default exchange, as one
 // confirmed batch on a publisher of its own, or fails the test.
 func Publish(t testing.TB, b *mq.Broker, q string, msgs ...mq.Message) {
