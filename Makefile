@@ -94,19 +94,16 @@ integration: broker chromium pika
 
 ## chromium: Debian's chromium for the console's browser tests (installed when missing)
 chromium:
-	@command -v chromium >/dev/null || { echo "chromium: not installed; installing the Debian package chromium for the console's browser tests, which drive it headless through the dead-letter console's pages (apt-get install; on Debian 12: 123 packages, 145 MB download, 476 MB on disk)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@command -v chromium >/dev/null || ./scripts/apt-install.sh "chromium is not installed: the console's browser tests drive it headless through the dead-letter console's pages; on a Debian 12 host: 19 packages, 117 MB download, 357 MB on disk" chromium
 
 ## nft: Debian's nftables, with which a chaos scenario drops one connection's
 ## packets (its own table, removed after; installed when missing)
 nft:
-	@command -v nft >/dev/null || { echo "nft: not installed; installing the Debian package nftables (apt-get install, under 1 MB) for the chaos scenario that cuts one connection"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables; }
+	@command -v nft >/dev/null || ./scripts/apt-install.sh "nft is not installed: the chaos scenario that cuts one connection" nftables
 
 ## pika: Debian's python3-pika, the second service of the quorum-vhost test (installed when missing)
 pika:
-	@/usr/bin/python3 -c 'import pika' 2>/dev/null || { echo "pika: not importable by /usr/bin/python3; installing the Debian package python3-pika (apt-get install, under 1 MB) for the Go-and-Python agreement test"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pika; }
+	@/usr/bin/python3 -c 'import pika' 2>/dev/null || ./scripts/apt-install.sh "pika is not importable by /usr/bin/python3: the Go-and-Python agreement test" python3-pika
 
 ## chaos: the fault suite against the local broker (connection cuts through a
 ## proxy of its own, the broker closing the suite's own connections, a few
@@ -192,8 +189,7 @@ soak: gnuplot
 
 ## gnuplot: Debian's gnuplot-nox for the soak's plot (installed when missing)
 gnuplot:
-	@command -v gnuplot >/dev/null || { echo "gnuplot: not installed; installing the Debian package gnuplot-nox (apt-get install, about 5 MB) for the soak's plot"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gnuplot-nox; }
+	@command -v gnuplot >/dev/null || ./scripts/apt-install.sh "gnuplot is not installed: the soak's plot" gnuplot-nox
 
 ## field-up / field-down: the field of issue 30 on its own (scripts/field.sh):
 ## f1-f3@127.0.0.21-23 (AMQP 5701-5703) of the sid folder's RabbitMQ 4.3,

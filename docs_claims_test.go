@@ -88,3 +88,17 @@ func TestREADMEAttemptsClaimIsExact(t *testing.T) {
 		t.Errorf("the README does not say what a crash (kill -9) during an in-process wait forgets")
 	}
 }
+
+// readmeMaxLines is the most lines the README may have: a landing page,
+// the detail in docs/ (issue 39 found it grown to 512 lines again).
+const readmeMaxLines = 450
+
+func TestREADMEIsALandingPage(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(readme), "\n"); n > readmeMaxLines {
+		t.Errorf("README.md has %d lines, over %d: move the detail to docs/ and link to it", n, readmeMaxLines)
+	}
+}

@@ -83,9 +83,7 @@ up_local() {
     return 0
   fi
   if ! command -v rabbitmq-server >/dev/null 2>&1; then
-    say "rabbitmq-server is not installed; installing the Debian package rabbitmq-server (apt-get install)"
-    sudo_cmd apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive sudo_cmd apt-get install -y -qq rabbitmq-server
+    "$(dirname "$0")/apt-install.sh" "rabbitmq-server is not installed: the local broker" rabbitmq-server
   fi
   if ! answers "$amqp_port"; then
     say "starting rabbitmq-server -detached"
@@ -114,9 +112,9 @@ build() {
   [ -x "$dir/usr/sbin/rabbitmq-server" ] && return 0
   mkdir -p "$brokers_dir"
   if ! command -v debootstrap >/dev/null 2>&1; then
-    say "debootstrap is not installed; installing the Debian package debootstrap (apt-get install)"
-    sudo_cmd apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive sudo_cmd apt-get install -y -qq debootstrap
+    # debian-archive-keyring, a recommend, is what checks the suite's
+    # Release file: named, as recommends are not installed.
+    "$(dirname "$0")/apt-install.sh" "debootstrap is not installed: it builds the broker's folder" debootstrap debian-archive-keyring
   fi
   local m
   m="$(mirror)"

@@ -311,8 +311,7 @@ pg_down() {
 
 need_nft() {
   command -v nft >/dev/null && return 0
-  say "nft is missing; installing the Debian package nftables (apt-get install -y nftables)"
-  DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq nftables >&2 ||
+  timeout 300 "$(dirname "$0")/apt-install.sh" "nft is missing: the field's cuts" nftables >&2 ||
     die "could not install nftables"
 }
 
