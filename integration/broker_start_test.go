@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
 )
@@ -105,7 +106,7 @@ func coreCheckRedacted(t *testing.T, msg, raw, secret string) {
 	if strings.Contains(msg, secret) {
 		t.Errorf("the error shows the password: %s", msg)
 	}
-	if red := mq.Redact(raw); !strings.Contains(msg, red) {
+	if red := mqlink.Redact(raw); !strings.Contains(msg, red) {
 		t.Errorf("the error does not name the redacted URL %s: %s", red, msg)
 	}
 }

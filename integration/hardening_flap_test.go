@@ -15,6 +15,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
 )
@@ -78,7 +79,7 @@ func TestHardeningPoisonMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v any = "leaf"
-	for range mq.MaxHeaderDepth + 1 {
+	for range mqlink.MaxHeaderDepth + 1 {
 		v = amqp.Table{"n": v}
 	}
 	if err := ch.PublishWithContext(ctx, "", q, false, false, amqp.Publishing{Headers: amqp.Table{"deep": v}, Body: []byte("poison")}); err != nil {

@@ -31,6 +31,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -361,7 +362,7 @@ func TestRedactionPasswordNeverShows(t *testing.T) {
 				continue // the query URL may connect; its logs are checked all the same
 			}
 			closeBroker(b)
-			capture.err("start with "+mq.Redact(u), err)
+			capture.err("start with "+mqlink.Redact(u), err)
 		}
 	})
 

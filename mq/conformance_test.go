@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/acemq/acemq-go/internal/conformance"
+	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -17,7 +18,7 @@ func TestConformanceAttempt(t *testing.T) {
 	if v.Header != mq.HeaderAttempt {
 		t.Errorf("attempt.json is about %q, mq.HeaderAttempt is %q", v.Header, mq.HeaderAttempt)
 	}
-	for _, f := range conformance.CheckAttempts(v, mq.AttemptOf) {
+	for _, f := range conformance.CheckAttempts(v, mqlink.AttemptOf) {
 		t.Error(f)
 	}
 }

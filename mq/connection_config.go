@@ -103,7 +103,7 @@ func (c Config) validate() error {
 		p, err := url.Parse(u)
 		switch {
 		case err != nil || (p.Scheme != "amqp" && p.Scheme != "amqps") || p.Host == "":
-			errs = append(errs, fmt.Errorf("mq: Config.URLs[%d] %s is not an amqp:// or amqps:// URL", i, Redact(u)))
+			errs = append(errs, fmt.Errorf("mq: Config.URLs[%d] %s is not an amqp:// or amqps:// URL", i, redact(u)))
 		case mangledCredentials(u):
 			errs = append(errs, fmt.Errorf("mq: Config.URLs[%d]: the user name or password did not parse; percent-encode '#', '?', '/' and '@' in them", i))
 		}
@@ -114,7 +114,7 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// Redact returns u with its password replaced, safe to log: credentials
+// redact returns u with its password replaced, safe to log: credentials
 // never appear in this library's logs, errors or span attributes. Query
 // parameters that may carry secrets are hidden too, and the fragment is
 // dropped. A URL that does not parse is not printed at all, nor is one
@@ -123,7 +123,7 @@ func (c Config) validate() error {
 // A keyword/value connection string (PostgreSQL's "host=db password=…")
 // keeps its keywords and loses the value of every one naming a password,
 // quoted or not; one that is not keyword=value throughout is not printed.
-func Redact(u string) string {
+func redact(u string) string {
 	if !strings.Contains(u, "://") && strings.Contains(u, "=") {
 		return redactKeywords(u)
 	}
@@ -145,7 +145,7 @@ func Redact(u string) string {
 	return p.String()
 }
 
-// redactKeywords is Redact for a keyword/value connection string, as
+// redactKeywords is redact for a keyword/value connection string, as
 // libpq reads one: keyword = value pairs apart by spaces, a value either
 // single-quoted (a backslash escapes the next character) or up to the next
 // space.

@@ -18,7 +18,7 @@ type Consumer struct {
 	queue  string
 	cfg    consumerConfig
 	log    *slog.Logger
-	runner *Runner // its chain, and what carries out the chain's decisions
+	runner *chainRunner // its chain, and what carries out the chain's decisions
 	memo   attemptMemo
 
 	life    context.Context // ends at Stop or Broker.Close: bounds resubscribing

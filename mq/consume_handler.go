@@ -119,7 +119,7 @@ type policyRunner interface {
 // middleware.StandardDeclared's ladder does, so that the policy is written
 // once. Broker.Consume gives it that policy before the consumer
 // subscribes, and refuses the consumer (ErrInvalid) when the Broker
-// declared the queue with no policy; NewRunner, which has no Broker,
+// declared the queue with no policy; buildRunner, which has no Broker,
 // refuses it always.
 type policyTaker interface {
 	policyRunner
@@ -156,9 +156,9 @@ type Subscription struct {
 	handlers []Handler
 }
 
-// RetryPolicy returns the policy of the first handler in the chain that
+// retryPolicy returns the policy of the first handler in the chain that
 // runs one (a policyRunner), or the zero policy (one attempt) if none does.
-func (s *Subscription) RetryPolicy() retry.Policy {
+func (s *Subscription) retryPolicy() retry.Policy {
 	if ph := policyHolder(s.handlers); ph != nil {
 		return ph.RetryPolicy()
 	}

@@ -414,7 +414,7 @@ func (s *session) handle(l *lane, raw amqp.Delivery) {
 	}
 }
 
-// wait is an in-process retry's wait on a consumer (Runtime.Wait): d waits w without its slot (unless
+// wait is an in-process retry's wait on a consumer (fateRuntime.Wait): d waits w without its slot (unless
 // the consumer keeps order) while a new worker takes the slot's place; then
 // it takes a slot again for its next attempt.
 func (s *session) wait(ctx context.Context, d *Delivery, w time.Duration) error {
@@ -567,7 +567,7 @@ func (s *session) requeued(d *Delivery, why string, err error) {
 
 // The session carries out its deliveries' decisions.
 var (
-	_ Runtime         = (*session)(nil)
+	_ fateRuntime     = (*session)(nil)
 	_ consumerRuntime = (*session)(nil)
 )
 
@@ -576,7 +576,7 @@ func (s *session) Hop(ctx context.Context, queue string, kind Outcome, m Message
 	return s.c.hops().publish(ctx, queue, m, kind)
 }
 
-// Wait is wait, for the Runner.
+// Wait is wait, for the chainRunner.
 func (s *session) Wait(ctx context.Context, d *Delivery, w time.Duration) error {
 	return s.wait(ctx, d, w)
 }

@@ -100,7 +100,7 @@ func TestMessageDefaults(t *testing.T) {
 		t.Errorf("set values overridden: %+v", p)
 	}
 	// A message copied from a delivery travels exactly as it came.
-	v := MessageOf(amqp.Delivery{Body: []byte("b"), Headers: amqp.Table{"k": "v"}})
+	v := messageOf(amqp.Delivery{Body: []byte("b"), Headers: amqp.Table{"k": "v"}})
 	p = v.publishing()
 	if p.DeliveryMode != 0 || p.MessageId != "" || !p.Timestamp.IsZero() || p.Headers["k"] != "v" {
 		t.Errorf("a verbatim message got defaults: %+v", p)

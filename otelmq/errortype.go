@@ -8,6 +8,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -118,7 +119,7 @@ func replyCodeName(code int) string {
 func fail(span trace.Span, err error) string {
 	et := ErrorType(err)
 	if span.IsRecording() {
-		span.SetStatus(codes.Error, mq.ErrorText(err))
+		span.SetStatus(codes.Error, mqlink.ErrorText(err))
 		span.SetAttributes(semconv.ErrorTypeKey.String(et))
 	}
 	return et

@@ -15,6 +15,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -154,7 +155,7 @@ func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.PublishInfo) co
 	kind := producerKind
 	var link trace.SpanStartOption
 	if p.Hop != "" {
-		attrs = append(attrs, AttemptKey.Int(mq.AttemptOf(headers)))
+		attrs = append(attrs, AttemptKey.Int(mqlink.AttemptOf(headers)))
 		if r := headerString(headers, mq.HeaderReason); r != "" {
 			attrs = append(attrs, ReasonKey.String(r))
 		}
