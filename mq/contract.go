@@ -17,7 +17,7 @@ const (
 	HeaderSourceQueue = "x-acemq-source-queue"
 	// HeaderReason says why a message was set aside: see the [Reason] values.
 	HeaderReason = "x-acemq-reason"
-	// HeaderError is the handler's error text, capped at [link.MaxErrorHeader] bytes.
+	// HeaderError is the handler's error text, capped at 4096 bytes.
 	HeaderError = "x-acemq-error"
 	// HeaderFailedAt is the AMQP timestamp of the failure.
 	HeaderFailedAt = "x-acemq-failed-at"
@@ -46,7 +46,7 @@ const (
 )
 
 // errorText is err's text as the library writes it down — in
-// x-acemq-error, and in otelmq's span statuses: at most [link.MaxErrorHeader]
+// x-acemq-error, and in otelmq's span statuses: at most link.MaxErrorHeader
 // bytes, cut on a rune boundary; empty for nil. Only the cut is inspected:
 // bytes that were not valid UTF-8 in the error's text are kept as they were.
 func errorText(err error) string {

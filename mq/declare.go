@@ -111,7 +111,7 @@ func ownedElsewhere(err error) error {
 
 // QueueExists reports whether queue exists (a passive declare on a
 // throwaway channel: NOT_FOUND is false; any other failure is an error). A
-// name over [link.MaxShortString] bytes is [ErrInvalid], as in every call here that
+// name over 255 bytes is [ErrInvalid], as in every call here that
 // takes a queue name.
 func (b *Broker) QueueExists(ctx context.Context, queue string) (bool, error) {
 	if err := checkName("queue name", queue); err != nil {

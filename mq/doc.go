@@ -56,9 +56,10 @@
 // Code that publishes depends on [Sender], which mqtest fakes.
 //
 // Every name, property and table the library sends is checked at the call
-// against what the wire and amqp091-go's reader accept ([checkName],
-// [checkTable]): a bad value fails its own call with [ErrInvalid] and never
-// the frame, the channel or the connection.
+// against what the wire and amqp091-go's reader accept (names of at most
+// 255 bytes, headers nested at most 32 deep with at most 8192 entries a
+// table, values of types AMQP carries): a bad value fails its own call with
+// [ErrInvalid] and never the frame, the channel or the connection.
 //
 // # Consuming
 //
@@ -75,16 +76,15 @@
 // Middleware decides; the consumer acts. A middleware's answer for a
 // delivery is a [Decision] (an [Outcome]: wait in-process and call again,
 // hop to a rung, to .dlq or to .parked with a [Reason], requeue, reject),
-// returned as its error; the consumer's [chainRunner] alone carries it out, at
+// returned as its error; the consumer alone carries it out, at
 // once, just outside that middleware: it waits (freeing the worker for the
 // rest of the queue) and calls the middleware again, hops (keeping the
 // message's origin and dropping what would make the copy vanish, multiply
 // or be refused), confirms, reports the events and settles, so the
 // middleware outside sees what became of the delivery, not the decision
-// (a reject, made by the consumer, passes up as it is). A fake runs
-// the same chainRunner with a [fateRuntime] of its own ([newDelivery], package
-// mqtest). [Delivery.Attempt] numbers the attempts across in-process
-// waits, broker rungs and restarts ([attemptOf] reads the header).
+// (a reject, made by the consumer, passes up as it is). Package mqtest
+// runs the same decision path without a broker. [Delivery.Attempt] numbers
+// the attempts across in-process waits, broker rungs and restarts.
 //
 // # Hooks and events
 //
@@ -99,5 +99,5 @@
 // Errors match sentinels with errors.Is ([ErrClosed], [ErrUnroutable],
 // [ErrNacked], [ErrInvalid], [ErrNotFound], …); a refusal by the broker is
 // a [*BrokerError] with its reply code ([BrokerError.Code]). Credentials never
-// appear in what this package logs or returns ([redact]).
+// appear in what this package logs or returns.
 package mq

@@ -16,7 +16,7 @@ import (
 // Defaults for a new message: persistent (DeliveryMode 0 means
 // amqp.Persistent; set amqp.Transient to opt out), a unique MessageId and the
 // current Timestamp when those are empty. A message copied from a delivery
-// ([Delivery.Message], [messageOf]) keeps its properties exactly as they were.
+// (a hop's, a replay's) keeps its properties exactly as they were.
 type Message struct {
 	Body            []byte
 	ContentType     string

@@ -53,7 +53,7 @@ func invalid(field, format string, args ...any) *invalidError {
 }
 
 // checkName checks a short string the library is about to send (a queue or
-// exchange name, a routing key, a consumer tag): at most [link.MaxShortString]
+// exchange name, a routing key, a consumer tag): at most link.MaxShortString
 // bytes. field names it in the error, which matches [ErrInvalid]. Every call
 // of this package that sends a name runs it; tools that use a raw channel
 // (package ops) run it too.
@@ -164,8 +164,8 @@ func (c checkedPublish) fitsFrame(frameMax int) error {
 
 // checkTable validates a table the library is about to send (a message's
 // headers, a declaration's arguments) the way checkPublish validates
-// headers: keys of at most [link.MaxShortString] bytes, values of types AMQP can
-// carry, nesting within [link.MaxHeaderDepth], sizes within [link.MaxTableEntries], no
+// headers: keys of at most link.MaxShortString bytes, values of types AMQP can
+// carry, nesting within link.MaxHeaderDepth, sizes within link.MaxTableEntries, no
 // Go int that would be truncated. field names it in the error, which
 // matches [ErrInvalid].
 func checkTable(field string, t amqp.Table) error {
