@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -367,5 +368,56 @@ func TestDurableRungDuplicateIsTheSameAttempt(t *testing.T) {
 		if k := testenv.Count(t, b, name); k != 0 {
 			t.Errorf("%s holds %d messages, want none", name, k)
 		}
+	}
+}
+
+// acemq rungs shows a queue's rungs of both kinds with what waits in each,
+// and says the classic set can be retired only once it is empty.
+func TestCLIRungsShowsBothKinds(t *testing.T) {
+	b := testenv.Broker(t, mq.Config{})
+	const wait = time.Minute
+	classic := retry.Fixed(2, wait, retry.InProcessLimit(0))
+	durable := retry.Fixed(2, wait, retry.InProcessLimit(0), retry.DurableRungs())
+	q := testenv.Queue(t, b, classic)
+	testenv.CleanupDerived(t, q, durable)
+	for _, p := range []retry.Policy{classic, durable} {
+		if err := b.Declare(testenv.Context(t, 15*time.Second), topology.New().Queue(q, topology.Retry(p))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, rung := topology.RungQueue(q, wait), topology.DurableRungQueue(q, wait)
+	testenv.Publish(t, b, old, consMessages("waiting", 2)...)
+	testenv.Publish(t, b, rung, consMessages("durable", 1)...)
+
+	code, out, errs := cliRun(t, "", "rungs", q, "--waits", "1m,5m")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || errs != "" || len(lines) != 3 ||
+		!slices.Equal(strings.Fields(lines[1]), []string{old, "classic", "1m", "2", "0"}) ||
+		!slices.Equal(strings.Fields(lines[2]), []string{rung, "durable", "1m", "1", "0"}) {
+		t.Fatalf("rungs with 2 waiting in the classic rung: exit %d\n%s\nstderr %q", code, out, errs)
+	}
+	if strings.Contains(out, "retire") {
+		t.Errorf("rungs says the classic set can go while it holds 2:\n%s", out)
+	}
+
+	ch, err := b.Channel(testenv.Context(t, 15*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueuePurge(old, false); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = cliRun(t, "", "rungs", q, "--waits", "1m")
+	if code != 0 || !strings.HasSuffix(out, "classic rungs empty: safe to retire\n") {
+		t.Fatalf("rungs with the classic rung empty: exit %d\n%s", code, out)
+	}
+	code, v, _ := cliJSON(t, "", "rungs", q, "--waits", "1m")
+	rs, _ := v["rungs"].([]any)
+	if code != 0 || len(rs) != 2 || v["classic_retirable"] != true {
+		t.Fatalf("rungs --json: exit %d, %v", code, v)
+	}
+	if code, _, errs := cliRun(t, "", "rungs", q, "--waits", "500ms"); code != 2 || !strings.Contains(errs, "--waits") {
+		t.Errorf("rungs --waits 500ms: exit %d, stderr %q; want a usage error", code, errs)
 	}
 }
