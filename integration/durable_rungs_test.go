@@ -8,10 +8,15 @@ package integration
 // duplicate the broker's dead-letter worker can make.
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -365,6 +370,153 @@ func TestDurableRungDuplicateIsTheSameAttempt(t *testing.T) {
 		}
 	}
 	for _, name := range []string{q, rung, topology.DeadLetterQueue(q)} {
+		if k := testenv.Count(t, b, name); k != 0 {
+			t.Errorf("%s holds %d messages, want none", name, k)
+		}
+	}
+}
+
+// acemq rungs shows a queue's rungs of both kinds with what waits in each,
+// and says the classic set can be retired only once it is empty.
+func TestCLIRungsShowsBothKinds(t *testing.T) {
+	b := testenv.Broker(t, mq.Config{})
+	const wait = time.Minute
+	classic := retry.Fixed(2, wait, retry.InProcessLimit(0))
+	durable := retry.Fixed(2, wait, retry.InProcessLimit(0), retry.DurableRungs())
+	q := testenv.Queue(t, b, classic)
+	testenv.CleanupDerived(t, q, durable)
+	for _, p := range []retry.Policy{classic, durable} {
+		if err := b.Declare(testenv.Context(t, 15*time.Second), topology.New().Queue(q, topology.Retry(p))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, rung := topology.RungQueue(q, wait), topology.DurableRungQueue(q, wait)
+	testenv.Publish(t, b, old, consMessages("waiting", 2)...)
+	testenv.Publish(t, b, rung, consMessages("durable", 1)...)
+
+	code, out, errs := cliRun(t, "", "rungs", q, "--waits", "1m,5m")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || errs != "" || len(lines) != 3 ||
+		!slices.Equal(strings.Fields(lines[1]), []string{old, "classic", "1m", "2", "0"}) ||
+		!slices.Equal(strings.Fields(lines[2]), []string{rung, "durable", "1m", "1", "0"}) {
+		t.Fatalf("rungs with 2 waiting in the classic rung: exit %d\n%s\nstderr %q", code, out, errs)
+	}
+	if strings.Contains(out, "retire") {
+		t.Errorf("rungs says the classic set can go while it holds 2:\n%s", out)
+	}
+
+	ch, err := b.Channel(testenv.Context(t, 15*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueuePurge(old, false); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = cliRun(t, "", "rungs", q, "--waits", "1m")
+	if code != 0 || !strings.HasSuffix(out, "classic rungs empty: safe to retire\n") {
+		t.Fatalf("rungs with the classic rung empty: exit %d\n%s", code, out)
+	}
+	code, v, _ := cliJSON(t, "", "rungs", q, "--waits", "1m")
+	rs, _ := v["rungs"].([]any)
+	if code != 0 || len(rs) != 2 || v["classic_retirable"] != true {
+		t.Fatalf("rungs --json: exit %d, %v", code, v)
+	}
+	if code, _, errs := cliRun(t, "", "rungs", q, "--waits", "500ms"); code != 2 || !strings.Contains(errs, "--waits") {
+		t.Errorf("rungs --waits 500ms: exit %d, stderr %q; want a usage error", code, errs)
+	}
+}
+
+// The peer check: a Python service (pika, testdata/pika_rung_peer.py)
+// hops the queue's messages through classic rungs while the Go service
+// hops them through durable ones. Both sets bring messages home; every
+// message is handled once, on attempt 2, and none is lost.
+func TestDurableRungPikaPeerOnClassicRungs(t *testing.T) {
+	py := pikaPython(t)
+	b, _ := consBroker(t)
+	const wait = 2 * time.Second
+	p := retry.Fixed(2, wait, retry.InProcessLimit(0), retry.DurableRungs())
+	q := testenv.Queue(t, b, p)
+	testenv.CleanupDerived(t, q, retry.Fixed(2, wait, retry.InProcessLimit(0)))
+	var calls rungCalls
+	c := rungConsumer(t, b, q, p, func(_ context.Context, d *mq.Delivery) error {
+		if calls.add(d).attempt == 1 {
+			return errors.New("fails on attempt 1")
+		}
+		return nil
+	})
+	defer testenv.Stop(t, c)
+
+	ctx := testenv.Context(t, 90*time.Second)
+	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "pika_rung_peer.py"), testenv.URL(), q, "2000", "20")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The peer consumes once it has declared its classic rung.
+	old := topology.RungQueue(q, wait)
+	if !testenv.Poll(30*time.Second, func() bool {
+		ok, err := b.QueueExists(testenv.Context(t, 5*time.Second), old)
+		return err == nil && ok
+	}) {
+		t.Fatalf("the pika peer did not declare %s (stderr: %s)", old, stderr.String())
+	}
+	time.Sleep(time.Second)
+	const n = 40
+	for i := range n {
+		testenv.Publish(t, b, q, consMessages(fmt.Sprintf("peer%d", i), 1)...)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("pika_rung_peer.py: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+	}
+	var peer struct {
+		Hopped  []string `json:"hopped"`
+		Handled []struct {
+			ID      string `json:"id"`
+			Attempt int    `json:"attempt"`
+			From    string `json:"from"`
+		} `json:"handled"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &peer); err != nil {
+		t.Fatalf("pika_rung_peer.py printed %q: %v", stdout.String(), err)
+	}
+	rung := topology.DurableRungQueue(q, wait)
+	handled := map[string]int{}
+	via := map[string]int{}
+	for _, h := range peer.Handled {
+		handled[h.ID]++
+		via[h.From]++
+		if h.Attempt != 2 {
+			t.Errorf("the peer handled %s on attempt %d, want 2", h.ID, h.Attempt)
+		}
+	}
+	calls.mu.Lock()
+	goHopped := 0
+	for _, c := range calls.calls {
+		if c.attempt == 1 {
+			goHopped++
+			continue
+		}
+		handled[c.id]++
+		via[c.from]++
+		if c.attempt != 2 {
+			t.Errorf("Go handled %s on attempt %d, want 2", c.id, c.attempt)
+		}
+	}
+	calls.mu.Unlock()
+	for i := range n {
+		id := fmt.Sprintf("peer%d-0", i)
+		if handled[id] != 1 {
+			t.Errorf("%s handled %d times on attempt 2, want once", id, handled[id])
+		}
+	}
+	t.Logf("hops: %d by the peer (classic), %d by Go (durable); came home from: %v", len(peer.Hopped), goHopped, via)
+	if len(peer.Hopped) == 0 || goHopped == 0 || via[old] == 0 || via[rung] == 0 || via[old]+via[rung] != n {
+		t.Errorf("came home from %v, hops %d by the peer and %d by Go: want both rung kinds to bring messages home, %d in all", via, len(peer.Hopped), goHopped, n)
+	}
+	for _, name := range []string{q, old, rung, topology.DeadLetterQueue(q)} {
 		if k := testenv.Count(t, b, name); k != 0 {
 			t.Errorf("%s holds %d messages, want none", name, k)
 		}

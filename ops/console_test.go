@@ -520,3 +520,22 @@ func TestConsoleSourcesStripOneSuffix(t *testing.T) {
 		t.Errorf("sourcesOf = %v, want %s", got, want)
 	}
 }
+
+// The message page shows the last rung the message waited in, classic or
+// durable, when the broker's x-death names one, and nothing otherwise.
+func TestConsoleMessageLastRung(t *testing.T) {
+	c := testConsole(t, ConsoleOptions{Queues: []string{"orders"}})
+	for rung, want := range map[string]bool{"orders.retry.30s.quorum": true, "orders.retry.2m": true, "orders": false} {
+		d := consoleDeliveries(1)[0]
+		d.Headers["x-death"] = []any{amqp.Table{"queue": rung, "reason": "expired", "count": int64(1)}}
+		sc := newScanner("orders.dlq", 0, func(failure) bool { return true }, false)
+		sc.visit(1, d)
+		m := sc.done(1).Page[0]
+		w := httptest.NewRecorder()
+		c.render(w, getReq("/"), "message", map[string]any{"Source": "orders", "Kind": "dlq", "Queue": "orders.dlq", "M": m, "Headers": headerRows(m.Headers), "Body": showBody(m.Body)})
+		body := w.Body.String()
+		if got := strings.Contains(body, `<dt>Last rung</dt><dd id="last-rung">`+rung+`</dd>`); got != want || w.Code != http.StatusOK {
+			t.Errorf("x-death naming %s: the page shows it as the last rung: %v, want %v (status %d)", rung, got, want, w.Code)
+		}
+	}
+}

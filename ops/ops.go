@@ -15,6 +15,7 @@ import (
 
 	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/topology"
 )
 
 // QueueCount is what Count found for one queue.
@@ -161,6 +162,9 @@ type Peeked struct {
 	// look gives it, carries just x-acquired-count). Up to 4.2 taking it to
 	// look counted toward the queue's delivery limit.
 	DeliveryCounted bool
+	// LastRung is the last rung the message waited in, classic or durable:
+	// the newest rung the broker's x-death records name; empty when none.
+	LastRung string
 
 	// Headers are all the message's headers (a copy).
 	Headers amqp.Table
@@ -275,6 +279,7 @@ func peeked(queue string, pos int, d amqp.Delivery) Peeked {
 		p.OriginalExchange, p.OriginalRoutingKey, p.RouteFrom = d.Exchange, d.RoutingKey, routeFromDelivery
 	}
 	p.DeliveryCounted = deliveryCounted(h)
+	p.LastRung = lastRung(h)
 	if h != nil {
 		p.Headers = make(amqp.Table, len(h))
 		for k, v := range h {
@@ -312,6 +317,21 @@ func deathRoute(h amqp.Table, ex, key *string) bool {
 		}
 	}
 	return true
+}
+
+// lastRung is the newest queue in x-death (RabbitMQ lists the newest
+// first) that topology.ParseRung reads as a rung.
+func lastRung(h amqp.Table) string {
+	deaths, _ := h["x-death"].([]any)
+	for _, d := range deaths {
+		t, _ := d.(amqp.Table)
+		if q, _ := headerString(t, "queue"); q != "" {
+			if _, _, _, ok := topology.ParseRung(q); ok {
+				return q
+			}
+		}
+	}
+	return ""
 }
 
 // deliveryCounted reports a quorum queue's mark on a delivery: up to 4.2

@@ -40,3 +40,13 @@ func TestConformanceValidation(t *testing.T) {
 		t.Error(f)
 	}
 }
+
+func TestConformanceDurableRungs(t *testing.T) {
+	var v conformance.DurableRungs
+	if err := conformance.Load("durable_rungs.json", &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range conformance.CheckDurableRungs(v) {
+		t.Error(f)
+	}
+}

@@ -83,6 +83,7 @@ type cli struct {
 	Delete  deleteCmd  `cmd:"" help:"Delete the message with a message id from a queue (asks first)."`
 	Publish publishCmd `cmd:"" help:"Publish one message (body from stdin or --file) and wait for the broker's confirm."`
 	Console consoleCmd `cmd:"" help:"Serve the dead-letter web console (loopback by default)."`
+	Rungs   rungsCmd   `cmd:"" help:"Show a queue's retry rungs of both kinds, classic and durable, and the messages waiting in each."`
 	// Further commands register here.
 }
 
@@ -516,6 +517,7 @@ type peekJSON struct {
 	FailedAt           *time.Time     `json:"failed_at,omitempty"`
 	ReplayedAt         *time.Time     `json:"replayed_at,omitempty"`   // the last replay (x-acemq-replayed-at), if any
 	ReplayedFrom       string         `json:"replayed_from,omitempty"` // the queue it was replayed from (x-acemq-replayed-from)
+	LastRung           string         `json:"last_rung,omitempty"`     // the last rung it waited in (x-death)
 	Headers            map[string]any `json:"headers,omitempty"`
 	BodyBytes          int            `json:"body_bytes"`
 	Body               string         `json:"body"`
@@ -554,7 +556,7 @@ func (c *peekCmd) Run(e *env) error {
 func peekRow(m ops.Peeked) peekJSON {
 	r := peekJSON{Position: m.Position, MessageID: m.MessageId, CorrelationID: m.CorrelationId, ContentType: m.ContentType,
 		Redelivered: m.Redelivered, OriginalExchange: m.OriginalExchange, OriginalRoutingKey: m.OriginalRoutingKey,
-		SourceQueue: m.SourceQueue, Reason: m.Reason, Error: m.Error, BodyBytes: len(m.Body), Body: m.Preview}
+		SourceQueue: m.SourceQueue, Reason: m.Reason, Error: m.Error, BodyBytes: len(m.Body), Body: m.Preview, LastRung: m.LastRung}
 	if m.AttemptsUsed >= 0 {
 		n := m.AttemptsUsed
 		r.AttemptsUsed = &n
@@ -649,6 +651,9 @@ func printPeeked(w io.Writer, m ops.Peeked) {
 	row("route from", m.RouteFrom)
 	if m.SourceQueue != "" {
 		row("source queue", m.SourceQueue)
+	}
+	if m.LastRung != "" {
+		row("last rung", m.LastRung)
 	}
 	if m.Reason != "" {
 		row("reason", m.Reason)

@@ -19,6 +19,13 @@
 //	acemq delete <queue> <message-id> [--yes]
 //	acemq publish <routing-key> [--exchange E] [--file F] [properties] [-H NAME=VALUE]... [--allow-unroutable]
 //	acemq console [<queue>...] [--listen ADDR] [--management URL [--vhost V]] [--token T] [--read-only]
+//	acemq rungs <queue> --waits W[,W...]
+//
+// rungs lists the queue's rungs of both kinds for the waits of its retry
+// policy, classic (<queue>.retry.<wait>) and durable
+// (<queue>.retry.<wait>.quorum), with the messages waiting in each; when
+// durable rungs exist and every classic one is empty it says "classic
+// rungs empty: safe to retire" (the library never deletes a rung).
 //
 // console serves ops.Console on --listen (default 127.0.0.1:8089) until
 // interrupted; an address that is not loopback needs --token (or
