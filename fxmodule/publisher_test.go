@@ -3,7 +3,6 @@ package fxmodule
 import (
 	"testing"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -34,7 +33,7 @@ func TestPublisherOptionsEventsAndCommands(t *testing.T) {
 		{topo, "events", []mq.PublisherOption{mq.Mandatory()}, true},
 		{topo, "commands", []mq.PublisherOption{mq.AllowUnroutable()}, false},
 	} {
-		if got := mqlink.IsMandatory(PublisherOptions(c.topo, c.exchange, c.opts...)...); got != c.mandatory {
+		if got := mq.IsMandatory(PublisherOptions(c.topo, c.exchange, c.opts...)...); got != c.mandatory {
 			t.Errorf("publisher to %q (topology %v, %d options): mandatory %v, want %v", c.exchange, c.topo != nil, len(c.opts), got, c.mandatory)
 		}
 	}

@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/fx"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/retry"
@@ -129,7 +128,7 @@ func ConsumerOptions(c Consumer, t *topology.Topology, inbox mq.Middleware, shar
 			declared = &q.Retry
 		}
 	}
-	r, err := mqlink.NewRunner(c.Handler, nil, c.Options...)
+	r, err := mq.NewRunner(c.Handler, nil, c.Options...)
 	if err != nil {
 		return nil, fmt.Errorf("fxmodule: consumer of %q: %w", c.Queue, err)
 	}

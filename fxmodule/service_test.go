@@ -12,7 +12,6 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/retry"
@@ -39,7 +38,7 @@ func runnerFor(t *testing.T, topo *topology.Topology, sets []middlewareSet, cs .
 // reads it.
 func policyOf(t *testing.T, c Consumer) (retry.Policy, bool) {
 	t.Helper()
-	r, err := mqlink.NewRunner(c.Handler, nil, c.Options...)
+	r, err := mq.NewRunner(c.Handler, nil, c.Options...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -66,7 +65,7 @@ func TestAsideRefusedIsSetAsideAgainNotRetried(t *testing.T) {
 		t.Fatalf("%d messages in %s, want 1", len(got), dlq)
 	}
 	hd := got[0].Headers
-	if a := mqlink.AttemptOf(hd); a != 4 {
+	if a := mq.AttemptOf(hd); a != 4 {
 		t.Errorf("x-acemq-attempt on the dead letter is %d, want 4 (3 attempts used)", a)
 	}
 	if s := hd[mq.HeaderSourceQueue]; s != q {

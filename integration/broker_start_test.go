@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
 )
@@ -106,7 +105,7 @@ func coreCheckRedacted(t *testing.T, msg, raw, secret string) {
 	if strings.Contains(msg, secret) {
 		t.Errorf("the error shows the password: %s", msg)
 	}
-	if red := mqlink.Redact(raw); !strings.Contains(msg, red) {
+	if red := mq.Redact(raw); !strings.Contains(msg, red) {
 		t.Errorf("the error does not name the redacted URL %s: %s", red, msg)
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -35,7 +34,7 @@ func chaosInvalid(i int, q string) (string, mq.Message) {
 		return q, mq.Message{Headers: amqp.Table{long: 1}}
 	case 3:
 		var v any = "leaf"
-		for range mqlink.MaxHeaderDepth + 1 {
+		for range mq.MaxHeaderDepth + 1 {
 			v = amqp.Table{"n": v}
 		}
 		return q, mq.Message{Headers: amqp.Table{"deep": v}}

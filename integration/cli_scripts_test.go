@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
 )
@@ -40,7 +39,7 @@ func TestCLIMissingQueueOneWording(t *testing.T) {
 func TestCLILoginRefused(t *testing.T) {
 	u := strings.Replace(testenv.URL(), "guest:guest@", "guest:wrong-password@", 1)
 	if u == testenv.URL() {
-		t.Fatalf("AMQP_URL %s has no guest:guest@ to replace", mqlink.Redact(u))
+		t.Fatalf("AMQP_URL %s has no guest:guest@ to replace", mq.Redact(u))
 	}
 	for _, tc := range []struct{ url, want string }{
 		{u, "refused the login"},
@@ -54,10 +53,10 @@ func TestCLILoginRefused(t *testing.T) {
 			// clients that do not say they understand it, and amqp091-go
 			// does not); a missing vhost at once.
 			if code != 6 || !strings.Contains(errs, tc.want) || strings.Contains(errs, "within") || strings.Contains(errs, "wrong-password") {
-				t.Errorf("%s %v: exit %d, stderr %q; want 6 and %q", mqlink.Redact(tc.url), extra, code, errs, tc.want)
+				t.Errorf("%s %v: exit %d, stderr %q; want 6 and %q", mq.Redact(tc.url), extra, code, errs, tc.want)
 			}
 			if took > 6*time.Second {
-				t.Errorf("%s %v: took %v; want the refusal when the broker says it, not after --timeout", mqlink.Redact(tc.url), extra, took)
+				t.Errorf("%s %v: took %v; want the refusal when the broker says it, not after --timeout", mq.Redact(tc.url), extra, took)
 			}
 		}
 	}

@@ -23,7 +23,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -141,7 +140,7 @@ func TestDurableRungHop(t *testing.T) {
 		t.Errorf("%s is not declared with the durable rung's argument table: %v", rung, err)
 	}
 	dl := testenv.GetAll(t, b, topology.DeadLetterQueue(q))
-	if len(dl) != 1 || mqlink.AttemptOf(dl[0].Headers) != 4 {
+	if len(dl) != 1 || mq.AttemptOf(dl[0].Headers) != 4 {
 		t.Fatalf(".dlq: %v, want one message carrying attempt 4", headersOf(dl))
 	}
 	for _, name := range []string{q, rung} {

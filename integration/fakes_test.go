@@ -16,7 +16,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/mqtest"
@@ -75,7 +74,7 @@ func TestFakePublisherAnswersAsTheBroker(t *testing.T) {
 	}
 	long := strings.Repeat("x", 256)
 	var deep any = "leaf"
-	for range mqlink.MaxHeaderDepth + 1 {
+	for range mq.MaxHeaderDepth + 1 {
 		deep = amqp.Table{"n": deep}
 	}
 	type publish struct {

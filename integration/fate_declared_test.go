@@ -12,7 +12,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -49,7 +48,7 @@ func TestFateStandardTakesTheDeclaredPolicy(t *testing.T) {
 		t.Errorf("handler called %d times, want the declared policy's %d attempts", n, policy.Attempts())
 	}
 	got := testenv.GetAll(t, b, topology.DeadLetterQueue(q))
-	if len(got) != 1 || got[0].Headers[mq.HeaderReason] != string(mq.ReasonExhausted) || mqlink.AttemptOf(got[0].Headers) != policy.Attempts()+1 {
+	if len(got) != 1 || got[0].Headers[mq.HeaderReason] != string(mq.ReasonExhausted) || mq.AttemptOf(got[0].Headers) != policy.Attempts()+1 {
 		t.Errorf(".dlq holds %d message(s), headers %v; want one, exhausted after %d attempts", len(got), headersOf(got), policy.Attempts())
 	}
 }

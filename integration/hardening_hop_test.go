@@ -16,7 +16,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -58,7 +57,7 @@ func TestHardeningHopFitsTheFrame(t *testing.T) {
 	}
 	h := got[0].Headers
 	e, _ := h[mq.HeaderError].(string)
-	if e == "" || len(e) >= mqlink.MaxErrorHeader || !strings.HasPrefix(e, "eeee") || !strings.HasSuffix(e, "…") {
+	if e == "" || len(e) >= mq.MaxErrorHeader || !strings.HasPrefix(e, "eeee") || !strings.HasSuffix(e, "…") {
 		t.Errorf("x-acemq-error is %d bytes (%.20q…); want it cut short to fit, marked with …", len(e), e)
 	}
 	if h[mq.HeaderReason] != string(mq.ReasonRejected) || h["pad"] != pad {

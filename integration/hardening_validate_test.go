@@ -17,7 +17,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/tcpproxy"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
@@ -66,7 +65,7 @@ func TestHardeningInvalidInputsCostNoConnection(t *testing.T) {
 	pub := b.Publisher("")
 	defer pub.Close()
 	long := strings.Repeat("x", 256)
-	deep := amqp.Table{"deep": hardNest(mqlink.MaxHeaderDepth + 1)}
+	deep := amqp.Table{"deep": hardNest(mq.MaxHeaderDepth + 1)}
 	cases := []struct {
 		name, field string
 		key         string
@@ -86,8 +85,8 @@ func TestHardeningInvalidInputsCostNoConnection(t *testing.T) {
 		{"nested header key", "header \"outer\" key", q, mq.Message{Headers: amqp.Table{"outer": amqp.Table{long: 1}}}},
 		{"headers over frame_max", "message properties", q, mq.Message{Headers: amqp.Table{"big": strings.Repeat("b", 200_000)}}},
 		{"headers nested too deep", "nests tables and arrays 33 deep", q, mq.Message{Headers: deep}},
-		{"table with too many entries", "has 8193 entries", q, mq.Message{Headers: amqp.Table{"t": hardBigTable(mqlink.MaxTableEntries + 1)}}},
-		{"array with too many elements", "has 8193 elements", q, mq.Message{Headers: amqp.Table{"a": make([]any, mqlink.MaxTableEntries+1)}}},
+		{"table with too many entries", "has 8193 entries", q, mq.Message{Headers: amqp.Table{"t": hardBigTable(mq.MaxTableEntries + 1)}}},
+		{"array with too many elements", "has 8193 elements", q, mq.Message{Headers: amqp.Table{"a": make([]any, mq.MaxTableEntries+1)}}},
 		{"unsupported type", "header \"u\"", q, mq.Message{Headers: amqp.Table{"u": uint64(1)}}},
 	}
 	for _, c := range cases {
@@ -139,7 +138,7 @@ func TestHardeningInvalidInputsCostNoConnection(t *testing.T) {
 		if _, err := ops.Replay(ctx, b, long, ops.ReplayOptions{}); !errors.Is(err, mq.ErrInvalid) {
 			t.Fatalf("ops.Replay: %v; want ErrInvalid", err)
 		}
-		err := b.Declare(ctx, topology.New().Queue(testenv.Name(t, "never"), topology.Classic(), topology.Args(map[string]any{"x-deep": hardNest(mqlink.MaxHeaderDepth + 1)})))
+		err := b.Declare(ctx, topology.New().Queue(testenv.Name(t, "never"), topology.Classic(), topology.Args(map[string]any{"x-deep": hardNest(mq.MaxHeaderDepth + 1)})))
 		if !errors.Is(err, mq.ErrInvalid) {
 			t.Fatalf("Declare with arguments nested 33 deep: %v; want ErrInvalid", err)
 		}
@@ -167,12 +166,12 @@ func TestHardeningLimitsRoundTrip(t *testing.T) {
 	q := coreQueue(t, b, nil)
 	pub := b.Publisher("")
 	defer pub.Close()
-	max := strings.Repeat("m", mqlink.MaxShortString)
+	max := strings.Repeat("m", mq.MaxShortString)
 	m := mq.Message{MessageId: max, CorrelationId: max, ReplyTo: max, Type: max, AppId: max, ContentType: max, ContentEncoding: max,
 		Expiration: "4294967295",
 		Headers: amqp.Table{
 			max:     "key of 255 bytes",
-			"deep":  hardNest(mqlink.MaxHeaderDepth),
+			"deep":  hardNest(mq.MaxHeaderDepth),
 			"big":   int(5_000_000_000),
 			"neg":   int(-5_000_000_000),
 			"small": int(7),
@@ -215,7 +214,7 @@ func TestHardeningLimitsRoundTrip(t *testing.T) {
 		t.Errorf("array arrived as %#v", d.Headers["arr"])
 	}
 	v := d.Headers["deep"]
-	for i := range mqlink.MaxHeaderDepth {
+	for i := range mq.MaxHeaderDepth {
 		tb, ok := v.(amqp.Table)
 		if !ok {
 			t.Fatalf("depth %d is a %T", i+1, v)

@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -186,7 +185,7 @@ func TestHopsRefusedAsideSurvivesAKill(t *testing.T) {
 		t.Fatalf("the second child called the handler: %q", got)
 	}
 	got := testenv.GetAll(t, b, dlq)
-	if len(got) != 1 || mqlink.AttemptOf(got[0].Headers) != 4 || got[0].Headers[mq.HeaderError] != "fails on attempt 3" {
+	if len(got) != 1 || mq.AttemptOf(got[0].Headers) != 4 || got[0].Headers[mq.HeaderError] != "fails on attempt 3" {
 		t.Fatalf("%s: %v, want one message, attempt 4, the third attempt's error", dlq, headersOf(got))
 	}
 	if n := testenv.Count(t, b, q); n != 0 {

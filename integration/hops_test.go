@@ -19,7 +19,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-go/fxmodule"
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -55,7 +54,7 @@ func TestHopsQuorumAttemptsRunWithoutAGap(t *testing.T) {
 		t.Fatalf("attempts %v, want %v (three requeues, then every attempt of the policy once)", attempts, want)
 	}
 	got := testenv.GetAll(t, b, topology.DeadLetterQueue(q))
-	if len(got) != 1 || mqlink.AttemptOf(got[0].Headers) != 7 {
+	if len(got) != 1 || mq.AttemptOf(got[0].Headers) != 7 {
 		t.Fatalf(".dlq: %v, want one message carrying attempt 7", headersOf(got))
 	}
 	if _, ok := got[0].Headers["x-delivery-count"]; ok {
@@ -216,7 +215,7 @@ func TestHopsRefusedRungWaitsForTheRung(t *testing.T) {
 				t.Errorf("attempt 3 ran %v after attempt 2, want at least the 2 s wait", w.Round(time.Millisecond))
 			}
 			got := testenv.GetAll(t, b, topology.DeadLetterQueue(q))
-			if len(got) != 1 || mqlink.AttemptOf(got[0].Headers) != 4 || got[0].Headers[mq.HeaderReason] != string(mq.ReasonExhausted) {
+			if len(got) != 1 || mq.AttemptOf(got[0].Headers) != 4 || got[0].Headers[mq.HeaderReason] != string(mq.ReasonExhausted) {
 				t.Fatalf(".dlq: %v, want one message, exhausted after 3 attempts", headersOf(got))
 			}
 			if n := testenv.Count(t, b, q); n != 0 {
@@ -262,7 +261,7 @@ func TestHopsRefusedAsideSurvivesARestart(t *testing.T) {
 		t.Fatalf("the handler ran attempts %v by the time the message reached %s, want 1 2 3", a, dlq)
 	}
 	got := testenv.GetAll(t, b, dlq)
-	if len(got) != 1 || mqlink.AttemptOf(got[0].Headers) != 4 || got[0].Headers[mq.HeaderError] != "fails on attempt 3" {
+	if len(got) != 1 || mq.AttemptOf(got[0].Headers) != 4 || got[0].Headers[mq.HeaderError] != "fails on attempt 3" {
 		t.Fatalf("%s: %v, want one message, attempt 4, the third attempt's error", dlq, headersOf(got))
 	}
 }

@@ -23,7 +23,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -337,7 +336,7 @@ func TestLadderStopCarriesWaitsFromEveryChannel(t *testing.T) {
 	ids := map[string]bool{}
 	for _, d := range got {
 		ids[d.MessageId] = true
-		if a := mqlink.AttemptOf(d.Headers); a != 2 {
+		if a := mq.AttemptOf(d.Headers); a != 2 {
 			t.Errorf("%s came back as attempt %d, want 2", d.MessageId, a)
 		}
 	}

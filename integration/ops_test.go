@@ -21,7 +21,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/ops"
@@ -120,7 +119,7 @@ func TestOpsReplayMovesEverything(t *testing.T) {
 			d.Type != want.Type || !d.Timestamp.Equal(want.Timestamp) || d.DeliveryMode != amqp.Persistent {
 			t.Errorf("%s: properties changed: %+v", d.MessageId, d)
 		}
-		if _, ok := d.Headers[mq.HeaderAttempt]; ok || mqlink.AttemptOf(d.Headers) != 1 {
+		if _, ok := d.Headers[mq.HeaderAttempt]; ok || mq.AttemptOf(d.Headers) != 1 {
 			t.Errorf("%s: attempt header kept: %v", d.MessageId, d.Headers[mq.HeaderAttempt])
 		}
 		if from, _ := d.Headers[mq.HeaderReplayedFrom].(string); from != dlq {

@@ -30,7 +30,6 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/acemq/acemq-go/fxmodule"
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -453,7 +452,7 @@ func TestInboxEffectsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Publish(t, b, q, mq.Message{MessageId: "dup"}, mq.Message{MessageId: "dup"}, mq.Message{MessageId: "flaky"},
-		mq.Message{MessageId: "dup"}, mqlink.MessageOf(amqp.Delivery{Body: []byte("no id")}))
+		mq.Message{MessageId: "dup"}, mq.MessageOf(amqp.Delivery{Body: []byte("no id")}))
 	dlq := topology.DeadLetterQueue(q)
 	testenv.WaitCount(t, b, dlq, 1, 15*time.Second)
 	testenv.Eventually(t, 15*time.Second, func() bool { return outboxCount(t, db, effects, "") == 2 && lg.Count(outbox.EventDuplicate) == 2 },

@@ -31,7 +31,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
@@ -362,7 +361,7 @@ func TestRedactionPasswordNeverShows(t *testing.T) {
 				continue // the query URL may connect; its logs are checked all the same
 			}
 			closeBroker(b)
-			capture.err("start with "+mqlink.Redact(u), err)
+			capture.err("start with "+mq.Redact(u), err)
 		}
 	})
 

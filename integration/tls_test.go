@@ -26,7 +26,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
@@ -163,7 +162,7 @@ func tlsDialFails(t *testing.T, cfg mq.Config) error {
 		t.Errorf("close: %v", cerr)
 	}
 	if err == nil {
-		t.Fatalf("connected to %s, but it must not have", mqlink.Redact(cfg.URLs[0]))
+		t.Fatalf("connected to %s, but it must not have", mq.Redact(cfg.URLs[0]))
 	}
 	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -41,7 +40,7 @@ func (x *declarer) Subscribe(ctx context.Context, s *mq.Subscription) error {
 		return fmt.Errorf("DeclareOnStart: queue %q does not exist (reply 404 NOT_FOUND to a passive declare), so nothing is declared for it: %w", s.Queue, mq.ErrNotFound)
 	}
 	if err == nil {
-		err = s.Broker.Declare(ctx, topology.ForConsumer(s.Queue, mqlink.RetryPolicy(s)))
+		err = s.Broker.Declare(ctx, topology.ForConsumer(s.Queue, s.RetryPolicy()))
 	}
 	if err != nil && s.Resubscribe && ctx.Err() == nil {
 		s.Logger.WarnContext(ctx, "acemq.declare.failed", "error", err)

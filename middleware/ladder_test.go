@@ -13,7 +13,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/mqtest"
 	"github.com/acemq/acemq-go/retry"
@@ -148,7 +147,7 @@ func TestLadderExhaustedGoesToDLQ(t *testing.T) {
 		t.Errorf("source %v reason %v", h[mq.HeaderSourceQueue], h[mq.HeaderReason])
 	}
 	text, _ := h[mq.HeaderError].(string)
-	if len(text) > mqlink.MaxErrorHeader || len(text) < mqlink.MaxErrorHeader-utf8.UTFMax || !utf8.ValidString(text) || !strings.HasPrefix(long, text) {
+	if len(text) > mq.MaxErrorHeader || len(text) < mq.MaxErrorHeader-utf8.UTFMax || !utf8.ValidString(text) || !strings.HasPrefix(long, text) {
 		t.Errorf("%s: %d bytes, valid %v, a prefix %v", mq.HeaderError, len(text), utf8.ValidString(text), strings.HasPrefix(long, text))
 	}
 	at, ok := h[mq.HeaderFailedAt].(time.Time)
@@ -188,17 +187,17 @@ func TestCapError(t *testing.T) {
 	}{
 		{"nil", nil, ""},
 		{"short", errors.New("short"), "short"},
-		{"exactly the cap", errors.New(ascii[:mqlink.MaxErrorHeader]), ascii[:mqlink.MaxErrorHeader]},
-		{"ascii", errors.New(ascii), ascii[:mqlink.MaxErrorHeader]},
-		{"two-byte runes", errors.New(twoByte), twoByte[:mqlink.MaxErrorHeader-1]},
-		{"four-byte runes", errors.New(fourByte), fourByte[:mqlink.MaxErrorHeader-3]},
+		{"exactly the cap", errors.New(ascii[:mq.MaxErrorHeader]), ascii[:mq.MaxErrorHeader]},
+		{"ascii", errors.New(ascii), ascii[:mq.MaxErrorHeader]},
+		{"two-byte runes", errors.New(twoByte), twoByte[:mq.MaxErrorHeader-1]},
+		{"four-byte runes", errors.New(fourByte), fourByte[:mq.MaxErrorHeader-3]},
 		// Bytes that were never UTF-8 stay: only the cut is on a rune boundary.
-		{"invalid byte early", errors.New(badEarly), badEarly[:mqlink.MaxErrorHeader]},
+		{"invalid byte early", errors.New(badEarly), badEarly[:mq.MaxErrorHeader]},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := mqlink.ErrorText(c.err); got != c.want {
-				t.Errorf("mqlink.ErrorText: %d bytes, want %d", len(got), len(c.want))
+			if got := mq.ErrorText(c.err); got != c.want {
+				t.Errorf("mq.ErrorText: %d bytes, want %d", len(got), len(c.want))
 			}
 		})
 	}
@@ -380,7 +379,7 @@ func TestLadderSubscribeValidatesPolicy(t *testing.T) {
 	if err := good.(mq.Subscriber).Subscribe(context.Background(), &mq.Subscription{Queue: "q"}); err != nil {
 		t.Errorf("Subscribe = %v", err)
 	}
-	if p := good.(interface{ RetryPolicy() retry.Policy }).RetryPolicy(); !p.Equal(brokerOnly) {
+	if p := good.(mq.PolicyHolder).RetryPolicy(); !p.Equal(brokerOnly) {
 		t.Errorf("RetryPolicy = %v", p)
 	}
 }

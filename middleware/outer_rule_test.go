@@ -10,7 +10,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/mqtest"
 	"github.com/acemq/acemq-go/retry"
@@ -92,7 +91,7 @@ func TestOuterSeesWhatWasCarriedOut(t *testing.T) {
 				opts = append(opts, mq.WithMiddleware(tc.inner))
 			}
 			h := mq.HandlerFunc(func(_ context.Context, d *mq.Delivery) error { return tc.handle(d.Attempt()) })
-			r, err := mqlink.NewRunner(h, nil, opts...)
+			r, err := mq.NewRunner(h, nil, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

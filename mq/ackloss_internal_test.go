@@ -75,7 +75,7 @@ func TestHopConfirmedIsNotUndoneByALostAck(t *testing.T) {
 			rt := &memoRuntime{}
 			deliver := func(raw amqp.Delivery, l *lane) (*Delivery, error) {
 				a, aside := rt.memo.recall(raw)
-				d := newDelivery("q", raw, rt)
+				d := NewDelivery("q", raw, rt)
 				d.attempt, d.aside, d.lane = a, aside, l
 				return d, r.Deliver(context.Background(), d)
 			}
@@ -139,7 +139,7 @@ func TestHopConfirmedIsNotUndoneByALostAck(t *testing.T) {
 func TestPlainAckRemembersNothing(t *testing.T) {
 	r := newRunner(HandlerFunc(func(context.Context, *Delivery) error { return nil }), nil, nil)
 	rt := &memoRuntime{}
-	d := newDelivery("q", amqp.Delivery{MessageId: "m"}, rt)
+	d := NewDelivery("q", amqp.Delivery{MessageId: "m"}, rt)
 	d.lane = &lane{}
 	if err := r.Deliver(context.Background(), d); err != nil || d.Outcome() != OutcomeAck {
 		t.Fatalf("settled with %v (%q), want an ack", err, d.Outcome())
@@ -162,14 +162,14 @@ func TestRefusedHopCopyIsNotUndoneByALostAck(t *testing.T) {
 	rt := &memoRuntime{}
 	rt.refuseTo = "q.dlq"
 	l := &lane{}
-	d := newDelivery("q", amqp.Delivery{MessageId: "m"}, rt)
+	d := NewDelivery("q", amqp.Delivery{MessageId: "m"}, rt)
 	d.lane = l
 	if err := r.Deliver(context.Background(), d); err != nil || d.Outcome() != OutcomeRequeue || !d.homeCopy {
 		t.Fatalf("a refused set-aside: settled with %v (%q, home copy %v), want nil (requeue, its copy in q)", err, d.Outcome(), d.homeCopy)
 	}
 	l.closed(false)
 	a, aside := rt.memo.recall(amqp.Delivery{MessageId: "m", Redelivered: true})
-	d = newDelivery("q", amqp.Delivery{MessageId: "m", Redelivered: true}, rt)
+	d = NewDelivery("q", amqp.Delivery{MessageId: "m", Redelivered: true}, rt)
 	d.attempt, d.aside, d.lane = a, aside, &lane{}
 	if err := r.Deliver(context.Background(), d); err != nil || d.Outcome() != OutcomeRequeue || handler != 1 {
 		t.Fatalf("its redelivery after a lost ack: settled with %v (%q), handler ran %d times; want nil (requeue), 1", err, d.Outcome(), handler)

@@ -14,7 +14,7 @@ import (
 	"github.com/acemq/acemq-go/retry"
 )
 
-// hopRuntime is a fateRuntime whose hops fail while refuse is set, and that
+// hopRuntime is a Runtime whose hops fail while refuse is set, and that
 // keeps every hop it was asked for.
 type hopRuntime struct {
 	mu     sync.Mutex
@@ -55,7 +55,7 @@ func TestAsideRefusedIsMadeAgainOnTheRedelivery(t *testing.T) {
 	var memo attemptMemo
 	for i := range 3 {
 		a, aside := memo.recall(raw)
-		d := newDelivery("q", raw, rt)
+		d := NewDelivery("q", raw, rt)
 		d.attempt, d.aside = a, aside
 		if err := r.Deliver(context.Background(), d); !errors.Is(err, ErrRequeue) {
 			t.Fatalf("delivery %d: settled with %v, want a requeue while q.dlq refuses", i+1, err)
@@ -70,7 +70,7 @@ func TestAsideRefusedIsMadeAgainOnTheRedelivery(t *testing.T) {
 	}
 	rt.refuse = false
 	a, aside := memo.recall(raw)
-	d := newDelivery("q", raw, rt)
+	d := NewDelivery("q", raw, rt)
 	d.attempt, d.aside = a, aside
 	if err := r.Deliver(context.Background(), d); err != nil || d.Outcome() != OutcomeDeadLetter {
 		t.Fatalf("once q.dlq accepts: settled with %v, outcome %q, want a dead letter", err, d.Outcome())
@@ -84,10 +84,10 @@ func TestAsideRefusedIsMadeAgainOnTheRedelivery(t *testing.T) {
 		t.Fatalf("%d hops, want 7 (3 refused to q.dlq, each with its copy refused by q, 1 confirmed)", len(rt.hops))
 	}
 	for i, m := range rt.hops {
-		if rt.to[i] == "q" && m.Headers[HeaderPendingHop] == "q.dlq" && attemptOf(m.Headers) == 4 {
+		if rt.to[i] == "q" && m.Headers[HeaderPendingHop] == "q.dlq" && AttemptOf(m.Headers) == 4 {
 			continue
 		}
-		if rt.to[i] != "q.dlq" || attemptOf(m.Headers) != 4 || m.Headers[HeaderReason] != string(ReasonExhausted) ||
+		if rt.to[i] != "q.dlq" || AttemptOf(m.Headers) != 4 || m.Headers[HeaderReason] != string(ReasonExhausted) ||
 			m.Headers[HeaderError] != "fails on attempt 3" || m.Headers[HeaderSourceQueue] != "q" {
 			t.Fatalf("hop %d to %s carries %v, want q.dlq, attempt 4, exhausted, the third attempt's error", i+1, rt.to[i], m.Headers)
 		}
@@ -147,7 +147,7 @@ func TestAsideMadeAgainPassesTheOuterMiddleware(t *testing.T) {
 				if aside != nil && !known {
 					aside.at = 0 // as a set-aside carried on the message would come
 				}
-				d := newDelivery("q", raw, rt)
+				d := NewDelivery("q", raw, rt)
 				d.attempt, d.aside = a, aside
 				if err := r.Deliver(context.Background(), d); !errors.Is(err, ErrRequeue) || d.Outcome() != OutcomeRequeue {
 					t.Fatalf("delivery %d: settled with %v (%q), want a requeue while q.dlq refuses", i+1, err, d.Outcome())
@@ -159,7 +159,7 @@ func TestAsideMadeAgainPassesTheOuterMiddleware(t *testing.T) {
 			if aside != nil && !known {
 				aside.at = 0
 			}
-			d := newDelivery("q", raw, rt)
+			d := NewDelivery("q", raw, rt)
 			d.attempt, d.aside = a, aside
 			if err := r.Deliver(context.Background(), d); err != nil || d.Outcome() != OutcomeDeadLetter {
 				t.Fatalf("once q.dlq accepts: settled with %v, outcome %q, want a dead letter", err, d.Outcome())

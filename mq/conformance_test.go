@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/acemq/acemq-go/internal/conformance"
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -18,7 +17,7 @@ func TestConformanceAttempt(t *testing.T) {
 	if v.Header != mq.HeaderAttempt {
 		t.Errorf("attempt.json is about %q, mq.HeaderAttempt is %q", v.Header, mq.HeaderAttempt)
 	}
-	for _, f := range conformance.CheckAttempts(v, mqlink.AttemptOf) {
+	for _, f := range conformance.CheckAttempts(v, mq.AttemptOf) {
 		t.Error(f)
 	}
 }

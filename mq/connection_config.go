@@ -20,8 +20,8 @@ const Version = "0.1.0"
 const (
 	defaultHeartbeat    = 10 * time.Second
 	defaultDialTimeout  = 10 * time.Second
-	defaultReconnectMin = 100 * time.Millisecond
-	defaultReconnectMax = 10 * time.Second
+	DefaultReconnectMin = 100 * time.Millisecond
+	DefaultReconnectMax = 10 * time.Second
 )
 
 // Config is what a [Broker] connects with.
@@ -49,9 +49,9 @@ type Config struct {
 	// ReconnectMin and ReconnectMax bound the jittered exponential backoff
 	// between connection attempts (and a consumer's resubscribes).
 	// Defaults 100 ms and 10 s. A connection or subscription that dies
-	// within 5 s of coming up counts as a failed attempt, so the
+	// within [StableAfter] of coming up counts as a failed attempt, so the
 	// backoff keeps growing across flaps; it resets only once one stayed
-	// up for 5 s.
+	// up for StableAfter.
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
 	// Logger receives the library's log records, and is the only place a
@@ -80,10 +80,10 @@ func (c Config) withDefaults() Config {
 		c.DialTimeout = defaultDialTimeout
 	}
 	if c.ReconnectMin == 0 {
-		c.ReconnectMin = defaultReconnectMin
+		c.ReconnectMin = DefaultReconnectMin
 	}
 	if c.ReconnectMax == 0 {
-		c.ReconnectMax = defaultReconnectMax
+		c.ReconnectMax = DefaultReconnectMax
 	}
 	if c.ReconnectMax < c.ReconnectMin {
 		c.ReconnectMax = c.ReconnectMin
@@ -103,7 +103,7 @@ func (c Config) validate() error {
 		p, err := url.Parse(u)
 		switch {
 		case err != nil || (p.Scheme != "amqp" && p.Scheme != "amqps") || p.Host == "":
-			errs = append(errs, fmt.Errorf("mq: Config.URLs[%d] %s is not an amqp:// or amqps:// URL", i, redact(u)))
+			errs = append(errs, fmt.Errorf("mq: Config.URLs[%d] %s is not an amqp:// or amqps:// URL", i, Redact(u)))
 		case mangledCredentials(u):
 			errs = append(errs, fmt.Errorf("mq: Config.URLs[%d]: the user name or password did not parse; percent-encode '#', '?', '/' and '@' in them", i))
 		}
@@ -114,7 +114,7 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// redact returns u with its password replaced, safe to log: credentials
+// Redact returns u with its password replaced, safe to log: credentials
 // never appear in this library's logs, errors or span attributes. Query
 // parameters that may carry secrets are hidden too, and the fragment is
 // dropped. A URL that does not parse is not printed at all, nor is one
@@ -123,7 +123,7 @@ func (c Config) validate() error {
 // A keyword/value connection string (PostgreSQL's "host=db password=…")
 // keeps its keywords and loses the value of every one naming a password,
 // quoted or not; one that is not keyword=value throughout is not printed.
-func redact(u string) string {
+func Redact(u string) string {
 	if !strings.Contains(u, "://") && strings.Contains(u, "=") {
 		return redactKeywords(u)
 	}
@@ -145,7 +145,7 @@ func redact(u string) string {
 	return p.String()
 }
 
-// redactKeywords is redact for a keyword/value connection string, as
+// redactKeywords is Redact for a keyword/value connection string, as
 // libpq reads one: keyword = value pairs apart by spaces, a value either
 // single-quoted (a backslash escapes the next character) or up to the next
 // space.

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -54,7 +53,7 @@ func TestRedact(t *testing.T) {
 		{"host=db " + pw + " password=x", "<unparseable connection string>"},
 	}
 	for _, tt := range tests {
-		got := mqlink.Redact(tt.in)
+		got := mq.Redact(tt.in)
 		if got != tt.want {
 			t.Errorf("Redact(%q) = %q; want %q", tt.in, got, tt.want)
 		}
@@ -90,7 +89,7 @@ func FuzzRedactNeverShowsPassword(f *testing.F) {
 		}
 		u1 := "amqp://" + user + ":" + pw + "@" + host + "/" + path
 		u2 := "amqp://" + user + ":" + string(other) + "@" + host + "/" + path
-		if r1, r2 := mqlink.Redact(u1), mqlink.Redact(u2); r1 != r2 {
+		if r1, r2 := mq.Redact(u1), mq.Redact(u2); r1 != r2 {
 			t.Fatalf("Redact depends on the password:\n%q -> %q\n%q -> %q", u1, r1, u2, r2)
 		}
 	})
@@ -118,12 +117,12 @@ func FuzzRedactKeywordsNeverShowsPassword(f *testing.F) {
 		}
 		quote := strings.NewReplacer(`\`, `\\`, `'`, `\'`)
 		kv := func(pw string) string { return "host=" + host + " password='" + quote.Replace(pw) + "' dbname=test" }
-		if r1, r2 := mqlink.Redact(kv(pw)), mqlink.Redact(kv(string(other))); r1 != r2 {
+		if r1, r2 := mq.Redact(kv(pw)), mq.Redact(kv(string(other))); r1 != r2 {
 			t.Fatalf("Redact depends on the password:\n%q -> %q\n%q -> %q", kv(pw), r1, kv(string(other)), r2)
 		}
 		if !strings.ContainsAny(pw, " \t\n\r\f\v'\\") {
 			bare := func(pw string) string { return "host=" + host + " password=" + pw }
-			if r1, r2 := mqlink.Redact(bare(pw)), mqlink.Redact(bare(string(other))); r1 != r2 {
+			if r1, r2 := mq.Redact(bare(pw)), mq.Redact(bare(string(other))); r1 != r2 {
 				t.Fatalf("Redact depends on the password:\n%q -> %q\n%q -> %q", bare(pw), r1, bare(string(other)), r2)
 			}
 		}

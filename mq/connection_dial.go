@@ -72,7 +72,7 @@ func (b *Broker) urlList() string {
 		if i > 0 {
 			s += ", "
 		}
-		s += redact(u)
+		s += Redact(u)
 	}
 	return s
 }
@@ -103,7 +103,7 @@ func (b *Broker) dialNext(ctx context.Context) (*conn, error) {
 	gen := b.gen
 	b.mu.Unlock()
 
-	red := redact(raw)
+	red := Redact(raw)
 	ac, netc, server, err := b.dial(ctx, raw)
 	if err != nil {
 		var ae *amqp.Error

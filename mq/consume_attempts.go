@@ -91,7 +91,7 @@ type copyMark struct {
 }
 
 func markOf(raw *amqp.Delivery) copyMark {
-	m := copyMark{attempt: attemptOf(raw.Headers), stamp: raw.Timestamp, size: len(raw.Body)}
+	m := copyMark{attempt: AttemptOf(raw.Headers), stamp: raw.Timestamp, size: len(raw.Body)}
 	if v, ok := raw.Headers[HeaderReplayedAt]; ok {
 		m.replayed = fmt.Sprint(v)
 	}
@@ -124,7 +124,7 @@ const returnGrace = 2
 // the one that used the last (the set-aside writes the next, as the first
 // try did).
 func (m *attemptMemo) recall(raw amqp.Delivery) (int, *asideRetry) {
-	a := attemptOf(raw.Headers)
+	a := AttemptOf(raw.Headers)
 	if n, ok := deliveryCount(raw.Headers); ok && n > returnGrace {
 		a = int(min(int64(a)+int64(n-returnGrace), math.MaxInt32))
 	}
@@ -165,7 +165,7 @@ func (m *attemptMemo) remember(d *Delivery) {
 	if d.aside != nil {
 		next = d.attempt
 	}
-	if d.MessageId == "" || (d.aside == nil && next <= attemptOf(raw.Headers)) {
+	if d.MessageId == "" || (d.aside == nil && next <= AttemptOf(raw.Headers)) {
 		return
 	}
 	m.put(&memoEntry{id: d.MessageId, next: next, mark: markOf(&raw), at: time.Now(), aside: d.aside})
@@ -211,11 +211,11 @@ func (m *attemptMemo) dropLocked(el *list.Element) *memoEntry {
 	return e
 }
 
-// attemptOf reads the x-acemq-attempt header leniently: any integer type,
+// AttemptOf reads the x-acemq-attempt header leniently: any integer type,
 // a float, a decimal, or a number written as a string or bytes (as other
 // languages may write it). Absent, unreadable or below 1 is 1; absurdly
 // large values are capped at math.MaxInt32.
-func attemptOf(h amqp.Table) int {
+func AttemptOf(h amqp.Table) int {
 	v, ok := h[HeaderAttempt]
 	if !ok {
 		return 1
@@ -264,7 +264,7 @@ func attemptOf(h amqp.Table) int {
 
 // attemptValue is attempt n as the library writes HeaderAttempt: a signed
 // 32-bit integer, the AMQP integer every client library reads, capped at
-// math.MaxInt32. attemptOf reads it back as n.
+// math.MaxInt32. AttemptOf reads it back as n.
 func attemptValue(n int) int32 {
 	return int32(min(n, math.MaxInt32))
 }
@@ -320,7 +320,7 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			endAttempt(d, errPanicked)
-			pe := newPanicError(r)
+			pe := NewPanicError(r)
 			for i := len(a.hooks) - 1; i >= 0; i-- {
 				a.hooks[i].OnAttemptDone(ctx, d, pe)
 			}

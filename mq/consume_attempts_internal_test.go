@@ -21,7 +21,7 @@ func memoCopy(id string, redelivered bool, header int) amqp.Delivery {
 // returned is what settle hands the memo: raw, handled up to attempt used.
 func returned(raw amqp.Delivery, used int) *Delivery {
 	d := received(raw)
-	d.attempt, d.used = max(used, attemptOf(raw.Headers)), used
+	d.attempt, d.used = max(used, AttemptOf(raw.Headers)), used
 	return d
 }
 
@@ -95,8 +95,8 @@ func TestAsidePauseDoublesWithTheReturnsCounted(t *testing.T) {
 func TestAttemptValueReadsBackAsWritten(t *testing.T) {
 	for _, n := range []int{1, 2, 7, math.MaxInt32} {
 		v := attemptValue(n)
-		if got := attemptOf(amqp.Table{HeaderAttempt: v}); got != n {
-			t.Errorf("attemptOf(attemptValue(%d) = %v) = %d", n, v, got)
+		if got := AttemptOf(amqp.Table{HeaderAttempt: v}); got != n {
+			t.Errorf("AttemptOf(attemptValue(%d) = %v) = %d", n, v, got)
 		}
 	}
 	if v := attemptValue(math.MaxInt32 + 10); v != math.MaxInt32 {

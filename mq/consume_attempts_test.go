@@ -9,7 +9,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -82,18 +81,18 @@ func TestAttemptOf(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := mqlink.AttemptOf(amqp.Table{mq.HeaderAttempt: c.v}); got != c.want {
+			if got := mq.AttemptOf(amqp.Table{mq.HeaderAttempt: c.v}); got != c.want {
 				t.Errorf("AttemptOf(%T %v) = %d, want %d", c.v, c.v, got, c.want)
 			}
 		})
 	}
 	t.Run("absent", func(t *testing.T) {
-		if got := mqlink.AttemptOf(amqp.Table{"other": int32(5)}); got != 1 {
+		if got := mq.AttemptOf(amqp.Table{"other": int32(5)}); got != 1 {
 			t.Errorf("AttemptOf(no header) = %d, want 1", got)
 		}
 	})
 	t.Run("nil table", func(t *testing.T) {
-		if got := mqlink.AttemptOf(nil); got != 1 {
+		if got := mq.AttemptOf(nil); got != 1 {
 			t.Errorf("AttemptOf(nil) = %d, want 1", got)
 		}
 	})
@@ -111,7 +110,7 @@ func FuzzAttemptOf(f *testing.F) {
 			amqp.Decimal{Scale: uint8(n), Value: int32(n >> 8)},
 		}
 		for _, v := range values {
-			got := mqlink.AttemptOf(amqp.Table{mq.HeaderAttempt: v})
+			got := mq.AttemptOf(amqp.Table{mq.HeaderAttempt: v})
 			if got < 1 || got > math.MaxInt32 {
 				t.Fatalf("AttemptOf(%T %v) = %d, out of [1, MaxInt32]", v, v, got)
 			}

@@ -69,10 +69,10 @@ type Delivery struct {
 	calls   int
 	outcome Outcome
 	cause   error
-	from    fateRuntime // who carries out its decisions: a consumer's session, or a fake
-	lane    *lane       // the channel it came on, where it is settled
-	slot    bool        // holds one of its session's slots
-	used    int         // the last attempt that ran to its end (see endAttempt)
+	from    Runtime // who carries out its decisions: a consumer's session, or a fake
+	lane    *lane   // the channel it came on, where it is settled
+	slot    bool    // holds one of its session's slots
+	used    int     // the last attempt that ran to its end (see endAttempt)
 
 	asideFailed bool        // its set-aside failed: the return is the library's failure (see asidePause)
 	kept        bool        // its wait was cut short under InOrder: it goes back with basic.nack, keeping its place (see carry)
@@ -81,8 +81,8 @@ type Delivery struct {
 	homeCopy    bool        // its refused hop went to its own queue on a confirmed copy (see refused)
 }
 
-// consumerRuntime is what a consumer's session answers beyond fateRuntime; a
-// delivery whose fateRuntime is not one (a fake's) has none of it.
+// consumerRuntime is what a consumer's session answers beyond Runtime; a
+// delivery whose Runtime is not one (a fake's) has none of it.
 type consumerRuntime interface {
 	// drains is closed when the consumer stops or the channel is lost.
 	drains() <-chan struct{}
@@ -102,8 +102,8 @@ type consumerRuntime interface {
 }
 
 // runtime is d.from; a zero Delivery (made with new) behaves as one
-// built with no fateRuntime.
-func (d *Delivery) runtime() fateRuntime {
+// built with no Runtime.
+func (d *Delivery) runtime() Runtime {
 	if d.from == nil {
 		return standIn{}
 	}
@@ -176,9 +176,9 @@ func (d *Delivery) Draining() <-chan struct{} {
 // Logger is the consumer's logger.
 func (d *Delivery) Logger() *slog.Logger { return d.runtime().Logger() }
 
-// message copies the delivery for republishing: body and properties
-// unchanged, headers copied less the broker's counters (see messageOf).
-func (d *Delivery) message() Message { return messageOf(d.raw()) }
+// Message copies the delivery for republishing: body and properties
+// unchanged, headers copied less the broker's counters (see MessageOf).
+func (d *Delivery) Message() Message { return MessageOf(d.raw()) }
 
 // Server is host:port of the connection the delivery came on ("" outside
 // a consumer).
@@ -201,7 +201,7 @@ var errWaitCut = errors.New("mq: in-process wait cut short")
 // names its own target); plus the original exchange and routing key in
 // headers, if the delivery carries none yet.
 func (d *Delivery) hopMessage() Message {
-	m := d.message()
+	m := d.Message()
 	if m.Headers == nil {
 		m.Headers = make(amqp.Table, 8)
 	}

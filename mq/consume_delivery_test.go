@@ -12,7 +12,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/mqtest"
 )
@@ -172,7 +171,7 @@ func TestZeroDeliveryStandsAlone(t *testing.T) {
 	toDLQ := mq.HandlerFunc(func(context.Context, *mq.Delivery) error {
 		return &mq.Decision{Outcome: mq.OutcomeDeadLetter, Queue: "q.dlq", Reason: mq.ReasonRejected}
 	})
-	r, err := mqlink.NewRunner(toDLQ, nil)
+	r, err := mq.NewRunner(toDLQ, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +188,7 @@ func TestZeroDeliveryStandsAlone(t *testing.T) {
 		}
 		return nil
 	})
-	if r, err = mqlink.NewRunner(waitOnce, nil); err != nil {
+	if r, err = mq.NewRunner(waitOnce, nil); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()

@@ -11,7 +11,7 @@ import (
 
 // Why a session has more than one channel.
 //
-// A delivery waiting in-process (fateRuntime.Wait) stays unacknowledged on
+// A delivery waiting in-process (Runtime.Wait) stays unacknowledged on
 // the channel it came on, and must be settled there. RabbitMQ keeps a
 // channel's unacknowledged deliveries in a queue, oldest first, and every
 // single ack walks that queue from the front to its tag; a multiple ack

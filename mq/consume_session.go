@@ -414,7 +414,7 @@ func (s *session) handle(l *lane, raw amqp.Delivery) {
 	}
 }
 
-// wait is an in-process retry's wait on a consumer (fateRuntime.Wait): d waits w without its slot (unless
+// wait is an in-process retry's wait on a consumer (Runtime.Wait): d waits w without its slot (unless
 // the consumer keeps order) while a new worker takes the slot's place; then
 // it takes a slot again for its next attempt.
 func (s *session) wait(ctx context.Context, d *Delivery, w time.Duration) error {
@@ -484,7 +484,7 @@ func (s *session) settle(d *Delivery, err error) {
 		// would have sent.
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
-		s.requeued(d, kindCutShort, err)
+		s.requeued(d, KindCutShort, err)
 		serr = d.lane.acks.Give(d.DeliveryTag, giveRelease)
 	case err == nil:
 		if d.outcome == "" {
@@ -494,9 +494,9 @@ func (s *session) settle(d *Delivery, err error) {
 	case errors.Is(err, ErrRequeue):
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
-		why := kindRequeue
+		why := KindRequeue
 		if _, ok := errors.AsType[*PanicError](err); ok {
-			why = kindPanic
+			why = KindPanic
 		}
 		how, pause := giveRequeue, c.cfg.requeuePause // counted: the message failed
 		switch {
@@ -505,7 +505,7 @@ func (s *session) settle(d *Delivery, err error) {
 		case d.kept:
 			// InOrder, a wait cut short by a Stop: nobody's failure, and
 			// no pause (the consumer is stopping); back in its place.
-			how, pause, why = giveRelease, 0, kindCutShort
+			how, pause, why = giveRelease, 0, KindCutShort
 		}
 		s.requeued(d, why, err)
 		if pause > 0 {
@@ -557,7 +557,7 @@ const asidePauseMax = time.Minute
 // quorum queue's delivery limit (RabbitMQ 4.x: 20 by default), past which
 // the broker dead-letters the message or, with no dead-letter route, drops
 // it. The event and its metric make such loops visible.
-func (s *session) requeued(d *Delivery, why string, err error) {
+func (s *session) requeued(d *Delivery, why EventKind, err error) {
 	c := s.c
 	n, _ := deliveryCount(d.Headers)
 	c.log.Warn(EventRequeued, "message_id", d.MessageId, "attempt", d.attempt, "why", string(why),
@@ -567,7 +567,7 @@ func (s *session) requeued(d *Delivery, why string, err error) {
 
 // The session carries out its deliveries' decisions.
 var (
-	_ fateRuntime     = (*session)(nil)
+	_ Runtime         = (*session)(nil)
 	_ consumerRuntime = (*session)(nil)
 )
 
@@ -576,7 +576,7 @@ func (s *session) Hop(ctx context.Context, queue string, kind Outcome, m Message
 	return s.c.hops().publish(ctx, queue, m, kind)
 }
 
-// Wait is wait, for the chainRunner.
+// Wait is wait, for the Runner.
 func (s *session) Wait(ctx context.Context, d *Delivery, w time.Duration) error {
 	return s.wait(ctx, d, w)
 }

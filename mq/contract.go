@@ -1,10 +1,6 @@
 package mq
 
-import (
-	"unicode/utf8"
-
-	"github.com/acemq/acemq-go/internal/link"
-)
+import "unicode/utf8"
 
 // Headers the library writes on the messages it republishes (docs/contract.md, "Headers").
 // Other AceMQ libraries read them; they are written here once.
@@ -17,7 +13,7 @@ const (
 	HeaderSourceQueue = "x-acemq-source-queue"
 	// HeaderReason says why a message was set aside: see the [Reason] values.
 	HeaderReason = "x-acemq-reason"
-	// HeaderError is the handler's error text, capped at 4096 bytes.
+	// HeaderError is the handler's error text, capped at [MaxErrorHeader] bytes.
 	HeaderError = "x-acemq-error"
 	// HeaderFailedAt is the AMQP timestamp of the failure.
 	HeaderFailedAt = "x-acemq-failed-at"
@@ -45,21 +41,24 @@ const (
 	HeaderPendingHop = "x-acemq-pending-hop"
 )
 
-// errorText is err's text as the library writes it down — in
-// x-acemq-error, and in otelmq's span statuses: at most link.MaxErrorHeader
+// MaxErrorHeader caps [HeaderError], in bytes.
+const MaxErrorHeader = 4096
+
+// ErrorText is err's text as the library writes it down — in
+// x-acemq-error, and in otelmq's span statuses: at most [MaxErrorHeader]
 // bytes, cut on a rune boundary; empty for nil. Only the cut is inspected:
 // bytes that were not valid UTF-8 in the error's text are kept as they were.
-func errorText(err error) string {
+func ErrorText(err error) string {
 	if err == nil {
 		return ""
 	}
 	s := err.Error()
-	if len(s) <= link.MaxErrorHeader {
+	if len(s) <= MaxErrorHeader {
 		return s
 	}
 	// Back off to the start of the rune the cap falls in (at most
 	// utf8.UTFMax-1 bytes).
-	n := link.MaxErrorHeader
+	n := MaxErrorHeader
 	for i := 0; i < utf8.UTFMax-1 && n > 0 && !utf8.RuneStart(s[n]); i++ {
 		n--
 	}

@@ -16,7 +16,7 @@ import (
 
 func TestBrokerErrorLiftsOnlyServerReplies(t *testing.T) {
 	server := brokerError("declare queue", &amqp.Error{Code: 406, Reason: "PRECONDITION_FAILED", Server: true})
-	if be, ok := errors.AsType[*BrokerError](server); !ok || be.Code != 406 || !errors.Is(server, ErrPreconditionFailed) {
+	if ReplyCode(server) != 406 || !errors.Is(server, ErrPreconditionFailed) {
 		t.Errorf("a server reply is not lifted: %#v", server)
 	}
 	// amqp091-go makes up *amqp.Error values for local failures (501 for a
@@ -49,7 +49,7 @@ func TestChannelLevel(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	c := Config{URLs: []string{"amqp://h/"}}.withDefaults()
 	if c.Heartbeat != defaultHeartbeat || c.DialTimeout != defaultDialTimeout ||
-		c.ReconnectMin != defaultReconnectMin || c.ReconnectMax != defaultReconnectMax ||
+		c.ReconnectMin != DefaultReconnectMin || c.ReconnectMax != DefaultReconnectMax ||
 		c.Logger == nil || c.ConnectionName == "" {
 		t.Errorf("defaults not applied: %+v", c)
 	}
@@ -100,7 +100,7 @@ func TestMessageDefaults(t *testing.T) {
 		t.Errorf("set values overridden: %+v", p)
 	}
 	// A message copied from a delivery travels exactly as it came.
-	v := messageOf(amqp.Delivery{Body: []byte("b"), Headers: amqp.Table{"k": "v"}})
+	v := MessageOf(amqp.Delivery{Body: []byte("b"), Headers: amqp.Table{"k": "v"}})
 	p = v.publishing()
 	if p.DeliveryMode != 0 || p.MessageId != "" || !p.Timestamp.IsZero() || p.Headers["k"] != "v" {
 		t.Errorf("a verbatim message got defaults: %+v", p)

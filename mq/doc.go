@@ -20,7 +20,7 @@
 // (amqp091-go's experimental Config.Recovery is never used: it reuses
 // channel objects, so an old delivery tag could be acked on the new
 // channel). A connection that keeps dying soon after it came up backs off
-// as a failed attempt (one that lived less than 5 s). Channels are handed out, never
+// as a failed attempt ([StableAfter]). Channels are handed out, never
 // shared: each publisher and consumer has its own, and every declaration or
 // inspection ([Broker.Declare], [Broker.QueueExists], [Broker.MessageCount],
 // [Broker.DeleteQueue]) runs on a throwaway channel, so a refusal kills only
@@ -56,10 +56,9 @@
 // Code that publishes depends on [Sender], which mqtest fakes.
 //
 // Every name, property and table the library sends is checked at the call
-// against what the wire and amqp091-go's reader accept (names of at most
-// 255 bytes, headers nested at most 32 deep with at most 8192 entries a
-// table, values of types AMQP carries): a bad value fails its own call with
-// [ErrInvalid] and never the frame, the channel or the connection.
+// against what the wire and amqp091-go's reader accept ([CheckName],
+// [CheckTable]): a bad value fails its own call with [ErrInvalid] and never
+// the frame, the channel or the connection.
 //
 // # Consuming
 //
@@ -76,15 +75,16 @@
 // Middleware decides; the consumer acts. A middleware's answer for a
 // delivery is a [Decision] (an [Outcome]: wait in-process and call again,
 // hop to a rung, to .dlq or to .parked with a [Reason], requeue, reject),
-// returned as its error; the consumer alone carries it out, at
+// returned as its error; the consumer's [Runner] alone carries it out, at
 // once, just outside that middleware: it waits (freeing the worker for the
 // rest of the queue) and calls the middleware again, hops (keeping the
 // message's origin and dropping what would make the copy vanish, multiply
 // or be refused), confirms, reports the events and settles, so the
 // middleware outside sees what became of the delivery, not the decision
-// (a reject, made by the consumer, passes up as it is). Package mqtest
-// runs the same decision path without a broker. [Delivery.Attempt] numbers
-// the attempts across in-process waits, broker rungs and restarts.
+// (a reject, made by the consumer, passes up as it is). A fake runs
+// the same Runner with a [Runtime] of its own ([NewDelivery], package
+// mqtest). [Delivery.Attempt] numbers the attempts across in-process
+// waits, broker rungs and restarts ([AttemptOf] reads the header).
 //
 // # Hooks and events
 //
@@ -98,6 +98,6 @@
 //
 // Errors match sentinels with errors.Is ([ErrClosed], [ErrUnroutable],
 // [ErrNacked], [ErrInvalid], [ErrNotFound], …); a refusal by the broker is
-// a [*BrokerError] with its reply code ([BrokerError.Code]). Credentials never
-// appear in what this package logs or returns.
+// a [*BrokerError] with its reply code ([ReplyCode]). Credentials never
+// appear in what this package logs or returns ([Redact]).
 package mq

@@ -7,6 +7,8 @@ import (
 	"log"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/retry"
@@ -106,4 +108,19 @@ func ExampleMiddleware() {
 		})
 	}
 	_ = mq.WithMiddleware(timing)
+}
+
+// AttemptOf reads x-acemq-attempt as any AceMQ library may have written it.
+func ExampleAttemptOf() {
+	fmt.Println(mq.AttemptOf(nil))
+	fmt.Println(mq.AttemptOf(amqp.Table{mq.HeaderAttempt: int32(3)}))
+	fmt.Println(mq.AttemptOf(amqp.Table{mq.HeaderAttempt: "4"}))
+	fmt.Println(mq.AttemptOf(amqp.Table{mq.HeaderAttempt: []byte("5")}))
+	fmt.Println(mq.AttemptOf(amqp.Table{mq.HeaderAttempt: 2.0}))
+	// Output:
+	// 1
+	// 3
+	// 4
+	// 5
+	// 2
 }

@@ -81,12 +81,12 @@ func (d *Decision) Unwrap() []error {
 	return []error{d.Cause}
 }
 
-// fateRuntime is what carries out a delivery's decisions, as amqp091-go's
+// Runtime is what carries out a delivery's decisions, as amqp091-go's
 // Acknowledger settles its deliveries: a consumer's session is one, and a
 // fake (package mqtest) is another, so a test runs the same decision path
-// (chainRunner) as production. A delivery built with newDelivery asks its
-// fateRuntime; a fateRuntime must be safe for concurrent use.
-type fateRuntime interface {
+// (Runner) as production. A delivery built with NewDelivery asks its
+// Runtime; a Runtime must be safe for concurrent use.
+type Runtime interface {
 	// Hop publishes m to queue through the default exchange, mandatory,
 	// and returns once the broker confirmed it: ErrUnroutable when no
 	// queue took it. kind says which hop it is, for the publish hooks.
@@ -100,36 +100,36 @@ type fateRuntime interface {
 	Logger() *slog.Logger
 }
 
-// newDelivery builds a delivery of raw from queue, outside any consumer,
+// NewDelivery builds a delivery of raw from queue, outside any consumer,
 // whose decisions rt carries out (nil: hops fail with ErrClosed, waits
 // sleep, events go nowhere). Its attempt is raw's x-acemq-attempt (a
 // consumer also counts a quorum queue's returns past the first two and the
 // attempts of a message it returned itself); its exchange and routing key
 // are the original ones a hop recorded.
-func newDelivery(queue string, raw amqp.Delivery, rt fateRuntime) *Delivery {
+func NewDelivery(queue string, raw amqp.Delivery, rt Runtime) *Delivery {
 	raw.Acknowledger = nil
 	restoreOrigin(&raw)
 	d := received(raw)
-	d.queue, d.attempt, d.from = queue, attemptOf(raw.Headers), rt
+	d.queue, d.attempt, d.from = queue, AttemptOf(raw.Headers), rt
 	return d
 }
 
-// chainRunner runs a handler inside its middleware for one delivery at a time
+// Runner runs a handler inside its middleware for one delivery at a time
 // and carries out what the chain decides (a Decision) through the
-// delivery's fateRuntime: the consumer runs every delivery through one, and a
+// delivery's Runtime: the consumer runs every delivery through one, and a
 // fake consumer (package mqtest) through another built the same way.
-type chainRunner struct {
+type Runner struct {
 	handler Handler   // the chain, attempt counting innermost
 	built   []Handler // what each middleware built, outermost first
 }
 
-// buildRunner builds the runner Broker.Consume builds for h from opts (only
+// NewRunner builds the runner Broker.Consume builds for h from opts (only
 // the middleware matters here): the middleware around h, and innermost the
 // attempt counter, which numbers every call of h after the first as the
 // next attempt and runs hooks around each. An invalid option is an error,
-// as it is for Consume, and so is a policyTaker (a runner has no Broker to
+// as it is for Consume, and so is a PolicyTaker (a runner has no Broker to
 // take the declared policy from).
-func buildRunner(h Handler, hooks []AttemptHook, opts ...ConsumerOption) (*chainRunner, error) {
+func NewRunner(h Handler, hooks []AttemptHook, opts ...ConsumerOption) (*Runner, error) {
 	var cfg consumerConfig
 	for _, o := range opts {
 		if o != nil {
@@ -146,8 +146,8 @@ func buildRunner(h Handler, hooks []AttemptHook, opts ...ConsumerOption) (*chain
 	return r, nil
 }
 
-func newRunner(h Handler, hooks []AttemptHook, mws []Middleware) *chainRunner {
-	r := &chainRunner{}
+func newRunner(h Handler, hooks []AttemptHook, mws []Middleware) *Runner {
+	r := &Runner{}
 	inner := &carrier{next: &attemptHandler{next: h, hooks: hooks}}
 	var carriers []*carrier
 	r.handler, r.built, carriers = chainCarried(inner, mws)
@@ -157,7 +157,7 @@ func newRunner(h Handler, hooks []AttemptHook, mws []Middleware) *chainRunner {
 	// handler when no middleware runs one.
 	fallback := len(carriers) - 1
 	for i, b := range r.built {
-		if _, ok := b.(policyRunner); ok {
+		if _, ok := b.(PolicyHolder); ok {
 			fallback = i
 			break
 		}
@@ -169,8 +169,8 @@ func newRunner(h Handler, hooks []AttemptHook, mws []Middleware) *chainRunner {
 }
 
 // RetryPolicy is the policy of the first middleware in the chain that runs
-// one (a policyRunner), and whether one does.
-func (r *chainRunner) RetryPolicy() (retry.Policy, bool) {
+// one (a PolicyHolder), and whether one does.
+func (r *Runner) RetryPolicy() (retry.Policy, bool) {
 	if ph := policyHolder(r.built); ph != nil {
 		return ph.RetryPolicy(), true
 	}
@@ -178,7 +178,7 @@ func (r *chainRunner) RetryPolicy() (retry.Policy, bool) {
 }
 
 // Deliver runs the chain for d and carries out what it decides, through
-// d's fateRuntime, until d's fate is settled: each middleware's decision is
+// d's Runtime, until d's fate is settled: each middleware's decision is
 // carried out just outside that middleware (it waits and calls the
 // middleware again, hops and reports), so the middleware outside it sees
 // nil and d.Outcome() after a hop, and one call per delivery. It returns
@@ -200,7 +200,7 @@ func (r *chainRunner) RetryPolicy() (retry.Policy, bool) {
 // in another process handles it again: at least once). A panic that
 // escapes every middleware before that is recovered as a requeue, never
 // a reject.
-func (r *chainRunner) Deliver(ctx context.Context, d *Delivery) error {
+func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
 	rt := d.runtime()
 	// An earlier delivery decided its fate and the hop was refused (the
 	// consumer remembers it, or the copy names it: HeaderPendingHop): a
@@ -232,7 +232,7 @@ func (r *chainRunner) Deliver(ctx context.Context, d *Delivery) error {
 
 // carrier is what a consumer's chain puts just outside each middleware:
 // it carries out the decision the middleware returns, through the
-// delivery's fateRuntime, and returns what a middleware returned before
+// delivery's Runtime, and returns what a middleware returned before
 // decisions existed (nil once a hop is confirmed, with d.Outcome() saying
 // which; an ErrRequeue for a requeue), so the middleware outside sees a
 // delivery's fate, once per delivery. A reject is the consumer's to carry
@@ -281,8 +281,8 @@ func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
 				return c.done(d, toRung(ctx, d, rt, dec))
 			}
 			rt.Logger().DebugContext(ctx, EventRetry, "message_id", d.MessageId, "attempt", d.Attempt(),
-				"kind", kindInProcess, "wait", dec.Wait, "error", dec.Cause)
-			rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: kindInProcess, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
+				"kind", string(KindInProcess), "wait", dec.Wait, "error", dec.Cause)
+			rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindInProcess, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
 			if werr := rt.Wait(ctx, d, dec.Wait); werr != nil {
 				return c.done(d, carry(ctx, d, rt, dec.Cause))
 			}
@@ -325,10 +325,10 @@ func decisionOf(err error) *Decision {
 // message), unless the delivery's fate was carried out already (a
 // confirmed hop): then it is logged, and Deliver acknowledges the
 // original.
-func invoke(ctx context.Context, h Handler, d *Delivery, rt fateRuntime) (err error) {
+func invoke(ctx context.Context, h Handler, d *Delivery, rt Runtime) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			pe := newPanicError(v)
+			pe := NewPanicError(v)
 			rt.Logger().Error("acemq.handler.panic", "message_id", d.MessageId, "panic", fmt.Sprint(v),
 				"outcome", string(d.outcome), "stack", string(pe.Stack))
 			err = Requeue(pe)
@@ -386,7 +386,7 @@ func (d *Delivery) settled(err error) error {
 // waited behind the message: so the original goes back itself, with
 // basic.nack, and keeps its place (see InOrder). Its attempt is not
 // carried: its next delivery runs the attempt it ended again.
-func carry(ctx context.Context, d *Delivery, rt fateRuntime, cause error) error {
+func carry(ctx context.Context, d *Delivery, rt Runtime, cause error) error {
 	if ctx.Err() != nil {
 		return Requeue(cause)
 	}
@@ -401,7 +401,7 @@ func carry(ctx context.Context, d *Delivery, rt fateRuntime, cause error) error 
 	if err := rt.Hop(ctx, d.queue, OutcomeRetry, m); err != nil {
 		return Requeue(fmt.Errorf("keep attempt %d through %s: %w", next, d.queue, err))
 	}
-	rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: kindCarried, Target: d.queue, Attempt: d.Attempt(), Err: cause})
+	rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindCarried, Target: d.queue, Attempt: d.Attempt(), Err: cause})
 	d.outcome, d.cause = OutcomeRetry, cause
 	return nil
 }
@@ -410,14 +410,14 @@ func carry(ctx context.Context, d *Delivery, rt fateRuntime, cause error) error 
 // (the hop comes back unroutable) is reported and the message set aside in
 // its .dlq instead (reason rung-missing); any other failure returns it to
 // its queue.
-func toRung(ctx context.Context, d *Delivery, rt fateRuntime, dec *Decision) error {
+func toRung(ctx context.Context, d *Delivery, rt Runtime, dec *Decision) error {
 	m := d.hopMessage()
 	m.Headers[HeaderAttempt] = attemptValue(d.Attempt() + 1)
 	m.Headers[HeaderSourceQueue] = d.queue
 	err := rt.Hop(ctx, dec.Queue, OutcomeRetry, m)
 	switch {
 	case err == nil:
-		rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: kindBroker, Target: dec.Queue, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
+		rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindBroker, Target: dec.Queue, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
 		d.outcome, d.cause = OutcomeRetry, dec.Cause
 		return nil
 	case errors.Is(err, ErrUnroutable):
@@ -435,7 +435,7 @@ func toRung(ctx context.Context, d *Delivery, rt fateRuntime, dec *Decision) err
 // it reports EventSetAsideFailed and returns the original to its queue,
 // never acknowledged, with basic.nack after a pause that grows with its
 // returns (the library's failure, not the message's: see asidePause).
-func setAside(ctx context.Context, d *Delivery, rt fateRuntime, target string, o Outcome, reason Reason, cause error) error {
+func setAside(ctx context.Context, d *Delivery, rt Runtime, target string, o Outcome, reason Reason, cause error) error {
 	kind := OutcomeDeadLetter
 	if o == OutcomePark {
 		kind = OutcomePark
@@ -450,7 +450,7 @@ func setAside(ctx context.Context, d *Delivery, rt fateRuntime, target string, o
 	m.Headers[HeaderAttempt] = attemptValue(d.Attempt() + 1)
 	m.Headers[HeaderSourceQueue] = d.queue
 	m.Headers[HeaderReason] = string(reason)
-	m.Headers[HeaderError] = errorText(cause)
+	m.Headers[HeaderError] = ErrorText(cause)
 	m.Headers[HeaderFailedAt] = time.Now().UTC().Truncate(time.Second)
 	if err := rt.Hop(ctx, target, kind, m); err != nil {
 		causeText := "<nil>"
@@ -478,7 +478,7 @@ func setAside(ctx context.Context, d *Delivery, rt fateRuntime, target string, o
 // the original goes back to its queue with basic.nack after the growing
 // pause (asidePause), remembered by the consumer (attemptMemo) for as long
 // as it lives.
-func refused(ctx context.Context, d *Delivery, rt fateRuntime, a *asideRetry, m Message, err error) error {
+func refused(ctx context.Context, d *Delivery, rt Runtime, a *asideRetry, m Message, err error) error {
 	if !d.pending && ctx.Err() == nil {
 		m.Headers = cloneHeaders(m.Headers) // the refused copy is not changed
 		m.Headers[HeaderPendingHop] = a.target
@@ -487,8 +487,8 @@ func refused(ctx context.Context, d *Delivery, rt fateRuntime, a *asideRetry, m 
 		// the handler again (both make the hop: a duplicate, as a hop may).
 		if herr := rt.Hop(ctx, d.queue, OutcomeRequeue, m); herr == nil && ctx.Err() == nil {
 			rt.Logger().WarnContext(ctx, EventRequeued, "message_id", d.MessageId, "attempt", d.Attempt(),
-				"why", kindCarried, "pending_hop", a.target, "error", err)
-			rt.Event(ctx, Event{Name: EventRequeued, Queue: d.queue, Kind: kindCarried, Target: a.target, Attempt: d.Attempt(), Err: err})
+				"why", string(KindCarried), "pending_hop", a.target, "error", err)
+			rt.Event(ctx, Event{Name: EventRequeued, Queue: d.queue, Kind: KindCarried, Target: a.target, Attempt: d.Attempt(), Err: err})
 			d.outcome, d.cause, d.homeCopy = OutcomeRequeue, a.cause, true
 			return nil
 		}
@@ -521,7 +521,7 @@ type asideRetry struct {
 // redo makes the hop a again, for d, whose attempt is the one that
 // decided it; for a hop done already, d takes its outcome, to be
 // acknowledged.
-func (a *asideRetry) redo(ctx context.Context, d *Delivery, rt fateRuntime) error {
+func (a *asideRetry) redo(ctx context.Context, d *Delivery, rt Runtime) error {
 	if a.done {
 		rt.Logger().InfoContext(ctx, "acemq.message.kept", "message_id", d.MessageId, "attempt", d.Attempt(),
 			"outcome", string(a.outcome), "why", "redelivered after its hop was confirmed: the ack was lost")
@@ -578,11 +578,11 @@ func (d *Delivery) pendingFate() *asideRetry {
 		}
 	}
 	d.pending = true
-	d.attempt = max(1, attemptOf(d.Headers)-1)
+	d.attempt = max(1, AttemptOf(d.Headers)-1)
 	return a
 }
 
-// standIn is the runtime of a delivery built with no fateRuntime: hops fail
+// standIn is the runtime of a delivery built with no Runtime: hops fail
 // with ErrClosed, waits sleep, events go nowhere.
 type standIn struct{}
 

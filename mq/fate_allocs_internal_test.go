@@ -22,7 +22,7 @@ func TestFailedDeliveryAllocationsDoNotGrowWithMiddleware(t *testing.T) {
 			mws[i] = pass
 		}
 		r := newRunner(failing, nil, mws)
-		d := newDelivery("rv-core.allocs", amqp.Delivery{}, nil)
+		d := NewDelivery("rv-core.allocs", amqp.Delivery{}, nil)
 		ctx := context.Background()
 		return testing.AllocsPerRun(200, func() {
 			if err := r.Deliver(ctx, d); !errors.Is(err, errFateAllocs) {

@@ -15,7 +15,7 @@ import (
 	"github.com/acemq/acemq-go/topology"
 )
 
-// targetRuntime is a fateRuntime that refuses hops to the queues in refused
+// targetRuntime is a Runtime that refuses hops to the queues in refused
 // (the broker nacks them) and keeps every hop it was asked for.
 type targetRuntime struct {
 	mu      sync.Mutex
@@ -61,15 +61,15 @@ func TestCopiesDropTheBrokerCounters(t *testing.T) {
 	raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{
 		headerDeliveryCount: int64(3), headerAcquiredCount: int64(4), "k": "v", HeaderAttempt: int32(2)}}
 	for name, m := range map[string]Message{
-		"messageOf":  messageOf(raw),
-		"hopMessage": newDelivery("q", raw, nil).hopMessage(),
+		"MessageOf":  MessageOf(raw),
+		"hopMessage": NewDelivery("q", raw, nil).hopMessage(),
 	} {
 		for _, h := range []string{headerDeliveryCount, headerAcquiredCount} {
 			if v, ok := m.Headers[h]; ok {
 				t.Errorf("%s: the copy keeps %s=%v", name, h, v)
 			}
 		}
-		if m.Headers["k"] != "v" || attemptOf(m.Headers) != 2 {
+		if m.Headers["k"] != "v" || AttemptOf(m.Headers) != 2 {
 			t.Errorf("%s: headers %v, want the message's own kept", name, m.Headers)
 		}
 	}
@@ -92,7 +92,7 @@ func TestRefusedRungHopIsMadeAgainNotRetried(t *testing.T) {
 	})
 	rt := &targetRuntime{refused: map[string]bool{rung: true}}
 	raw := amqp.Delivery{MessageId: "m", Body: []byte("x"), Headers: amqp.Table{headerDeliveryCount: int64(1)}}
-	d := newDelivery("q", raw, rt)
+	d := NewDelivery("q", raw, rt)
 	err := newRunner(h, nil, nil).Deliver(context.Background(), d)
 	if err != nil {
 		t.Fatalf("refused rung: settled with %v, want the pending hop kept on a copy in q and the original acknowledged", err)
@@ -101,13 +101,13 @@ func TestRefusedRungHopIsMadeAgainNotRetried(t *testing.T) {
 	if !ok {
 		t.Fatalf("no copy kept in q; hops to %v", rt.to)
 	}
-	if a := attemptOf(home.Headers); a != 2 {
+	if a := AttemptOf(home.Headers); a != 2 {
 		t.Errorf("the copy kept in q carries attempt %d, want 2", a)
 	}
 	// Delivered again, by a new process: the hop is made again, refused
 	// again, and the handler is not called.
 	for i := range 3 {
-		d := newDelivery("q", redelivery(home), rt)
+		d := NewDelivery("q", redelivery(home), rt)
 		err := newRunner(h, nil, nil).Deliver(context.Background(), d)
 		if !errors.Is(err, ErrRequeue) || !d.asideFailed {
 			t.Fatalf("redelivery %d while the rung refuses: settled with %v (library's failure %v), want a requeue after the pause", i+1, err, d.asideFailed)
@@ -117,12 +117,12 @@ func TestRefusedRungHopIsMadeAgainNotRetried(t *testing.T) {
 		t.Fatalf("the handler was called %d times while the rung refused, want 1", calls)
 	}
 	rt.refused[rung] = false
-	d = newDelivery("q", redelivery(home), rt)
+	d = NewDelivery("q", redelivery(home), rt)
 	if err := newRunner(h, nil, nil).Deliver(context.Background(), d); err != nil || d.Outcome() != OutcomeRetry {
 		t.Fatalf("once the rung accepts: settled with %v, outcome %q, want a retry", err, d.Outcome())
 	}
 	got, _ := rt.last(rung)
-	if a := attemptOf(got.Headers); a != 2 || calls != 1 {
+	if a := AttemptOf(got.Headers); a != 2 || calls != 1 {
 		t.Fatalf("the rung got attempt %d after %d handler calls, want attempt 2 after 1", a, calls)
 	}
 	if s := got.Headers[HeaderSourceQueue]; s != "q" {
@@ -146,7 +146,7 @@ func TestRefusedAsideIsCarriedOnTheMessage(t *testing.T) {
 	})
 	rt := &targetRuntime{refused: map[string]bool{"q.dlq": true}}
 	raw := amqp.Delivery{MessageId: "m", Body: []byte("x"), Headers: amqp.Table{HeaderAttempt: attemptValue(3)}}
-	if err := newRunner(h, nil, nil).Deliver(context.Background(), newDelivery("q", raw, rt)); err != nil {
+	if err := newRunner(h, nil, nil).Deliver(context.Background(), NewDelivery("q", raw, rt)); err != nil {
 		t.Fatalf("refused set-aside: settled with %v, want the set-aside kept on a copy in q and the original acknowledged", err)
 	}
 	home, ok := rt.last("q")
@@ -154,13 +154,13 @@ func TestRefusedAsideIsCarriedOnTheMessage(t *testing.T) {
 		t.Fatalf("no copy kept in q; hops to %v", rt.to)
 	}
 	for i := range 2 {
-		d := newDelivery("q", redelivery(home), rt)
+		d := NewDelivery("q", redelivery(home), rt)
 		if err := newRunner(h, nil, nil).Deliver(context.Background(), d); !errors.Is(err, ErrRequeue) || !d.asideFailed {
 			t.Fatalf("redelivery %d after a restart: settled with %v, want the set-aside made again and a requeue", i+1, err)
 		}
 	}
 	rt.refused["q.dlq"] = false
-	d := newDelivery("q", redelivery(home), rt)
+	d := NewDelivery("q", redelivery(home), rt)
 	if err := newRunner(h, nil, nil).Deliver(context.Background(), d); err != nil || d.Outcome() != OutcomeDeadLetter {
 		t.Fatalf("once q.dlq accepts: settled with %v, outcome %q", err, d.Outcome())
 	}
@@ -168,7 +168,7 @@ func TestRefusedAsideIsCarriedOnTheMessage(t *testing.T) {
 		t.Fatalf("the handler was called %d times, want 1", calls)
 	}
 	got, _ := rt.last("q.dlq")
-	if attemptOf(got.Headers) != 4 || got.Headers[HeaderReason] != string(ReasonExhausted) || got.Headers[HeaderError] != "fails on attempt 3" {
+	if AttemptOf(got.Headers) != 4 || got.Headers[HeaderReason] != string(ReasonExhausted) || got.Headers[HeaderError] != "fails on attempt 3" {
 		t.Fatalf(".dlq got headers %v, want attempt 4, exhausted, the third attempt's error", got.Headers)
 	}
 	if _, ok := got.Headers["x-acemq-pending-hop"]; ok {
@@ -201,12 +201,12 @@ func TestPendingHopOnlyToTheQueuesOwnTargets(t *testing.T) {
 		h := HandlerFunc(func(context.Context, *Delivery) error { calls++; return nil })
 		rt := &targetRuntime{}
 		raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{HeaderPendingHop: target, HeaderAttempt: int32(4)}}
-		d := newDelivery("q", raw, rt)
+		d := NewDelivery("q", raw, rt)
 		if err := newRunner(h, nil, nil).Deliver(context.Background(), d); err != nil {
 			t.Fatalf("%q: %v", target, err)
 		}
 		if pending {
-			if got, ok := rt.last(target); calls != 0 || !ok || attemptOf(got.Headers) != 4 {
+			if got, ok := rt.last(target); calls != 0 || !ok || AttemptOf(got.Headers) != 4 {
 				t.Errorf("%q: %d handler calls, hops to %v: want the pending hop made with attempt 4", target, calls, rt.to)
 			}
 			continue
@@ -230,7 +230,7 @@ func TestRefusedHopOnALostChannelIsRemembered(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	rt2 := &cancelOnHop{targetRuntime: rt, cancel: cancel}
 	raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{HeaderAttempt: attemptValue(3)}}
-	d := newDelivery("q", raw, rt2)
+	d := NewDelivery("q", raw, rt2)
 	if err := newRunner(h, nil, nil).Deliver(ctx, d); !errors.Is(err, ErrRequeue) || d.aside == nil {
 		t.Fatalf("settled with %v (remembered: %v), want a requeue the consumer remembers", err, d.aside != nil)
 	}
@@ -262,13 +262,13 @@ func TestRememberedPendingCopyGoesBackAsItIs(t *testing.T) {
 	})
 	rt := &targetRuntime{refused: map[string]bool{rung: true}}
 	raw := amqp.Delivery{MessageId: "m", Body: []byte("x")}
-	if err := newRunner(h, nil, nil).Deliver(context.Background(), newDelivery("q", raw, rt)); err != nil {
+	if err := newRunner(h, nil, nil).Deliver(context.Background(), NewDelivery("q", raw, rt)); err != nil {
 		t.Fatalf("refused rung: settled with %v, want the hop kept on a copy in q", err)
 	}
 	home, _ := rt.last("q")
 	copies := len(rt.to)
 	r := newRunner(h, nil, nil)
-	d := newDelivery("q", redelivery(home), rt)
+	d := NewDelivery("q", redelivery(home), rt)
 	d.aside = &asideRetry{target: rung, outcome: OutcomeRetry, wait: 5 * time.Second}
 	if err := r.Deliver(context.Background(), d); !errors.Is(err, ErrRequeue) || !d.asideFailed {
 		t.Fatalf("remembered copy while the rung refuses: settled with %v (library's failure %v), want it returned as it is", err, d.asideFailed)
@@ -304,7 +304,7 @@ func TestPendingHopToARungReadsItsName(t *testing.T) {
 		h := HandlerFunc(func(context.Context, *Delivery) error { calls++; return nil })
 		rt := &eventRuntime{}
 		raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{HeaderPendingHop: target, HeaderAttempt: int32(3)}}
-		d := newDelivery("q", raw, rt)
+		d := NewDelivery("q", raw, rt)
 		if err := newRunner(h, nil, nil).Deliver(context.Background(), d); err != nil {
 			t.Fatalf("%q: %v", target, err)
 		}
@@ -320,7 +320,7 @@ func TestPendingHopToARungReadsItsName(t *testing.T) {
 				got = append(got, e)
 			}
 		}
-		if calls != 0 || len(rt.to) != 1 || rt.to[0] != target || len(got) != 1 || got[0].Wait != wait || got[0].Target != target || got[0].Kind != kindBroker {
+		if calls != 0 || len(rt.to) != 1 || rt.to[0] != target || len(got) != 1 || got[0].Wait != wait || got[0].Target != target || got[0].Kind != KindBroker {
 			t.Errorf("%q: %d handler calls, hops to %v, retry events %+v: want the hop made once as a broker wait of %v", target, calls, rt.to, got, wait)
 		}
 	}

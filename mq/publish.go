@@ -39,10 +39,10 @@ func AllowUnroutable() PublisherOption {
 	})
 }
 
-// asHop marks every publish of the publisher as a hop of the given kind for
-// the hooks (a replay tool publishes with asHop([OutcomeReplay])). It implies
+// AsHop marks every publish of the publisher as a hop of the given kind for
+// the hooks (a replay tool publishes with AsHop([OutcomeReplay])). It implies
 // [Mandatory].
-func asHop(kind Outcome) PublisherOption {
+func AsHop(kind Outcome) PublisherOption {
 	return publisherOption(func(p *Publisher) { p.hop, p.mandatory = kind, true })
 }
 
@@ -570,10 +570,10 @@ func (p *Publisher) PublishBatch(ctx context.Context, routingKey string, msgs []
 	return nil
 }
 
-// isMandatory reports whether a publisher given opts is mandatory, as
+// IsMandatory reports whether a publisher given opts is mandatory, as
 // [Broker.Publisher] builds it (mandatory unless [AllowUnroutable] says
 // otherwise).
-func isMandatory(opts ...PublisherOption) bool {
+func IsMandatory(opts ...PublisherOption) bool {
 	p := Publisher{mandatory: true}
 	for _, o := range opts {
 		if o != nil {

@@ -16,7 +16,7 @@ import (
 // Defaults for a new message: persistent (DeliveryMode 0 means
 // amqp.Persistent; set amqp.Transient to opt out), a unique MessageId and the
 // current Timestamp when those are empty. A message copied from a delivery
-// (a hop's, a replay's) keeps its properties exactly as they were.
+// ([Delivery.Message], [MessageOf]) keeps its properties exactly as they were.
 type Message struct {
 	Body            []byte
 	ContentType     string
@@ -37,14 +37,14 @@ type Message struct {
 	verbatim bool
 }
 
-// messageOf copies a delivery into a [Message] for republishing: body and
+// MessageOf copies a delivery into a [Message] for republishing: body and
 // every property unchanged (no defaults applied), headers copied so they
 // can be added to without touching the delivery, less the counters a
 // quorum queue wrote on the delivery (x-delivery-count, x-acquired-count):
 // they count this delivery's returns, and a copy that carried them would
 // have them kept by the broker and counted again. Every copy the library
 // publishes (a hop, a carried wait, a replay) is made here.
-func messageOf(d amqp.Delivery) Message {
+func MessageOf(d amqp.Delivery) Message {
 	return Message{
 		Body:            d.Body,
 		ContentType:     d.ContentType,
@@ -120,7 +120,7 @@ func NewMessageID() string {
 }
 
 // copyHeaders is a copy of a delivery's headers for republishing, less the
-// broker's counters (see messageOf).
+// broker's counters (see MessageOf).
 func copyHeaders(h amqp.Table) amqp.Table {
 	c := cloneHeaders(h)
 	delete(c, headerDeliveryCount)

@@ -9,15 +9,28 @@ import (
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/acemq/acemq-go/internal/link"
 )
 
-// The limits of the validator are link's (what an AMQP 0-9-1 frame can
-// carry and what amqp091-go's frame reader accepts); a value past one would
-// fail the frame and close the whole connection, so the validator refuses
-// it at the call, the connection untouched.
+// The limits of the validator: what an AMQP 0-9-1 frame can carry and what
+// amqp091-go v1.16.0's frame reader accepts (read.go: maxFieldDepth,
+// maxContainerElements). A value past one of them would fail the frame and
+// close the whole connection — the writer's, or every consumer's that
+// receives it — so the validator refuses it at the call, the connection
+// untouched.
 const (
+	// MaxShortString is the longest AMQP short string, in bytes: exchange
+	// and queue names, routing keys, consumer tags, every string property
+	// of a message (message id, correlation id, reply-to, expiration, type,
+	// user id, app id, content type and encoding) and every header key.
+	MaxShortString = 255
+	// MaxHeaderDepth is how deeply tables and arrays may nest inside a
+	// message's headers (or a declaration's arguments): a table directly in
+	// the headers is at depth 1. amqp091-go's reader refuses deeper ones.
+	MaxHeaderDepth = 32
+	// MaxTableEntries is the most entries one table, and the most elements
+	// one array, may hold anywhere in the headers. amqp091-go's reader
+	// refuses bigger ones.
+	MaxTableEntries = 8192
 	// maxExpiration is the largest per-message TTL RabbitMQ takes, in ms.
 	maxExpiration = math.MaxUint32
 )
@@ -30,9 +43,9 @@ const frameOverhead = 1 + 2 + 4 + 1
 // grants by default), used before any connection was negotiated.
 const defaultFrameMax = 128 * 1024
 
-// invalidError is a value the validator refused: which field and which
+// InvalidError is a value the validator refused: which field and which
 // limit. errors.Is(err, [ErrInvalid]) matches it.
-type invalidError struct {
+type InvalidError struct {
 	// Field names the value: "routing key", "message id",
 	// `header "x-tags"[3]`, "queue name", …
 	Field string
@@ -41,25 +54,25 @@ type invalidError struct {
 	Problem string
 }
 
-func (e *invalidError) Error() string {
+func (e *InvalidError) Error() string {
 	return "mq: invalid " + e.Field + ": " + e.Problem
 }
 
 // Is matches [ErrInvalid].
-func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
 
-func invalid(field, format string, args ...any) *invalidError {
-	return &invalidError{Field: field, Problem: fmt.Sprintf(format, args...)}
+func invalid(field, format string, args ...any) *InvalidError {
+	return &InvalidError{Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
-// checkName checks a short string the library is about to send (a queue or
-// exchange name, a routing key, a consumer tag): at most link.MaxShortString
+// CheckName checks a short string the library is about to send (a queue or
+// exchange name, a routing key, a consumer tag): at most [MaxShortString]
 // bytes. field names it in the error, which matches [ErrInvalid]. Every call
 // of this package that sends a name runs it; tools that use a raw channel
 // (package ops) run it too.
-func checkName(field, s string) error {
-	if len(s) > link.MaxShortString {
-		return invalid(field, "is %d bytes, at most %d", len(s), link.MaxShortString)
+func CheckName(field, s string) error {
+	if len(s) > MaxShortString {
+		return invalid(field, "is %d bytes, at most %d", len(s), MaxShortString)
 	}
 	return nil
 }
@@ -79,10 +92,10 @@ type checkedPublish struct {
 // never modified) and the size of the header frame, which the caller
 // compares with the connection's frame_max (fitsFrame).
 func checkPublish(exchange, key string, pub amqp.Publishing) (checkedPublish, error) {
-	if err := checkName("exchange name", exchange); err != nil {
+	if err := CheckName("exchange name", exchange); err != nil {
 		return checkedPublish{}, err
 	}
-	if err := checkName("routing key", key); err != nil {
+	if err := CheckName("routing key", key); err != nil {
 		return checkedPublish{}, err
 	}
 	size := 2 + 2 + 8 + 2 // class, weight, body size, property flags
@@ -102,7 +115,7 @@ func checkPublish(exchange, key string, pub amqp.Publishing) (checkedPublish, er
 		if p.v == "" {
 			continue
 		}
-		if err := checkName(p.field, p.v); err != nil {
+		if err := CheckName(p.field, p.v); err != nil {
 			return checkedPublish{}, err
 		}
 		size += 1 + len(p.v)
@@ -162,13 +175,13 @@ func (c checkedPublish) fitsFrame(frameMax int) error {
 	return nil
 }
 
-// checkTable validates a table the library is about to send (a message's
+// CheckTable validates a table the library is about to send (a message's
 // headers, a declaration's arguments) the way checkPublish validates
-// headers: keys of at most link.MaxShortString bytes, values of types AMQP can
-// carry, nesting within link.MaxHeaderDepth, sizes within link.MaxTableEntries, no
+// headers: keys of at most [MaxShortString] bytes, values of types AMQP can
+// carry, nesting within [MaxHeaderDepth], sizes within [MaxTableEntries], no
 // Go int that would be truncated. field names it in the error, which
 // matches [ErrInvalid].
-func checkTable(field string, t amqp.Table) error {
+func CheckTable(field string, t amqp.Table) error {
 	_, _, _, err := normalizeTable(fieldPath{root: field}, t, 0)
 	return err
 }
@@ -177,14 +190,14 @@ func checkTable(field string, t amqp.Table) error {
 // to write — t itself when nothing needed changing, a copy otherwise (and
 // changed true) — and its encoded size (length prefix included).
 func normalizeTable(path fieldPath, t amqp.Table, depth int) (_ amqp.Table, size int, changed bool, _ error) {
-	if len(t) > link.MaxTableEntries {
-		return nil, 0, false, invalid(path.String(), "has %d entries, at most %d", len(t), link.MaxTableEntries)
+	if len(t) > MaxTableEntries {
+		return nil, 0, false, invalid(path.String(), "has %d entries, at most %d", len(t), MaxTableEntries)
 	}
 	size = 4
 	var out amqp.Table
 	for k, v := range t {
-		if len(k) > link.MaxShortString {
-			return nil, 0, false, invalid(path.String()+" key "+strconv.Quote(truncateKey(k)), "is %d bytes, at most %d", len(k), link.MaxShortString)
+		if len(k) > MaxShortString {
+			return nil, 0, false, invalid(path.String()+" key "+strconv.Quote(truncateKey(k)), "is %d bytes, at most %d", len(k), MaxShortString)
 		}
 		nv, n, ch, err := normalizeField(path.to(pathStep{key: k}), v, depth)
 		if err != nil {
@@ -235,8 +248,8 @@ func normalizeField(path fieldPath, v any, depth int) (any, int, bool, error) {
 	case []byte:
 		return v, 5 + len(x), false, nil
 	case amqp.Table:
-		if depth+1 > link.MaxHeaderDepth {
-			return nil, 0, false, invalid(path.String(), "nests tables and arrays %d deep, at most %d", depth+1, link.MaxHeaderDepth)
+		if depth+1 > MaxHeaderDepth {
+			return nil, 0, false, invalid(path.String(), "nests tables and arrays %d deep, at most %d", depth+1, MaxHeaderDepth)
 		}
 		t, n, changed, err := normalizeTable(path, x, depth+1)
 		if err != nil {
@@ -244,11 +257,11 @@ func normalizeField(path fieldPath, v any, depth int) (any, int, bool, error) {
 		}
 		return t, 1 + n, changed, nil
 	case []any:
-		if depth+1 > link.MaxHeaderDepth {
-			return nil, 0, false, invalid(path.String(), "nests tables and arrays %d deep, at most %d", depth+1, link.MaxHeaderDepth)
+		if depth+1 > MaxHeaderDepth {
+			return nil, 0, false, invalid(path.String(), "nests tables and arrays %d deep, at most %d", depth+1, MaxHeaderDepth)
 		}
-		if len(x) > link.MaxTableEntries {
-			return nil, 0, false, invalid(path.String(), "has %d elements, at most %d", len(x), link.MaxTableEntries)
+		if len(x) > MaxTableEntries {
+			return nil, 0, false, invalid(path.String(), "has %d elements, at most %d", len(x), MaxTableEntries)
 		}
 		size := 5
 		var out []any
@@ -390,11 +403,11 @@ func fitHop(exchange, key string, c checkedPublish, frameMax int) (checkedPublis
 	return checkedPublish{}, fmt.Errorf("mq: the hop cannot carry the message even with its own headers trimmed: %w", first)
 }
 
-// checkMessage runs on m, published to exchange with key, the checks
+// CheckPublish runs on m, published to exchange with key, the checks
 // [Publisher.Publish] runs before anything reaches the wire (with the frame
 // size amqp091-go asks for), and fails as Publish does: the same error,
 // matching [ErrInvalid]. A fake publisher (mqtest.Publisher) answers with it.
-func checkMessage(exchange, key string, m Message) error {
+func CheckPublish(exchange, key string, m Message) error {
 	cp, err := checkPublish(exchange, key, m.publishing())
 	if err == nil {
 		err = cp.fitsFrame(defaultFrameMax)

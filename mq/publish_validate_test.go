@@ -10,8 +10,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/acemq/acemq-go/internal/link"
 )
 
 // fuzzBytes turns fuzz input into choices.
@@ -89,7 +87,7 @@ func (f *fuzzBytes) value(depth int) any {
 		}
 		n := int(f.byte() % 5)
 		if f.byte() == 255 {
-			n = link.MaxTableEntries + int(f.byte()%2)
+			n = MaxTableEntries + int(f.byte()%2)
 		}
 		a := make([]any, n)
 		for i := range a {
@@ -107,7 +105,7 @@ func (f *fuzzBytes) table(depth int) amqp.Table {
 	n := int(f.byte() % 6)
 	t := amqp.Table{}
 	if f.byte() == 255 {
-		for i := range link.MaxTableEntries + int(f.byte()%2) {
+		for i := range MaxTableEntries + int(f.byte()%2) {
 			t[string(rune(0x4e00+i))] = int32(i)
 		}
 		return t
@@ -234,7 +232,7 @@ func refTable(w *bytes.Buffer, t amqp.Table) bool {
 func refLimits(v any, depth int) bool {
 	switch x := v.(type) {
 	case amqp.Table:
-		if depth > link.MaxHeaderDepth || len(x) > link.MaxTableEntries {
+		if depth > MaxHeaderDepth || len(x) > MaxTableEntries {
 			return false
 		}
 		for _, e := range x {
@@ -243,7 +241,7 @@ func refLimits(v any, depth int) bool {
 			}
 		}
 	case []any:
-		if depth > link.MaxHeaderDepth || len(x) > link.MaxTableEntries {
+		if depth > MaxHeaderDepth || len(x) > MaxTableEntries {
 			return false
 		}
 		for _, e := range x {
@@ -278,7 +276,7 @@ func FuzzValidator(f *testing.F) {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("refused without ErrInvalid: %v", err)
 			}
-			var ie *invalidError
+			var ie *InvalidError
 			if !errors.As(err, &ie) || ie.Field == "" || ie.Problem == "" {
 				t.Fatalf("the refusal names no field or limit: %v", err)
 			}

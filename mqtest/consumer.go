@@ -11,7 +11,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -30,7 +29,7 @@ const maxRun = 1000
 type Consumer struct {
 	tb     testing.TB
 	queue  string
-	runner mqlink.Runner
+	runner *mq.Runner
 
 	mu     sync.Mutex
 	now    time.Time
@@ -54,7 +53,7 @@ type Hop struct {
 
 // Attempt is the x-acemq-attempt the hop carries: the attempt its next
 // delivery is.
-func (h Hop) Attempt() int { return mqlink.AttemptOf(h.Message.Headers) }
+func (h Hop) Attempt() int { return mq.AttemptOf(h.Message.Headers) }
 
 // Reason is the x-acemq-reason the hop carries ("" on a retry).
 func (h Hop) Reason() mq.Reason {
@@ -105,7 +104,7 @@ func New(tb testing.TB, queue string, h mq.Handler, opts ...mq.ConsumerOption) *
 	if h == nil {
 		c.fatalf("mqtest.New: the handler is nil")
 	}
-	r, err := mqlink.NewRunner(h, []mq.AttemptHook{counterHook{}}, opts...)
+	r, err := mq.NewRunner(h, []mq.AttemptHook{counterHook{}}, opts...)
 	if err != nil {
 		c.fatalf("mqtest.New: consumer of %q: %v", queue, err)
 	}
@@ -182,7 +181,7 @@ func (c *Consumer) Run(m mq.Message) []Result {
 		}
 		hop, wait := r.Hops[len(r.Hops)-1], time.Duration(0)
 		for _, e := range r.Events {
-			if e.Name == mq.EventRetry && e.Kind == "broker" {
+			if e.Name == mq.EventRetry && e.Kind == mq.KindBroker {
 				wait = e.Wait
 			}
 		}
@@ -222,7 +221,7 @@ func (c *Consumer) deliver(m mq.Message, exchange, key string) (r Result) {
 		c.advance(w)
 		return nil
 	}
-	d := mqlink.NewDelivery(c.queue, raw, &runtime{
+	d := mq.NewDelivery(c.queue, raw, &runtime{
 		log:  slog.New(slog.DiscardHandler), // what Logging and the ladder write goes nowhere
 		wait: wait,
 		hop: func(ctx context.Context, queue string, kind mq.Outcome, m mq.Message) error {
@@ -245,7 +244,7 @@ func (c *Consumer) deliver(m mq.Message, exchange, key string) (r Result) {
 		},
 	})
 	counted := attemptCounter{n: &r.Attempts, mu: &mu}
-	// The same decision path as a consumer's (mqlink.Runner): a panic that
+	// The same decision path as a consumer's (mq.Runner): a panic that
 	// escapes every middleware is a requeue, never a reject.
 	err := c.runner.Deliver(withCounter(c.context(), counted), d)
 	mu.Lock()

@@ -7,7 +7,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -40,8 +39,8 @@ func OnWait(fn func(ctx context.Context, w time.Duration) error) DeliveryOption 
 }
 
 // NewDelivery builds a Delivery outside any consumer, for testing a
-// middleware or a hook, whose decisions are carried out (by Chain) as its
-// options say: hops go to OnHop (without it they fail
+// middleware or a hook, whose decisions are carried out (by Chain, or
+// mq.Runner) as its options say: hops go to OnHop (without it they fail
 // with mq.ErrClosed), events to OnEvent, in-process waits sleep (or go to
 // OnWait). Its attempt
 // is raw's x-acemq-attempt (a real consumer also counts a quorum queue's
@@ -54,10 +53,10 @@ func NewDelivery(queue string, raw amqp.Delivery, opts ...DeliveryOption) *mq.De
 			o(r)
 		}
 	}
-	return mqlink.NewDelivery(queue, raw, r)
+	return mq.NewDelivery(queue, raw, r)
 }
 
-// runtime is the mqlink.Runtime of a test delivery: it does what its test
+// runtime is the mq.Runtime of a test delivery: it does what its test
 // says instead of talking to a broker.
 type runtime struct {
 	hop  func(ctx context.Context, queue string, kind mq.Outcome, m mq.Message) error
@@ -66,7 +65,7 @@ type runtime struct {
 	wait func(ctx context.Context, w time.Duration) error // nil: sleep
 }
 
-var _ mqlink.Runtime = (*runtime)(nil)
+var _ mq.Runtime = (*runtime)(nil)
 
 func (r *runtime) Hop(ctx context.Context, queue string, kind mq.Outcome, m mq.Message) error {
 	if r.hop == nil {
@@ -103,14 +102,14 @@ func (r *runtime) Logger() *slog.Logger {
 }
 
 // Chain is the handler a consumer runs for h inside mws (the first
-// outermost), built as Broker.Consume builds it (the same runner): every call of
+// outermost), built as Broker.Consume builds it (mq.Runner): every call of
 // h after the first is the next attempt of the delivery (d.Attempt()
 // counts up), hooks see each one, and what the middleware decides is
 // carried out through the delivery's runtime (NewDelivery's options): its
 // in-process waits, its hops, its events. Handle returns the error the
 // delivery is settled with, and d.Outcome() says what became of it.
 func Chain(h mq.Handler, hooks []mq.AttemptHook, mws ...mq.Middleware) mq.Handler {
-	r, err := mqlink.NewRunner(h, hooks, mq.WithMiddleware(mws...))
+	r, err := mq.NewRunner(h, hooks, mq.WithMiddleware(mws...))
 	if err != nil {
 		panic("mqtest.Chain: " + err.Error())
 	}

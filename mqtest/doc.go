@@ -35,9 +35,10 @@
 // on a channel: Result.Outcome is what the consumer runtime would do with
 // the chain's result.
 //
-// It imports mq (with the runner, the delivery builder and the validator
-// that mq lends the packages built on it, not its users) and topology (the
-// routing it reads), never middleware, otelmq or fxmodule, so any of their
+// It imports mq, and only what mq exports to every user (mq.Runner,
+// mq.Runtime, mq.NewDelivery, mq.CheckPublish, mq.IsMandatory: a fake of
+// your own can be built the same way), and topology (the routing it
+// reads), never middleware, otelmq or fxmodule, so any of their
 // tests may use it (fxmodule's bridge to it is package
 // fxmodule/fxmoduletest).
 package mqtest

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -70,7 +69,7 @@ func (p *Publisher) Publish(ctx context.Context, routingKey string, m mq.Message
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := mqlink.CheckPublish(p.Exchange, routingKey, m); err != nil {
+	if err := mq.CheckPublish(p.Exchange, routingKey, m); err != nil {
 		return err
 	}
 	var queues []string
@@ -80,7 +79,7 @@ func (p *Publisher) Publish(ctx context.Context, routingKey string, m mq.Message
 		if queues, err = r.route(p.Exchange, routingKey, m, nil); err != nil {
 			return err
 		}
-		if len(queues) == 0 && mqlink.IsMandatory(p.Options...) {
+		if len(queues) == 0 && mq.IsMandatory(p.Options...) {
 			return fmt.Errorf("mq: publish to %s: %w", dest(p.Exchange, routingKey), mq.ErrUnroutable)
 		}
 		if queues == nil {

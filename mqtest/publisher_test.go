@@ -11,7 +11,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/mqtest"
 	"github.com/acemq/acemq-go/topology"
@@ -25,7 +24,7 @@ func invalidPublishes() []struct {
 } {
 	long := strings.Repeat("x", 256)
 	var deep any = "leaf"
-	for range mqlink.MaxHeaderDepth + 1 {
+	for range mq.MaxHeaderDepth + 1 {
 		deep = amqp.Table{"n": deep}
 	}
 	return []struct {

@@ -22,7 +22,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -132,7 +131,7 @@ func NewConsole(b *mq.Broker, opts ConsoleOptions) (*Console, error) {
 	if opts.Management != "" {
 		u, err := url.Parse(opts.Management)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("ops: console: Management %s is not an http:// or https:// URL", mqlink.Redact(opts.Management))
+			return nil, fmt.Errorf("ops: console: Management %s is not an http:// or https:// URL", mq.Redact(opts.Management))
 		}
 	}
 	if opts.BasePath != "" && (!strings.HasPrefix(opts.BasePath, "/") || strings.HasSuffix(opts.BasePath, "/")) {
@@ -456,7 +455,7 @@ func (c *Console) discover(ctx context.Context) ([]string, map[string]string, er
 	endpoint := strings.TrimRight(u.String(), "/") + "/api/queues/" + url.PathEscape(c.opts.Vhost) + "?columns=name,type"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("ops: console: management API %s: %w", mqlink.Redact(c.opts.Management), err)
+		return nil, nil, fmt.Errorf("ops: console: management API %s: %w", mq.Redact(c.opts.Management), err)
 	}
 	if user != nil {
 		pass, _ := user.Password()
@@ -469,14 +468,14 @@ func (c *Console) discover(ctx context.Context) ([]string, map[string]string, er
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, nil, fmt.Errorf("ops: console: management API %s answered %s", mqlink.Redact(c.opts.Management), resp.Status)
+		return nil, nil, fmt.Errorf("ops: console: management API %s answered %s", mq.Redact(c.opts.Management), resp.Status)
 	}
 	var queues []struct {
 		Name string `json:"name"`
 		Type string `json:"type"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&queues); err != nil {
-		return nil, nil, fmt.Errorf("ops: console: management API %s: reading /api/queues: %w", mqlink.Redact(c.opts.Management), err)
+		return nil, nil, fmt.Errorf("ops: console: management API %s: reading /api/queues: %w", mq.Redact(c.opts.Management), err)
 	}
 	var names []string
 	types := map[string]string{}

@@ -15,7 +15,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
+	"github.com/acemq/acemq-go/mq"
 )
 
 // parsePages parses each page template with the layout around it.
@@ -68,7 +68,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, page string, da
 	data["ReadOnly"] = c.opts.ReadOnly
 	data["Page"] = page
 	if c.opts.Management != "" {
-		data["Management"] = mqlink.Redact(c.opts.Management)
+		data["Management"] = mq.Redact(c.opts.Management)
 	}
 	var buf bytes.Buffer
 	if err := c.pages[page].Execute(&buf, data); err != nil {
@@ -87,14 +87,14 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, page string, da
 var urlPattern = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.\-]*://[^ \t\n"'<>]+`)
 
 // redactText returns s with every URL in it that has user info or a query
-// redacted as package mq redacts them, so no credential is ever rendered.
+// redacted as mq.Redact does, so no credential is ever rendered.
 func redactText(s string) string {
 	if !strings.Contains(s, "://") {
 		return s
 	}
 	return urlPattern.ReplaceAllStringFunc(s, func(u string) string {
 		if strings.ContainsAny(u, "@?#") {
-			return mqlink.Redact(u)
+			return mq.Redact(u)
 		}
 		return u
 	})

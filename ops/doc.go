@@ -126,5 +126,5 @@
 // another site's page has the browser fetch (Sec-Fetch-Site cross-site),
 // following a link excepted; and Listen refuses other addresses. Every
 // POST needs the page's CSRF token and passes net/http's
-// CrossOriginProtection; URLs on its pages are redacted as package mq redacts them in its logs.
+// CrossOriginProtection; URLs on its pages are redacted as mq.Redact does.
 package ops

@@ -13,7 +13,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -59,7 +58,7 @@ func inspect(ctx context.Context, b *mq.Broker, q string) (amqp.Queue, error) {
 	if q == "" {
 		return amqp.Queue{}, errors.New("ops: the queue name is empty")
 	}
-	if err := mqlink.CheckName("queue name", q); err != nil {
+	if err := mq.CheckName("queue name", q); err != nil {
 		return amqp.Queue{}, err
 	}
 	ch, err := b.Channel(ctx)
@@ -129,7 +128,7 @@ type Peeked struct {
 	RoutingKey    string    // the key it was last published with
 	Redelivered   bool
 
-	// Attempt is the x-acemq-attempt header read as a consumer reads it:
+	// Attempt is the x-acemq-attempt header read as mq.AttemptOf reads it:
 	// the attempt its next delivery will be (absent: 1).
 	Attempt int
 	// Reason is x-acemq-reason: exhausted, rejected, parked, rung-missing.
@@ -214,7 +213,7 @@ func Peek(ctx context.Context, b *mq.Broker, queue string, n int) ([]Peeked, err
 	if n < 1 {
 		return nil, fmt.Errorf("ops: peek %q: n is %d, must be at least 1", queue, n)
 	}
-	if err := mqlink.CheckName("queue name", queue); err != nil {
+	if err := mq.CheckName("queue name", queue); err != nil {
 		return nil, fmt.Errorf("ops: peek: %w", err)
 	}
 	return peek(ctx, b, queue, n, math.MaxInt, Filter{})
@@ -254,7 +253,7 @@ func peeked(queue string, pos int, d amqp.Delivery) Peeked {
 		MessageId: d.MessageId, CorrelationId: d.CorrelationId, ContentType: d.ContentType,
 		Type: d.Type, AppId: d.AppId, Timestamp: d.Timestamp, RoutingKey: d.RoutingKey,
 		Redelivered: d.Redelivered,
-		Attempt:     mqlink.AttemptOf(h),
+		Attempt:     mq.AttemptOf(h),
 		Body:        d.Body,
 		Preview:     Preview(d.Body, PreviewBytes),
 	}

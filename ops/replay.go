@@ -10,7 +10,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -151,7 +150,7 @@ func Replay(ctx context.Context, b *mq.Broker, from string, opts ReplayOptions) 
 	defer h.close()
 	var pub *mq.Publisher
 	if !opts.DryRun {
-		pub = b.Publisher("", mqlink.AsHop(mq.OutcomeReplay))
+		pub = b.Publisher("", mq.AsHop(mq.OutcomeReplay))
 		// Publisher.Close waits for the broker's answer: only while ctx
 		// lasts, like the rest; past that it finishes on its own, with
 		// the connection at the latest.
@@ -241,7 +240,7 @@ var failureRecord = []string{mq.HeaderAttempt, mq.HeaderSourceQueue, mq.HeaderRe
 // the broker confirmed it. Once a message is taken its move is finished even
 // if ctx ends meanwhile, bounded by timeout.
 func move(ctx context.Context, pub *mq.Publisher, d amqp.Delivery, from, target string, timeout time.Duration) error {
-	m := mqlink.MessageOf(d)
+	m := mq.MessageOf(d)
 	if m.Headers == nil {
 		m.Headers = amqp.Table{}
 	}

@@ -12,7 +12,6 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -226,7 +225,7 @@ func (ins *Instrumentation) OnDeliveryDone(ctx context.Context, d *mq.Delivery, 
 		attrs = append(attrs, OutcomeKey.String(string(outcome)))
 		if err != nil {
 			et := ErrorType(err)
-			st.span.SetStatus(codes.Error, mqlink.ErrorText(err))
+			st.span.SetStatus(codes.Error, mq.ErrorText(err))
 			attrs = append(attrs, semconv.ErrorTypeKey.String(et))
 			m = st.qs.failed.get(et)
 		}
@@ -276,7 +275,7 @@ func (ins *Instrumentation) OnAttemptDone(ctx context.Context, d *mq.Delivery, e
 	st.span.AddEvent(eventAttempt, trace.WithAttributes(
 		AttemptKey.Int(d.Attempt()),
 		semconv.ErrorTypeKey.String(ErrorType(err)),
-		semconv.ExceptionMessage(mqlink.ErrorText(err)),
+		semconv.ExceptionMessage(mq.ErrorText(err)),
 	))
 }
 

@@ -8,7 +8,6 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -22,7 +21,7 @@ import (
 //	unroutable            mq.ErrUnroutable: a mandatory publish came back
 //	nacked                mq.ErrNacked: the broker refused a publish
 //	closed                mq.ErrClosed
-//	<reply code name>     an AMQP reply code (a *mq.BrokerError or *amqp.Error) in the chain:
+//	<reply code name>     an AMQP reply code (mq.ReplyCode) in the chain:
 //	                      content-too-large (311), no-route (312),
 //	                      no-consumers (313), connection-forced (320),
 //	                      invalid-path (402), access-refused (403),
@@ -54,7 +53,7 @@ func ErrorType(err error) string {
 	case errors.Is(err, mq.ErrClosed):
 		return "closed"
 	}
-	if name := replyCodeName(replyCode(err)); name != "" {
+	if name := replyCodeName(mq.ReplyCode(err)); name != "" {
 		return name
 	}
 	if errors.Is(err, mq.ErrRequeue) {
@@ -119,7 +118,7 @@ func replyCodeName(code int) string {
 func fail(span trace.Span, err error) string {
 	et := ErrorType(err)
 	if span.IsRecording() {
-		span.SetStatus(codes.Error, mqlink.ErrorText(err))
+		span.SetStatus(codes.Error, mq.ErrorText(err))
 		span.SetAttributes(semconv.ErrorTypeKey.String(et))
 	}
 	return et

@@ -15,7 +15,6 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -155,12 +154,12 @@ func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.PublishInfo) co
 	kind := producerKind
 	var link trace.SpanStartOption
 	if p.Hop != "" {
-		attrs = append(attrs, AttemptKey.Int(mqlink.AttemptOf(headers)))
+		attrs = append(attrs, AttemptKey.Int(mq.AttemptOf(headers)))
 		if r := headerString(headers, mq.HeaderReason); r != "" {
 			attrs = append(attrs, ReasonKey.String(r))
 		}
 		if p.Hop == mq.OutcomeRetry {
-			attrs = append(attrs, RetryKindKey.String("broker"))
+			attrs = append(attrs, RetryKindKey.String(string(mq.KindBroker)))
 			if w, ok := rungWait(p.RoutingKey); ok {
 				attrs = append(attrs, RetryWaitKey.Int64(w.Milliseconds()))
 			}

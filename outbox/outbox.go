@@ -11,7 +11,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -135,11 +134,11 @@ func check(exchange, routingKey string, m *mq.Message) error {
 		{"correlation id", m.CorrelationId}, {"reply-to", m.ReplyTo}, {"expiration", m.Expiration},
 		{"message id", m.MessageId}, {"type", m.Type}, {"user id", m.UserId}, {"app id", m.AppId},
 	} {
-		if err := mqlink.CheckName(f.name, f.v); err != nil {
+		if err := mq.CheckName(f.name, f.v); err != nil {
 			return err
 		}
 	}
-	return mqlink.CheckTable("headers", m.Headers)
+	return mq.CheckTable("headers", m.Headers)
 }
 
 // checkText refuses names the outbox's text columns cannot hold: an

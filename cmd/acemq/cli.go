@@ -27,7 +27,6 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/ops"
 )
@@ -238,7 +237,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 func checkURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-		return fmt.Errorf("--url %s: want amqp://USER:PASS@HOST:PORT/VHOST or amqps://…", mqlink.Redact(raw))
+		return fmt.Errorf("--url %s: want amqp://USER:PASS@HOST:PORT/VHOST or amqps://…", mq.Redact(raw))
 	}
 	return nil
 }
@@ -247,7 +246,7 @@ func checkURL(raw string) error {
 // an unknown host fails at once (one TCP dial first) rather than being
 // retried for the whole --timeout.
 func connect(ctx context.Context, raw string, c cli, log *slog.Logger) (*mq.Broker, error) {
-	red := mqlink.Redact(raw)
+	red := mq.Redact(raw)
 	if !c.Wait {
 		u, _ := url.Parse(raw)
 		port := u.Port()

@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
+	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/ops"
 )
 
@@ -46,7 +46,7 @@ func (c *consoleCmd) Run(e *env) error {
 	}
 	attrs := []any{"url", "http://" + ln.Addr().String() + "/", "read_only", c.ReadOnly}
 	if c.Management != "" {
-		attrs = append(attrs, "management", mqlink.Redact(c.Management))
+		attrs = append(attrs, "management", mq.Redact(c.Management))
 	}
 	if c.Token != "" {
 		attrs = append(attrs, "token", "required: open the url with ?token=...")

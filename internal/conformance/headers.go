@@ -23,7 +23,7 @@ type Attempts struct {
 }
 
 // CheckAttempts runs attempt.json against read, the library's reader of
-// the attempt header (mqlink.AttemptOf).
+// the attempt header (mq.AttemptOf).
 func CheckAttempts(v Attempts, read func(amqp.Table) int) []string {
 	var out []string
 	if len(v.Cases) == 0 {

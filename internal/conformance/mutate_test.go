@@ -7,7 +7,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-go/internal/conformance"
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -53,7 +52,7 @@ func TestMutatedVectorsFail(t *testing.T) {
 		if err := conformance.Mutate("attempt.json", &v, edit); err != nil {
 			t.Fatal(err)
 		}
-		return conformance.CheckAttempts(v, mqlink.AttemptOf)
+		return conformance.CheckAttempts(v, mq.AttemptOf)
 	}
 	queueArgs := func(root map[string]any, topo, queue string) (map[string]any, error) {
 		tv, err := conformance.Named(root, "topologies", "name", topo)
@@ -247,13 +246,13 @@ func TestBrokenAttemptReaderFails(t *testing.T) {
 			if n, ok := h[mq.HeaderAttempt].(int64); ok {
 				return int(n)
 			}
-			return mqlink.AttemptOf(h)
+			return mq.AttemptOf(h)
 		},
 		"absent is 0": func(h amqp.Table) int {
 			if _, ok := h[mq.HeaderAttempt]; !ok {
 				return 0
 			}
-			return mqlink.AttemptOf(h)
+			return mq.AttemptOf(h)
 		},
 	}
 	for name, read := range readers {

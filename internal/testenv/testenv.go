@@ -15,7 +15,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 )
 
@@ -94,7 +93,7 @@ func Broker(t testing.TB, cfg mq.Config, opts ...mq.Option) *mq.Broker {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := b.Start(ctx); err != nil {
-		t.Fatalf("the broker at %s does not answer (run `make broker`): %v", mqlink.Redact(cfg.URLs[0]), err)
+		t.Fatalf("the broker at %s does not answer (run `make broker`): %v", mq.Redact(cfg.URLs[0]), err)
 	}
 	track(t, b)
 	t.Cleanup(func() { closeTracked(t) })

@@ -10,7 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
+	"github.com/acemq/acemq-go/mq"
 )
 
 // Version is a RabbitMQ release, as the broker names itself in its
@@ -66,7 +66,7 @@ func BrokerVersion(t testing.TB) Version {
 	}
 	conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(10 * time.Second)})
 	if err != nil {
-		t.Fatalf("testenv: the broker at %s does not answer (run `make broker`): %v", mqlink.Redact(u), err)
+		t.Fatalf("testenv: the broker at %s does not answer (run `make broker`): %v", mq.Redact(u), err)
 	}
 	defer conn.Close()
 	s, _ := conn.Properties["version"].(string)

@@ -14,7 +14,6 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver New opens
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/mqtest"
 	"github.com/acemq/acemq-go/outbox"
@@ -79,7 +78,7 @@ func New(tb testing.TB, tables ...outbox.Schema) *DB {
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
-		d.fatalf("outboxtest.New: PostgreSQL at %s does not answer (PG_URL; `make postgres`): %v", mqlink.Redact(base), err)
+		d.fatalf("outboxtest.New: PostgreSQL at %s does not answer (PG_URL; `make postgres`): %v", mq.Redact(base), err)
 	}
 	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+d.Schema); err != nil {
 		_ = db.Close()

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
+	"github.com/acemq/acemq-go/mq"
 )
 
 // A PostgreSQL that does not answer is named in the failure without its
@@ -16,8 +16,8 @@ func TestRedactHidesPasswords(t *testing.T) {
 		"host=db user=app password=s3cret dbname=test",
 		"host=db password = 's3cret two' dbname=test",
 	} {
-		if got := mqlink.Redact(s); strings.Contains(got, "s3cret") || !strings.Contains(got, "db") {
-			t.Errorf("mqlink.Redact(%q) = %q: want the host kept and the password hidden", s, got)
+		if got := mq.Redact(s); strings.Contains(got, "s3cret") || !strings.Contains(got, "db") {
+			t.Errorf("mq.Redact(%q) = %q: want the host kept and the password hidden", s, got)
 		}
 	}
 }

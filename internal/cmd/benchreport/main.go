@@ -27,7 +27,6 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/mqtest"
@@ -337,7 +336,7 @@ func run(ctx context.Context) error {
 
 	conn, err := amqp.Dial(*url)
 	if err != nil {
-		return fmt.Errorf("raw dial %s: %w", mqlink.Redact(*url), err)
+		return fmt.Errorf("raw dial %s: %w", mq.Redact(*url), err)
 	}
 	defer conn.Close()
 	version, _ := conn.Properties["version"].(string)

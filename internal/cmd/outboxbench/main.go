@@ -25,7 +25,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/acemq/acemq-go/internal/mqlink"
 	"github.com/acemq/acemq-go/mq"
 	"github.com/acemq/acemq-go/mqtest"
 	"github.com/acemq/acemq-go/outbox"
@@ -146,7 +145,7 @@ CREATE TABLE %s (id bigserial PRIMARY KEY, exchange text NOT NULL, routing_key t
 		_, _ = r.b.DeleteQueue(cctx, r.queue)
 	})
 
-	fmt.Printf("outbox and inbox, PostgreSQL %s, broker %s, %d rounds (median)\n\n", mqlink.Redact(*pgURL), mqlink.Redact(*amqpURL), *rounds)
+	fmt.Printf("outbox and inbox, PostgreSQL %s, broker %s, %d rounds (median)\n\n", mq.Redact(*pgURL), mq.Redact(*amqpURL), *rounds)
 	fmt.Printf("%-44s %14s %14s %8s %s\n", "measure", "outbox/inbox", "baseline", "ratio", "target")
 	for _, m := range []struct {
 		name string
