@@ -8,7 +8,9 @@
 //
 // # What it owns
 //
-// [Count], [Peek] ([PeekMatching] with a [Filter]), [Replay] (with
+// [Count], [Rungs] (a queue's rungs of both kinds, classic and durable,
+// with what waits in each, and [RungsRetirable]: when the classic set can
+// be deleted by hand), [Peek] ([PeekMatching] with a [Filter]), [Replay] (with
 // [ReplayOptions].Filter), [Purge], [Delete] (messages a Filter matches), the
 // reading of the contract's headers (x-acemq-attempt, -reason, -error,
 // -failed-at, -source-queue, the replay headers) from a message as an
