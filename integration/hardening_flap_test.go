@@ -21,7 +21,7 @@ import (
 
 // hardDefaults is the library's own reconnect backoff (testenv.Broker
 // shortens it otherwise).
-var hardDefaults = mq.Config{ReconnectMin: mq.DefaultReconnectMin, ReconnectMax: mq.DefaultReconnectMax}
+var hardDefaults = mq.Config{ReconnectMin: 100 * time.Millisecond, ReconnectMax: 10 * time.Second}
 
 // An endpoint that completes every AMQP handshake and then drops the
 // connection: fewer than 20 dials in 10 s, one acemq.connection.flapping

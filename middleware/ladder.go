@@ -54,13 +54,13 @@ type ladder struct {
 
 // declaredLadder is StandardDeclared's ladder: it runs the policy the
 // Broker declared for its queue, which Broker.Consume gives it before the
-// consumer subscribes (an mq.PolicyTaker).
+// consumer subscribes (mq looks for its TakePolicy method).
 type declaredLadder struct{ ladder }
 
 // TakePolicy sets the policy the ladder runs.
 func (l *declaredLadder) TakePolicy(p retry.Policy) { l.p = p }
 
-// RetryPolicy makes the ladder an mq.PolicyHolder: DeclareOnStart declares
+// RetryPolicy is the policy the ladder runs (mq reads it): DeclareOnStart declares
 // the rungs of this policy.
 func (l *ladder) RetryPolicy() retry.Policy { return l.p }
 

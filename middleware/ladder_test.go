@@ -379,7 +379,7 @@ func TestLadderSubscribeValidatesPolicy(t *testing.T) {
 	if err := good.(mq.Subscriber).Subscribe(context.Background(), &mq.Subscription{Queue: "q"}); err != nil {
 		t.Errorf("Subscribe = %v", err)
 	}
-	if p := good.(mq.PolicyHolder).RetryPolicy(); !p.Equal(brokerOnly) {
+	if p := good.(interface{ RetryPolicy() retry.Policy }).RetryPolicy(); !p.Equal(brokerOnly) {
 		t.Errorf("RetryPolicy = %v", p)
 	}
 }

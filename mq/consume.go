@@ -315,7 +315,7 @@ func (c *Consumer) finish(err error) {
 		errs = append(errs, err)
 	}
 	for i := len(c.runner.built) - 1; i >= 0; i-- {
-		if s, ok := c.runner.built[i].(Stopper); ok {
+		if s, ok := c.runner.built[i].(stopper); ok {
 			if serr := s.Stop(ctx); serr != nil {
 				errs = append(errs, fmt.Errorf("mq: consumer of %q: at stop: %w", c.queue, serr))
 			}

@@ -176,9 +176,9 @@ func (d *Delivery) Draining() <-chan struct{} {
 // Logger is the consumer's logger.
 func (d *Delivery) Logger() *slog.Logger { return d.runtime().Logger() }
 
-// Message copies the delivery for republishing: body and properties
+// message copies the delivery for republishing: body and properties
 // unchanged, headers copied less the broker's counters (see MessageOf).
-func (d *Delivery) Message() Message { return MessageOf(d.raw()) }
+func (d *Delivery) message() Message { return MessageOf(d.raw()) }
 
 // Server is host:port of the connection the delivery came on ("" outside
 // a consumer).
@@ -201,7 +201,7 @@ var errWaitCut = errors.New("mq: in-process wait cut short")
 // names its own target); plus the original exchange and routing key in
 // headers, if the delivery carries none yet.
 func (d *Delivery) hopMessage() Message {
-	m := d.Message()
+	m := d.message()
 	if m.Headers == nil {
 		m.Headers = make(amqp.Table, 8)
 	}

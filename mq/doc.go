@@ -20,7 +20,7 @@
 // (amqp091-go's experimental Config.Recovery is never used: it reuses
 // channel objects, so an old delivery tag could be acked on the new
 // channel). A connection that keeps dying soon after it came up backs off
-// as a failed attempt ([StableAfter]). Channels are handed out, never
+// as a failed attempt (one that lived less than 5 s). Channels are handed out, never
 // shared: each publisher and consumer has its own, and every declaration or
 // inspection ([Broker.Declare], [Broker.QueueExists], [Broker.MessageCount],
 // [Broker.DeleteQueue]) runs on a throwaway channel, so a refusal kills only
@@ -98,6 +98,6 @@
 //
 // Errors match sentinels with errors.Is ([ErrClosed], [ErrUnroutable],
 // [ErrNacked], [ErrInvalid], [ErrNotFound], …); a refusal by the broker is
-// a [*BrokerError] with its reply code ([ReplyCode]). Credentials never
+// a [*BrokerError] with its reply code ([BrokerError.Code]). Credentials never
 // appear in what this package logs or returns ([Redact]).
 package mq

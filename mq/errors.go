@@ -92,19 +92,6 @@ func (e *BrokerError) Is(target error) bool {
 	return false
 }
 
-// ReplyCode returns the AMQP reply code carried by err (a *[BrokerError] or
-// an *amqp.Error anywhere in its chain), or 0. It allocates nothing: the
-// instrumentation asks it on every failed attempt.
-func ReplyCode(err error) int {
-	if be, ok := errors.AsType[*BrokerError](err); ok && be.Code != 0 {
-		return be.Code
-	}
-	if ae, ok := errors.AsType[*amqp.Error](err); ok {
-		return ae.Code
-	}
-	return 0
-}
-
 // brokerError wraps err for op, lifting the reply code and reason of an
 // *amqp.Error.
 func brokerError(op string, err error) error {
@@ -169,8 +156,8 @@ type PanicError struct {
 	Stack []byte
 }
 
-// NewPanicError captures a recovered value and the current stack.
-func NewPanicError(v any) *PanicError { return &PanicError{Value: v, Stack: debug.Stack()} }
+// newPanicError captures a recovered value and the current stack.
+func newPanicError(v any) *PanicError { return &PanicError{Value: v, Stack: debug.Stack()} }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
 

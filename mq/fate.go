@@ -127,7 +127,7 @@ type Runner struct {
 // the middleware matters here): the middleware around h, and innermost the
 // attempt counter, which numbers every call of h after the first as the
 // next attempt and runs hooks around each. An invalid option is an error,
-// as it is for Consume, and so is a PolicyTaker (a runner has no Broker to
+// as it is for Consume, and so is a policyTaker (a runner has no Broker to
 // take the declared policy from).
 func NewRunner(h Handler, hooks []AttemptHook, opts ...ConsumerOption) (*Runner, error) {
 	var cfg consumerConfig
@@ -157,7 +157,7 @@ func newRunner(h Handler, hooks []AttemptHook, mws []Middleware) *Runner {
 	// handler when no middleware runs one.
 	fallback := len(carriers) - 1
 	for i, b := range r.built {
-		if _, ok := b.(PolicyHolder); ok {
+		if _, ok := b.(policyRunner); ok {
 			fallback = i
 			break
 		}
@@ -169,7 +169,7 @@ func newRunner(h Handler, hooks []AttemptHook, mws []Middleware) *Runner {
 }
 
 // RetryPolicy is the policy of the first middleware in the chain that runs
-// one (a PolicyHolder), and whether one does.
+// one (a policyRunner), and whether one does.
 func (r *Runner) RetryPolicy() (retry.Policy, bool) {
 	if ph := policyHolder(r.built); ph != nil {
 		return ph.RetryPolicy(), true
@@ -281,8 +281,8 @@ func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
 				return c.done(d, toRung(ctx, d, rt, dec))
 			}
 			rt.Logger().DebugContext(ctx, EventRetry, "message_id", d.MessageId, "attempt", d.Attempt(),
-				"kind", string(KindInProcess), "wait", dec.Wait, "error", dec.Cause)
-			rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindInProcess, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
+				"kind", kindInProcess, "wait", dec.Wait, "error", dec.Cause)
+			rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: kindInProcess, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
 			if werr := rt.Wait(ctx, d, dec.Wait); werr != nil {
 				return c.done(d, carry(ctx, d, rt, dec.Cause))
 			}
@@ -328,7 +328,7 @@ func decisionOf(err error) *Decision {
 func invoke(ctx context.Context, h Handler, d *Delivery, rt Runtime) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			pe := NewPanicError(v)
+			pe := newPanicError(v)
 			rt.Logger().Error("acemq.handler.panic", "message_id", d.MessageId, "panic", fmt.Sprint(v),
 				"outcome", string(d.outcome), "stack", string(pe.Stack))
 			err = Requeue(pe)
@@ -401,7 +401,7 @@ func carry(ctx context.Context, d *Delivery, rt Runtime, cause error) error {
 	if err := rt.Hop(ctx, d.queue, OutcomeRetry, m); err != nil {
 		return Requeue(fmt.Errorf("keep attempt %d through %s: %w", next, d.queue, err))
 	}
-	rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindCarried, Target: d.queue, Attempt: d.Attempt(), Err: cause})
+	rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: kindCarried, Target: d.queue, Attempt: d.Attempt(), Err: cause})
 	d.outcome, d.cause = OutcomeRetry, cause
 	return nil
 }
@@ -417,7 +417,7 @@ func toRung(ctx context.Context, d *Delivery, rt Runtime, dec *Decision) error {
 	err := rt.Hop(ctx, dec.Queue, OutcomeRetry, m)
 	switch {
 	case err == nil:
-		rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindBroker, Target: dec.Queue, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
+		rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: kindBroker, Target: dec.Queue, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
 		d.outcome, d.cause = OutcomeRetry, dec.Cause
 		return nil
 	case errors.Is(err, ErrUnroutable):
@@ -487,8 +487,8 @@ func refused(ctx context.Context, d *Delivery, rt Runtime, a *asideRetry, m Mess
 		// the handler again (both make the hop: a duplicate, as a hop may).
 		if herr := rt.Hop(ctx, d.queue, OutcomeRequeue, m); herr == nil && ctx.Err() == nil {
 			rt.Logger().WarnContext(ctx, EventRequeued, "message_id", d.MessageId, "attempt", d.Attempt(),
-				"why", string(KindCarried), "pending_hop", a.target, "error", err)
-			rt.Event(ctx, Event{Name: EventRequeued, Queue: d.queue, Kind: KindCarried, Target: a.target, Attempt: d.Attempt(), Err: err})
+				"why", kindCarried, "pending_hop", a.target, "error", err)
+			rt.Event(ctx, Event{Name: EventRequeued, Queue: d.queue, Kind: kindCarried, Target: a.target, Attempt: d.Attempt(), Err: err})
 			d.outcome, d.cause, d.homeCopy = OutcomeRequeue, a.cause, true
 			return nil
 		}

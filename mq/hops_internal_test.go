@@ -320,7 +320,7 @@ func TestPendingHopToARungReadsItsName(t *testing.T) {
 				got = append(got, e)
 			}
 		}
-		if calls != 0 || len(rt.to) != 1 || rt.to[0] != target || len(got) != 1 || got[0].Wait != wait || got[0].Target != target || got[0].Kind != KindBroker {
+		if calls != 0 || len(rt.to) != 1 || rt.to[0] != target || len(got) != 1 || got[0].Wait != wait || got[0].Target != target || got[0].Kind != kindBroker {
 			t.Errorf("%q: %d handler calls, hops to %v, retry events %+v: want the hop made once as a broker wait of %v", target, calls, rt.to, got, wait)
 		}
 	}
