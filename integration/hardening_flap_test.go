@@ -78,7 +78,7 @@ func TestHardeningPoisonMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v any = "leaf"
-	for range mq.MaxHeaderDepth + 1 {
+	for range 32 + 1 {
 		v = amqp.Table{"n": v}
 	}
 	if err := ch.PublishWithContext(ctx, "", q, false, false, amqp.Publishing{Headers: amqp.Table{"deep": v}, Body: []byte("poison")}); err != nil {

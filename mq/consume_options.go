@@ -179,7 +179,7 @@ func consumerConfigOf(conn, queue string, h Handler, opts []ConsumerOption) cons
 	if queue == "" {
 		cfg.errs = append(cfg.errs, errors.New("the queue name is empty"))
 	}
-	cfg.errs = append(cfg.errs, CheckName("queue name", queue), CheckName("consumer tag", cfg.tag))
+	cfg.errs = append(cfg.errs, checkName("queue name", queue), checkName("consumer tag", cfg.tag))
 	if h == nil {
 		cfg.errs = append(cfg.errs, errors.New("the handler is nil"))
 	}

@@ -13,7 +13,7 @@ const (
 	HeaderSourceQueue = "x-acemq-source-queue"
 	// HeaderReason says why a message was set aside: see the [Reason] values.
 	HeaderReason = "x-acemq-reason"
-	// HeaderError is the handler's error text, capped at [MaxErrorHeader] bytes.
+	// HeaderError is the handler's error text, capped at 4096 bytes.
 	HeaderError = "x-acemq-error"
 	// HeaderFailedAt is the AMQP timestamp of the failure.
 	HeaderFailedAt = "x-acemq-failed-at"
@@ -41,11 +41,11 @@ const (
 	HeaderPendingHop = "x-acemq-pending-hop"
 )
 
-// MaxErrorHeader caps [HeaderError], in bytes.
-const MaxErrorHeader = 4096
+// maxErrorHeader caps [HeaderError], in bytes.
+const maxErrorHeader = 4096
 
 // ErrorText is err's text as the library writes it down — in
-// x-acemq-error, and in otelmq's span statuses: at most [MaxErrorHeader]
+// x-acemq-error, and in otelmq's span statuses: at most 4096
 // bytes, cut on a rune boundary; empty for nil. Only the cut is inspected:
 // bytes that were not valid UTF-8 in the error's text are kept as they were.
 func ErrorText(err error) string {
@@ -53,12 +53,12 @@ func ErrorText(err error) string {
 		return ""
 	}
 	s := err.Error()
-	if len(s) <= MaxErrorHeader {
+	if len(s) <= maxErrorHeader {
 		return s
 	}
 	// Back off to the start of the rune the cap falls in (at most
 	// utf8.UTFMax-1 bytes).
-	n := MaxErrorHeader
+	n := maxErrorHeader
 	for i := 0; i < utf8.UTFMax-1 && n > 0 && !utf8.RuneStart(s[n]); i++ {
 		n--
 	}

@@ -56,9 +56,11 @@
 // Code that publishes depends on [Sender], which mqtest fakes.
 //
 // Every name, property and table the library sends is checked at the call
-// against what the wire and amqp091-go's reader accept ([CheckName],
-// [CheckTable]): a bad value fails its own call with [ErrInvalid] and never
-// the frame, the channel or the connection.
+// against what the wire and amqp091-go's reader accept (short strings of at
+// most 255 bytes; headers and arguments nested at most 32 deep, at most 8192
+// entries a table, of types AMQP carries; [CheckPublish] runs the same checks
+// on a publish): a bad value fails its own call with [ErrInvalid], naming the
+// field and the limit, and never the frame, the channel or the connection.
 //
 // # Consuming
 //

@@ -34,7 +34,7 @@ var (
 	ErrNacked = errors.New("mq: nacked by broker")
 	// ErrInvalid: a value the wire cannot carry, or that amqp091-go's
 	// reader would refuse, was refused at the call, before anything was
-	// sent (see [InvalidError], [CheckName], [CheckTable]): the connection and
+	// sent (see [CheckPublish]; the error names the field and the limit): the connection and
 	// every other publish are untouched.
 	ErrInvalid = errors.New("mq: invalid input")
 	// ErrRequeue marks a handler outcome that puts the message back on its
