@@ -203,7 +203,7 @@ func TestAuditRepeatedStopsLeaveTheDeliveryCount(t *testing.T) {
 			t.Fatal(err)
 		}
 		testenv.Eventually(t, 10*time.Second, func() bool {
-			m, _ := b.MessageCount(testenv.Context(t, 5*time.Second), q)
+			m, _ := testenv.Ready(testenv.Context(t, 5*time.Second), b, q)
 			return started.Load() > 0 && m <= total-int(handled.Load())-window
 		}, "round %d: the consumer did not receive its window", round)
 		testenv.Stop(t, c)

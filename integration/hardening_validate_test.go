@@ -117,8 +117,8 @@ func TestHardeningInvalidInputsCostNoConnection(t *testing.T) {
 		if _, err := b.QueueExists(ctx, long); !errors.Is(err, mq.ErrInvalid) {
 			t.Fatalf("QueueExists: %v; want ErrInvalid", err)
 		}
-		if _, err := b.MessageCount(ctx, long); !errors.Is(err, mq.ErrInvalid) {
-			t.Fatalf("MessageCount: %v; want ErrInvalid", err)
+		if _, err := testenv.Ready(ctx, b, long); !errors.Is(err, mq.ErrInvalid) {
+			t.Fatalf("ops.Count: %v; want ErrInvalid", err)
 		}
 		if _, err := b.DeleteQueue(ctx, long); !errors.Is(err, mq.ErrInvalid) {
 			t.Fatalf("DeleteQueue: %v; want ErrInvalid", err)

@@ -127,25 +127,6 @@ func (b *Broker) QueueExists(ctx context.Context, queue string) (bool, error) {
 	return err == nil, err
 }
 
-// MessageCount is the number of messages ready in queue: a message a
-// consumer holds unacknowledged is not counted. [ErrNotFound] if the queue
-// does not exist.
-func (b *Broker) MessageCount(ctx context.Context, queue string) (int, error) {
-	if err := checkName("queue name", queue); err != nil {
-		return 0, err
-	}
-	var n int
-	err := b.onChannel(ctx, fmt.Sprintf("inspect queue %q", queue), func(ch *amqp.Channel) (string, error) {
-		q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
-		n = q.Messages
-		return fmt.Sprintf("inspect queue %q", queue), err
-	})
-	if err != nil {
-		return 0, err // n may still be written by a call ctx cut short
-	}
-	return n, nil
-}
-
 // consumerCount is the number of consumers queue.declare-ok (passive)
 // reports for queue. A stream reports none, even while it is read (3.10,
 // 4.0 and 4.3 alike); a quorum queue whose leader does not answer within

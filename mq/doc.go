@@ -22,8 +22,8 @@
 // channel). A connection that keeps dying soon after it came up backs off
 // as a failed attempt (one that lived less than 5 s). Channels are handed out, never
 // shared: each publisher and consumer has its own, and every declaration or
-// inspection ([Broker.Declare], [Broker.QueueExists], [Broker.MessageCount],
-// [Broker.DeleteQueue]) runs on a throwaway channel, so a refusal kills only
+// inspection ([Broker.Declare], [Broker.QueueExists], [Broker.DeleteQueue];
+// package ops counts and peeks) runs on a throwaway channel, so a refusal kills only
 // that. [Broker.Channel] hands one to code of your own.
 //
 // What the broker forgets, the Broker declares again: it remembers what

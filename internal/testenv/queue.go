@@ -2,12 +2,14 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/ops"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -78,10 +80,23 @@ func Publish(t testing.TB, b *mq.Broker, q string, msgs ...mq.Message) {
 	}
 }
 
+// Ready is the number of messages ready in q (ops.Count's Ready), and an
+// error wrapping mq.ErrNotFound when q does not exist.
+func Ready(ctx context.Context, b *mq.Broker, q string) (int, error) {
+	cs, err := ops.Count(ctx, b, q)
+	if err != nil {
+		return 0, err
+	}
+	if !cs[0].Exists {
+		return 0, fmt.Errorf("count %q: %w", q, mq.ErrNotFound)
+	}
+	return cs[0].Ready, nil
+}
+
 // Count is the number of ready messages in q, or a failed test.
 func Count(t testing.TB, b *mq.Broker, q string) int {
 	t.Helper()
-	n, err := b.MessageCount(Context(t, 15*time.Second), q)
+	n, err := Ready(Context(t, 15*time.Second), b, q)
 	if err != nil {
 		t.Fatalf("count %s: %v", q, err)
 	}

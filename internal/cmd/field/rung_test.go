@@ -127,7 +127,7 @@ func rungAcrossPartition(t *testing.T, durable bool) {
 	// Once the hop to the rung is confirmed (attempt 1 acknowledged), cut
 	// f1 (the rung's node) from f2 and f3 for longer than the rung's TTL.
 	for {
-		n, err := admin.MessageCount(ctx, rung)
+		n, err := ready(ctx, admin, rung)
 		if err == nil && n == 1 {
 			break
 		}
@@ -165,7 +165,7 @@ func rungAcrossPartition(t *testing.T, durable bool) {
 	mu.Unlock()
 	where := map[string]int{}
 	for _, x := range []string{q, rung, topology.DeadLetterQueue(q), topology.ParkedQueue(q)} {
-		n, err := admin.MessageCount(ctx, x)
+		n, err := ready(ctx, admin, x)
 		if err != nil {
 			n = -1
 		}

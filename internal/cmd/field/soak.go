@@ -53,7 +53,7 @@ func sampleBroker(ctx context.Context, o options, s site, b *mq.Broker, db *sql.
 			st.Backlog += rows
 		}
 		for _, name := range append([]string{q[0], q[1]}, q[6:]...) {
-			if n, err := b.MessageCount(c, name); err == nil {
+			if n, err := ready(c, b, name); err == nil {
 				st.Backlog += n
 			}
 		}
