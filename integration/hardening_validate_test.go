@@ -279,7 +279,7 @@ func TestHardeningBlockedRightAfterOpen(t *testing.T) {
 			cancel()
 			t.Fatalf("start %d: %v", i, err)
 		}
-		if !testenv.Poll(500*time.Millisecond, b.Blocked) {
+		if !testenv.Poll(500*time.Millisecond, func() bool { return testenv.Blocked(b) }) {
 			missed++
 		}
 		_ = b.Close(ctx)

@@ -290,7 +290,7 @@ func TestPublishWaitsWhileBlocked(t *testing.T) {
 	}
 
 	p.SendBlocked("low on memory (made up by the test)")
-	testenv.Eventually(t, 5*time.Second, b.Blocked, "Blocked() does not report connection.blocked")
+	testenv.Eventually(t, 5*time.Second, func() bool { return testenv.Blocked(b) }, "Check does not report connection.blocked")
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	err := pub.Publish(short, q, mq.Message{})
 	cancel()
@@ -313,14 +313,14 @@ func TestPublishWaitsWhileBlocked(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("publish still waiting after connection.unblocked")
 	}
-	if b.Blocked() {
-		t.Error("Blocked() after connection.unblocked")
+	if testenv.Blocked(b) {
+		t.Error("Check reports blocked after connection.unblocked")
 	}
 
 	// Blocked again, then the connection is lost: the next one starts
 	// unblocked, and the waiting publish goes out on it.
 	p.SendBlocked("disk alarm (made up)")
-	testenv.Eventually(t, 5*time.Second, b.Blocked, "not blocked")
+	testenv.Eventually(t, 5*time.Second, func() bool { return testenv.Blocked(b) }, "not blocked")
 	go func() { res <- pub.Publish(ctx, q, mq.Message{MessageId: "after-cut"}) }()
 	time.Sleep(100 * time.Millisecond)
 	p.Cut()

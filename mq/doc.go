@@ -43,7 +43,7 @@
 // so none of them reaches the broker later, behind what was sent since. TLS
 // for amqps:// is done by this package ([Config].TLS or the URL's
 // parameters), not by amqp091-go. [Broker.Check] says whether the service is
-// ready; [Broker.Blocked] whether the broker blocks publishing.
+// ready, and names a memory or disk alarm that blocks publishing.
 //
 // # Publishing
 //

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,4 +159,11 @@ func DeleteBehind(t testing.TB, b *mq.Broker, q string) {
 	if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 		t.Fatalf("delete %s: %v", q, err)
 	}
+}
+
+// Blocked reports whether b's readiness (Broker.Check) names a
+// connection.blocked: the broker blocks publishing (a memory or disk alarm).
+func Blocked(b *mq.Broker) bool {
+	err := b.Check(context.Background())
+	return err != nil && strings.Contains(err.Error(), "the broker blocks publishing")
 }
