@@ -178,7 +178,7 @@ func (c *Consumer) subscribe(ctx context.Context, resub bool) (*session, error) 
 // subscribeOnce runs the middleware's Subscribe hooks, then opens a
 // session: a channel with the consumer's prefetch, consuming its queue.
 func (c *Consumer) subscribeOnce(ctx context.Context, resub bool) (*session, error) {
-	info := &Subscription{Queue: c.queue, Broker: c.b, Logger: c.log, Resubscribe: resub, handlers: c.runner.built}
+	info := &Subscription{Queue: c.queue, Broker: c.b, Logger: c.log, Resubscribe: resub, Runner: c.runner}
 	for _, h := range c.runner.built {
 		if s, ok := h.(Subscriber); ok {
 			if err := s.Subscribe(ctx, info); err != nil {

@@ -108,7 +108,7 @@ type stopper interface {
 }
 
 // policyRunner is implemented by a Handler that runs a retry policy (the
-// retry ladder). Subscription.RetryPolicy reads it, so the queues declared
+// retry ladder). Runner.RetryPolicy reads it, so the queues declared
 // for a consumer derive from the policy it runs, never from a second list.
 type policyRunner interface {
 	RetryPolicy() retry.Policy
@@ -152,17 +152,9 @@ type Subscription struct {
 	Logger *slog.Logger
 	// Resubscribe is false on the first subscribe, true after a reconnect.
 	Resubscribe bool
-
-	handlers []Handler
-}
-
-// RetryPolicy returns the policy of the first handler in the chain that
-// runs one (a policyRunner), or the zero policy (one attempt) if none does.
-func (s *Subscription) RetryPolicy() retry.Policy {
-	if ph := policyHolder(s.handlers); ph != nil {
-		return ph.RetryPolicy()
-	}
-	return retry.Policy{}
+	// Runner is the consumer's chain; [Runner.RetryPolicy] is the policy
+	// it runs, the one the queues declared for the consumer derive from.
+	Runner *Runner
 }
 
 // policyHolder is the first of hs that runs a retry policy, or nil: the

@@ -169,8 +169,13 @@ func newRunner(h Handler, hooks []AttemptHook, mws []Middleware) *Runner {
 }
 
 // RetryPolicy is the policy of the first middleware in the chain that runs
-// one (a policyRunner), and whether one does.
+// one (a retry ladder), and whether one does; for a nil Runner, none. It is
+// the one way to learn the policy a consumer runs: before it runs
+// (fxmodule, mqtest) and on every subscribe ([Subscription].Runner).
 func (r *Runner) RetryPolicy() (retry.Policy, bool) {
+	if r == nil {
+		return retry.Policy{}, false
+	}
 	if ph := policyHolder(r.built); ph != nil {
 		return ph.RetryPolicy(), true
 	}
