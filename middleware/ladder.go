@@ -35,7 +35,7 @@ import (
 // message is set aside in <queue>.dlq (reason "rung-missing"). A hop the
 // broker refuses (a full rung, a .dlq that cannot be written) is made
 // again, never replaced by another attempt: the copy waits in the
-// message's own queue, naming its target (mq.HeaderPendingHop), and a
+// message's own queue, naming its target (x-acemq-pending-hop), and a
 // restart does not forget it.
 //
 // Errors marked Park or Reject are never retried: they pass through for

@@ -77,7 +77,7 @@ type Delivery struct {
 	asideFailed bool        // its set-aside failed: the return is the library's failure (see asidePause)
 	kept        bool        // its wait was cut short under InOrder: it goes back with basic.nack, keeping its place (see carry)
 	aside       *asideRetry // a hop that was refused, made again instead of another attempt (see attemptMemo, pendingFate)
-	pending     bool        // a copy that carries its refused hop (HeaderPendingHop): see refused
+	pending     bool        // a copy that carries its refused hop (headerPendingHop): see refused
 	homeCopy    bool        // its refused hop went to its own queue on a confirmed copy (see refused)
 }
 
@@ -208,7 +208,7 @@ func (d *Delivery) hopMessage() Message {
 	m.Expiration = ""
 	delete(m.Headers, "CC")
 	delete(m.Headers, "BCC")
-	delete(m.Headers, HeaderPendingHop)
+	delete(m.Headers, headerPendingHop)
 	if m.UserId != "" && m.UserId != d.login() {
 		m.UserId = ""
 	}

@@ -33,13 +33,15 @@ const (
 	// Delivery.RoutingKey read them). Optional extensions of the contract.
 	HeaderOriginalExchange   = "x-acemq-original-exchange"
 	HeaderOriginalRoutingKey = "x-acemq-original-routing-key"
-	// HeaderPendingHop names the queue a copy in its own queue still has to
-	// go to (its .dlq, its .parked or one of its rungs): the hop there was
-	// refused, so the copy it would have made waits at home, carrying the
-	// headers that hop wrote, until the consumer makes the hop again. A
-	// Go extension: docs/contract.md, "Go's extension headers".
-	HeaderPendingHop = "x-acemq-pending-hop"
 )
+
+// headerPendingHop names the queue a copy in its own queue still has to go
+// to (its .dlq, its .parked or one of its rungs): the hop there was
+// refused, so the copy it would have made waits at home, carrying the
+// headers that hop wrote, until the consumer makes the hop again. A Go
+// extension (docs/contract.md, "Go's extension headers") that only the
+// consumer runtime reads and writes, so it is not exported.
+const headerPendingHop = "x-acemq-pending-hop"
 
 // maxErrorHeader caps [HeaderError], in bytes.
 const maxErrorHeader = 4096

@@ -44,7 +44,7 @@ import (
 //
 // A hop the broker refuses (a nack, or a .dlq or .parked that does not
 // exist) is kept pending: the copy goes to the delivery's own queue with
-// HeaderPendingHop naming its target, and its next delivery makes that hop
+// headerPendingHop naming its target, and its next delivery makes that hop
 // instead of calling the chain; the middleware outside sees nil and
 // OutcomeRequeue.
 //
@@ -208,7 +208,7 @@ func (r *Runner) RetryPolicy() (retry.Policy, bool) {
 func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
 	rt := d.runtime()
 	// An earlier delivery decided its fate and the hop was refused (the
-	// consumer remembers it, or the copy names it: HeaderPendingHop): a
+	// consumer remembers it, or the copy names it: headerPendingHop): a
 	// carrier makes that hop again, never another attempt.
 	d.aside = d.pendingFate()
 	err := invoke(ctx, r.handler, d, rt)
@@ -256,7 +256,7 @@ type carrier struct {
 // failed, the decision itself for a reject, and any other error the
 // middleware returns. A hop this carrier made and the broker refused, on
 // an earlier delivery of the message, it makes again without calling the
-// middleware; a refused hop named by the copy (HeaderPendingHop), whose
+// middleware; a refused hop named by the copy (headerPendingHop), whose
 // carrier is not known, is made by the carrier outside the retry policy's
 // middleware.
 func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
@@ -475,7 +475,7 @@ func setAside(ctx context.Context, d *Delivery, rt Runtime, target string, o Out
 // with reject-publish, a node down): the message must make that hop, not
 // another attempt, and not before the pause. The copy the hop would have
 // made (m) goes to d's own queue instead, naming its target in
-// HeaderPendingHop, confirmed before the original is acknowledged: the
+// headerPendingHop, confirmed before the original is acknowledged: the
 // fate travels with the message, so a restart or a kill -9 cannot forget
 // it, and its next delivery makes the hop again (pendingFate). When d is
 // such a copy already, or that publish fails too, or the delivery's
@@ -486,7 +486,7 @@ func setAside(ctx context.Context, d *Delivery, rt Runtime, target string, o Out
 func refused(ctx context.Context, d *Delivery, rt Runtime, a *asideRetry, m Message, err error) error {
 	if !d.pending && ctx.Err() == nil {
 		m.Headers = cloneHeaders(m.Headers) // the refused copy is not changed
-		m.Headers[HeaderPendingHop] = a.target
+		m.Headers[headerPendingHop] = a.target
 		// A channel lost meanwhile (ctx ended) returns the original too:
 		// it then goes the way below as well, so that it does not reach
 		// the handler again (both make the hop: a duplicate, as a hop may).
@@ -541,7 +541,7 @@ func (a *asideRetry) redo(ctx context.Context, d *Delivery, rt Runtime) error {
 
 // pendingFate is the hop d still has to make instead of another attempt,
 // or nil: the consumer's memory of a copy it returned (d.aside), or a copy
-// that names its hop itself (HeaderPendingHop; see refused). The latter is
+// that names its hop itself (headerPendingHop; see refused). The latter is
 // honoured only for a target of d's own queue (its .dlq, its .parked, one
 // of its rungs, classic or durable, read by topology.ParseRung), so a
 // header cannot send a message anywhere else; its attempt becomes the one
@@ -549,7 +549,7 @@ func (a *asideRetry) redo(ctx context.Context, d *Delivery, rt Runtime) error {
 // counted of its returns since), so the hop writes what it wrote the first
 // time.
 func (d *Delivery) pendingFate() *asideRetry {
-	target, ok := d.Headers[HeaderPendingHop].(string)
+	target, ok := d.Headers[headerPendingHop].(string)
 	if d.aside != nil {
 		// Remembered by the consumer; a copy that names its hop is still
 		// that copy, and goes back as it is, never as a further copy.
@@ -570,7 +570,7 @@ func (d *Delivery) pendingFate() *asideRetry {
 		// Classic or durable, the rung's name says its wait.
 		a.outcome, a.wait = OutcomeRetry, wait
 	default:
-		d.runtime().Logger().Warn("acemq.pending.hop.header.ignored", "message_id", d.MessageId, "header", HeaderPendingHop, "value", target)
+		d.runtime().Logger().Warn("acemq.pending.hop.header.ignored", "message_id", d.MessageId, "header", headerPendingHop, "value", target)
 		return nil
 	}
 	if a.outcome != OutcomeRetry {

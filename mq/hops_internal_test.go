@@ -200,7 +200,7 @@ func TestPendingHopOnlyToTheQueuesOwnTargets(t *testing.T) {
 		calls := 0
 		h := HandlerFunc(func(context.Context, *Delivery) error { calls++; return nil })
 		rt := &targetRuntime{}
-		raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{HeaderPendingHop: target, HeaderAttempt: int32(4)}}
+		raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{headerPendingHop: target, HeaderAttempt: int32(4)}}
 		d := NewDelivery("q", raw, rt)
 		if err := newRunner(h, nil, nil).Deliver(context.Background(), d); err != nil {
 			t.Fatalf("%q: %v", target, err)
@@ -303,7 +303,7 @@ func TestPendingHopToARungReadsItsName(t *testing.T) {
 		calls := 0
 		h := HandlerFunc(func(context.Context, *Delivery) error { calls++; return nil })
 		rt := &eventRuntime{}
-		raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{HeaderPendingHop: target, HeaderAttempt: int32(3)}}
+		raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{headerPendingHop: target, HeaderAttempt: int32(3)}}
 		d := NewDelivery("q", raw, rt)
 		if err := newRunner(h, nil, nil).Deliver(context.Background(), d); err != nil {
 			t.Fatalf("%q: %v", target, err)
