@@ -297,7 +297,7 @@ func TestAuditFailingSetAsideIsNotDroppedByTheDeliveryLimit(t *testing.T) {
 }
 
 // Deliberate cuts of a working connection are not flapping, even a few
-// within StableAfter: flapping is a connection that keeps dying soon after
+// within the 5 s a connection must live to count as stable: flapping is a connection that keeps dying soon after
 // it opens.
 func TestAuditCutsOfAWorkingConnectionAreNotFlapping(t *testing.T) {
 	lg := testenv.NewLogRecorder(t)

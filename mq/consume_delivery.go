@@ -118,7 +118,7 @@ func (d *Delivery) consumer() consumerRuntime {
 
 // received builds a Delivery holding raw's body and properties; raw's
 // Acknowledger is left out (settling belongs to the runtime), and so is its
-// MessageCount (basic.get's alone).
+// MessageCount (basic.get's alone; ops.Count counts a queue).
 func received(raw amqp.Delivery) *Delivery {
 	return &Delivery{
 		Body: raw.Body, Headers: raw.Headers, MessageId: raw.MessageId, CorrelationId: raw.CorrelationId,
