@@ -417,12 +417,12 @@ func quiet(ctx context.Context, s site, b *mq.Broker, db *sql.DB, out string) bo
 	q := s.names.Queues()
 	work, inbox, dlq, parked, rungs := q[0], q[1], q[2], q[3], q[6:]
 	for _, name := range append([]string{work, inbox}, rungs...) {
-		if n, err := ready(c, b, name); err != nil || n > 0 {
+		if cs, err := ops.Count(c, b, name); err != nil || !cs[0].Exists || cs[0].Ready > 0 {
 			return false
 		}
 	}
 	for name, w := range map[string]int{dlq: want[history.EndDLQ], parked: want[history.EndParked]} {
-		if n, err := ready(c, b, name); err != nil || n < w {
+		if cs, err := ops.Count(c, b, name); err != nil || !cs[0].Exists || cs[0].Ready < w {
 			return false
 		}
 	}
@@ -585,17 +585,4 @@ func (l *eventLog) close() []faultEvent {
 	defer l.mu.Unlock()
 	l.f.Close()
 	return l.events
-}
-
-// ready is the number of messages ready in q (ops.Count), an error
-// wrapping mq.ErrNotFound when q does not exist.
-func ready(ctx context.Context, b *mq.Broker, q string) (int, error) {
-	cs, err := ops.Count(ctx, b, q)
-	if err != nil {
-		return 0, err
-	}
-	if !cs[0].Exists {
-		return 0, fmt.Errorf("count %q: %w", q, mq.ErrNotFound)
-	}
-	return cs[0].Ready, nil
 }
