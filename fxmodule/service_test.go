@@ -128,8 +128,11 @@ func TestAsPublisher(t *testing.T) {
 	if err := app.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if mp, ok := p.(*mq.Publisher); !ok || mp.Exchange() != "orders-events" {
-		t.Fatalf("provided %T, want a *mq.Publisher to orders-events", p)
+	// The exchange shows in what the publisher refuses (the validator runs
+	// at the call, before the broker is asked).
+	err := p.Publish(t.Context(), "k", mq.Message{MessageId: strings.Repeat("i", 256)})
+	if _, ok := p.(*mq.Publisher); !ok || !errors.Is(err, mq.ErrInvalid) || !strings.Contains(err.Error(), `exchange "orders-events"`) {
+		t.Fatalf("provided %T (%v), want a *mq.Publisher to orders-events", p, err)
 	}
 	for name, opt := range map[string]fx.Option{
 		"struct":        AsPublisher[mq.Message]("x"),

@@ -135,7 +135,7 @@ func consBenchConsume(b *testing.B, prefetch int) {
 		ratios = append(ratios, r.Seconds()/o.Seconds())
 	}
 	b.StopTimer()
-	if n, err := brk.MessageCount(testenv.Context(b, 10*time.Second), q); err != nil || n != 0 {
+	if n, err := testenv.Ready(testenv.Context(b, 10*time.Second), brk, q); err != nil || n != 0 {
 		b.Fatalf("%d messages left in the queue (%v)", n, err)
 	}
 	msgs64 := float64(b.N * consBenchRound)

@@ -139,7 +139,7 @@ func benchLadderWaiting(b *testing.B, opts ...mq.ConsumerOption) {
 		ratios = append(ratios, (float64(wn)/wt.Seconds())/(float64(cn)/ct.Seconds()))
 	}
 	b.StopTimer()
-	if n, err := brk.MessageCount(testenv.Context(b, 10*time.Second), q); err != nil || n != 0 {
+	if n, err := testenv.Ready(testenv.Context(b, 10*time.Second), brk, q); err != nil || n != 0 {
 		b.Fatalf("%d messages left in the queue (%v)", n, err)
 	}
 	slices.Sort(ratios)

@@ -79,8 +79,8 @@ func TestBrokerDeclareContractTopologyTwice(t *testing.T) {
 		counts[r.queue]++
 	}
 	for q, want := range counts {
-		if n, err := b.MessageCount(ctx, q); err != nil || n != want {
-			t.Errorf("MessageCount(%s) = %d, %v; want %d", q, n, err, want)
+		if n, err := testenv.Ready(ctx, b, q); err != nil || n != want {
+			t.Errorf("ops.Count(%s) = %d, %v; want %d", q, n, err, want)
 		}
 	}
 }
@@ -140,7 +140,7 @@ func TestBrokerDeclareConflictLeavesPublisherUnharmed(t *testing.T) {
 		t.Errorf("errors.Is(err, ErrPreconditionFailed) is false: %v", err)
 	}
 	var be *mq.BrokerError
-	if !errors.As(err, &be) || be.Code != 406 || mq.ReplyCode(err) != 406 {
+	if !errors.As(err, &be) || be.Code != 406 {
 		t.Errorf("want a *BrokerError with code 406; got %#v", err)
 	} else if !strings.Contains(be.Op, q) || !strings.Contains(err.Error(), q) {
 		t.Errorf("the refusal does not name the queue %s: %v", q, err)
@@ -158,7 +158,7 @@ func TestBrokerDeclareConflictLeavesPublisherUnharmed(t *testing.T) {
 		t.Fatalf("the publisher was harmed by a refused declaration: %v", e)
 	}
 	n := sent.Load()
-	if got, err := b.MessageCount(ctx, target); err != nil || int64(got) != n {
+	if got, err := testenv.Ready(ctx, b, target); err != nil || int64(got) != n {
 		t.Fatalf("target holds %d (%v); the publisher had %d confirmed", got, err, n)
 	}
 	// The queue is untouched and the broker still declares it as it is.
@@ -197,7 +197,7 @@ func TestBrokerDeclareRefusalsAreNamed(t *testing.T) {
 	}
 }
 
-// Inspection (docs/contract.md, "Inspection"): QueueExists, MessageCount (ready messages
+// Inspection (docs/contract.md, "Inspection"): QueueExists, ops.Count (ready messages
 // only) and DeleteQueue (returns what it deleted).
 func TestBrokerInspection(t *testing.T) {
 	b := testenv.Broker(t, mq.Config{})
@@ -211,8 +211,8 @@ func TestBrokerInspection(t *testing.T) {
 	if ok, err := b.QueueExists(ctx, missing); ok || err != nil {
 		t.Errorf("QueueExists(missing) = %v, %v; want false, nil", ok, err)
 	}
-	if n, err := b.MessageCount(ctx, missing); !errors.Is(err, mq.ErrNotFound) || !strings.Contains(coreErrText(err), missing) {
-		t.Errorf("MessageCount(missing) = %d, %v; want ErrNotFound naming the queue", n, err)
+	if n, err := testenv.Ready(ctx, b, missing); !errors.Is(err, mq.ErrNotFound) || !strings.Contains(coreErrText(err), missing) {
+		t.Errorf("ops.Count(missing) = %d, %v; want ErrNotFound naming the queue", n, err)
 	}
 
 	pub := b.Publisher("")
@@ -221,8 +221,8 @@ func TestBrokerInspection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n, err := b.MessageCount(ctx, q); n != 5 || err != nil {
-		t.Fatalf("MessageCount = %d, %v; want 5", n, err)
+	if n, err := testenv.Ready(ctx, b, q); n != 5 || err != nil {
+		t.Fatalf("ops.Count = %d, %v; want 5", n, err)
 	}
 
 	// Hold one delivery unacknowledged on a raw channel: it is not ready,
@@ -245,16 +245,16 @@ func TestBrokerInspection(t *testing.T) {
 		t.Fatal("no delivery")
 	}
 	testenv.Eventually(t, 5*time.Second, func() bool {
-		n, err := b.MessageCount(ctx, q)
+		n, err := testenv.Ready(ctx, b, q)
 		return n == 4 && err == nil
-	}, "MessageCount does not leave out the unacknowledged delivery")
+	}, "ops.Count does not leave out the unacknowledged delivery")
 	// Given back, it counts again.
 	if err := held.Nack(false, true); err != nil {
 		t.Fatal(err)
 	}
 	_ = ch.Close()
 	testenv.Eventually(t, 5*time.Second, func() bool {
-		n, err := b.MessageCount(ctx, q)
+		n, err := testenv.Ready(ctx, b, q)
 		return n == 5 && err == nil
 	}, "the requeued delivery is not counted again")
 
@@ -295,8 +295,8 @@ func TestBrokerQueueExistsOtherErrors(t *testing.T) {
 		t.Fatalf("QueueExists on another connection's exclusive queue = %v, nil; want an error", ok)
 	}
 	t.Logf("exclusive queue: %v", err)
-	if errors.Is(err, mq.ErrNotFound) || mq.ReplyCode(err) != 405 || !errors.Is(err, mq.ErrResourceLocked) {
-		t.Errorf("want RESOURCE_LOCKED (405); got code %d: %v", mq.ReplyCode(err), err)
+	if errors.Is(err, mq.ErrNotFound) || func() bool { be, ok := errors.AsType[*mq.BrokerError](err); return !ok || be.Code != 405 }() || !errors.Is(err, mq.ErrResourceLocked) {
+		t.Errorf("want RESOURCE_LOCKED (405); got %v", err)
 	}
 	if !strings.Contains(err.Error(), q) {
 		t.Errorf("the error does not name the queue: %v", err)

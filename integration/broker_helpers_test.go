@@ -60,7 +60,7 @@ func coreCutRig(t testing.TB, suffix ...string) (direct, b *mq.Broker, p *tcppro
 func coreDrain(t testing.TB, b *mq.Broker, q string) map[string]int {
 	t.Helper()
 	ctx := testenv.Context(t, 60*time.Second)
-	n, err := b.MessageCount(ctx, q)
+	n, err := testenv.Ready(ctx, b, q)
 	if err != nil {
 		t.Fatalf("count %s: %v", q, err)
 	}

@@ -214,7 +214,7 @@ func TestBrokerCountsEachReturn(t *testing.T) {
 				t.Fatal(err)
 			}
 			<-started // the blocker is in hand, the message after it received and never started
-			testenv.Eventually(t, 10*time.Second, func() bool { m, _ := b.MessageCount(testenv.Context(t, 5*time.Second), q); return m == 0 },
+			testenv.Eventually(t, 10*time.Second, func() bool { m, _ := testenv.Ready(testenv.Context(t, 5*time.Second), b, q); return m == 0 },
 				"the consumer did not receive both")
 			stopped := make(chan error, 1)
 			go func() { stopped <- c.Stop(testenv.Context(t, 20*time.Second)) }()

@@ -120,7 +120,7 @@ func TestBrokerOldDeliveryNeverAcksAnother(t *testing.T) {
 	p.Cut()
 	coreEventuallyCount(t, direct, q, total-acked)
 	time.Sleep(200 * time.Millisecond)
-	if n, err := direct.MessageCount(ctx, q); err != nil || n != total-acked {
+	if n, err := testenv.Ready(ctx, direct, q); err != nil || n != total-acked {
 		t.Fatalf("after settling old deliveries the broker holds %d (%v); want %d: an old delivery acked another message", n, err, total-acked)
 	}
 
@@ -146,7 +146,7 @@ func TestBrokerOldDeliveryNeverAcksAnother(t *testing.T) {
 	}
 	// Stopped: anything delivered but not acked would be ready again.
 	time.Sleep(100 * time.Millisecond)
-	if n, err := direct.MessageCount(ctx, q); err != nil || n != 0 {
+	if n, err := testenv.Ready(ctx, direct, q); err != nil || n != 0 {
 		t.Fatalf("after the consumer stopped the queue holds %d (%v); want 0", n, err)
 	}
 	mu.Lock()
@@ -167,7 +167,7 @@ func coreEventuallyCount(t *testing.T, b *mq.Broker, q string, n int) {
 	var got int
 	var err error
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		got, err = b.MessageCount(context.Background(), q)
+		got, err = testenv.Ready(context.Background(), b, q)
 		return err == nil && got == n
 	}, "%s holds %d ready messages (%v); want %d", q, got, err, n)
 }

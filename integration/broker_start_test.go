@@ -16,6 +16,7 @@ import (
 
 	"github.com/acemq/acemq-go/internal/testenv"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/ops"
 )
 
 // A broker that is not there fails Start at the context's deadline: not
@@ -338,7 +339,7 @@ func TestBrokerStalledNetworkBoundedByContext(t *testing.T) {
 		}{
 			{"Channel", func(ctx context.Context) error { _, err := b.Channel(ctx); return err }},
 			{"QueueExists", func(ctx context.Context) error { _, err := b.QueueExists(ctx, q); return err }},
-			{"MessageCount", func(ctx context.Context) error { _, err := b.MessageCount(ctx, q); return err }},
+			{"ops.Count", func(ctx context.Context) error { _, err := ops.Count(ctx, b, q); return err }},
 			{"first Publish of a new publisher", func(ctx context.Context) error {
 				return b.Publisher("").Publish(ctx, q, mq.Message{})
 			}},

@@ -125,7 +125,7 @@ func TestBrokerConsumerTimeout(t *testing.T) {
 				t.Fatalf("not handled to its end within 30 s: attempts %v", attempts)
 			}
 			testenv.Eventually(t, 10*time.Second, func() bool {
-				m, err := b.MessageCount(testenv.Context(t, 5*time.Second), q)
+				m, err := testenv.Ready(testenv.Context(t, 5*time.Second), b, q)
 				return err == nil && m == 0
 			}, "the queue empty")
 			mu.Lock()

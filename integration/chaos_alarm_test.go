@@ -120,7 +120,7 @@ func TestChaosMemoryAlarm(t *testing.T) {
 		})
 	}
 	wait(0)
-	if !testenv.Poll(10*time.Second, b.Blocked) {
+	if !testenv.Poll(10*time.Second, func() bool { return testenv.Blocked(b) }) {
 		restore()
 		t.Fatalf("the client was not told the broker blocks publishing (connection.blocked) within 10 s of the alarm; events: %s", lg.Events())
 	}
@@ -177,7 +177,7 @@ func TestChaosMemoryAlarm(t *testing.T) {
 			t.Errorf("publish, %s: %q does not say the broker blocks publishing", m.name, r.err)
 		}
 	}
-	if !testenv.Poll(15*time.Second, func() bool { return !b.Blocked() }) {
+	if !testenv.Poll(15*time.Second, func() bool { return !testenv.Blocked(b) }) {
 		t.Errorf("the client still thinks the broker blocks publishing 15 s after the alarm was cleared")
 	}
 	if !testenv.Wait(&wg, 30*time.Second) {

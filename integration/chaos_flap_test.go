@@ -17,7 +17,7 @@ import (
 // completes its AMQP handshake and is dropped at once — while 4 goroutines
 // publish 2000 messages over 8 s and a Standard consumer consumes. The
 // supervisor backs off across flaps (a connection that dies within
-// mq.StableAfter counts as a failed attempt) and says so once; every
+// 5 s counts as a failed attempt) and says so once; every
 // confirmed message is handled at least once.
 func TestChaosFlappingEndpoint(t *testing.T) {
 	testenv.NoLeaks(t)

@@ -34,7 +34,7 @@ func chaosInvalid(i int, q string) (string, mq.Message) {
 		return q, mq.Message{Headers: amqp.Table{long: 1}}
 	case 3:
 		var v any = "leaf"
-		for range mq.MaxHeaderDepth + 1 {
+		for range 32 + 1 {
 			v = amqp.Table{"n": v}
 		}
 		return q, mq.Message{Headers: amqp.Table{"deep": v}}

@@ -203,7 +203,7 @@ func TestAuditRepeatedStopsLeaveTheDeliveryCount(t *testing.T) {
 			t.Fatal(err)
 		}
 		testenv.Eventually(t, 10*time.Second, func() bool {
-			m, _ := b.MessageCount(testenv.Context(t, 5*time.Second), q)
+			m, _ := testenv.Ready(testenv.Context(t, 5*time.Second), b, q)
 			return started.Load() > 0 && m <= total-int(handled.Load())-window
 		}, "round %d: the consumer did not receive its window", round)
 		testenv.Stop(t, c)
@@ -297,7 +297,7 @@ func TestAuditFailingSetAsideIsNotDroppedByTheDeliveryLimit(t *testing.T) {
 }
 
 // Deliberate cuts of a working connection are not flapping, even a few
-// within StableAfter: flapping is a connection that keeps dying soon after
+// within the 5 s a connection must live to count as stable: flapping is a connection that keeps dying soon after
 // it opens.
 func TestAuditCutsOfAWorkingConnectionAreNotFlapping(t *testing.T) {
 	lg := testenv.NewLogRecorder(t)

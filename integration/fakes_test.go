@@ -74,7 +74,7 @@ func TestFakePublisherAnswersAsTheBroker(t *testing.T) {
 	}
 	long := strings.Repeat("x", 256)
 	var deep any = "leaf"
-	for range mq.MaxHeaderDepth + 1 {
+	for range 32 + 1 {
 		deep = amqp.Table{"n": deep}
 	}
 	type publish struct {

@@ -842,7 +842,7 @@ func (r *fmRec) snapshotDels() []fmDelivery {
 
 // fmReady is the ready count of q, 0 when it does not exist.
 func fmReady(ctx context.Context, b *mq.Broker, q string) int {
-	n, err := b.MessageCount(ctx, q)
+	n, err := testenv.Ready(ctx, b, q)
 	if err != nil {
 		return 0
 	}

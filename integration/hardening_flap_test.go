@@ -21,7 +21,7 @@ import (
 
 // hardDefaults is the library's own reconnect backoff (testenv.Broker
 // shortens it otherwise).
-var hardDefaults = mq.Config{ReconnectMin: mq.DefaultReconnectMin, ReconnectMax: mq.DefaultReconnectMax}
+var hardDefaults = mq.Config{ReconnectMin: 100 * time.Millisecond, ReconnectMax: 10 * time.Second}
 
 // An endpoint that completes every AMQP handshake and then drops the
 // connection: fewer than 20 dials in 10 s, one acemq.connection.flapping
@@ -78,7 +78,7 @@ func TestHardeningPoisonMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v any = "leaf"
-	for range mq.MaxHeaderDepth + 1 {
+	for range 32 + 1 {
 		v = amqp.Table{"n": v}
 	}
 	if err := ch.PublishWithContext(ctx, "", q, false, false, amqp.Publishing{Headers: amqp.Table{"deep": v}, Body: []byte("poison")}); err != nil {

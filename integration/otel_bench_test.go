@@ -110,7 +110,7 @@ func otelBenchConsume(b *testing.B, prefetch int) {
 		}
 	}
 	b.StopTimer()
-	if n, err := plain.MessageCount(testenv.Context(b, 10*time.Second), q); err != nil || n != 0 {
+	if n, err := testenv.Ready(testenv.Context(b, 10*time.Second), plain, q); err != nil || n != 0 {
 		b.Fatalf("%d messages left in the queue (%v)", n, err)
 	}
 	var rm metricdata.ResourceMetrics

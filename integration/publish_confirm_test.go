@@ -56,7 +56,7 @@ func TestPublishUnroutable(t *testing.T) {
 	if err := b.Publisher(ex, mq.AllowUnroutable()).Publish(ctx, "unbound", mq.Message{}); err != nil {
 		t.Errorf("non-mandatory publish on an unbound key: %v; want nil", err)
 	}
-	if n, _ := b.MessageCount(ctx, q); n != 2 {
+	if n, _ := testenv.Ready(ctx, b, q); n != 2 {
 		t.Errorf("queue holds %d; want 2", n)
 	}
 }
@@ -258,7 +258,7 @@ func TestPublishBatchReportsEachMessage(t *testing.T) {
 	if err := pub.PublishBatch(ctx, q, msgs); err != nil {
 		t.Fatalf("PublishBatch: %v", err)
 	}
-	if n, _ := b.MessageCount(ctx, q); n != len(msgs) {
+	if n, _ := testenv.Ready(ctx, b, q); n != len(msgs) {
 		t.Fatalf("queue holds %d; want %d", n, len(msgs))
 	}
 	err := pub.PublishBatch(ctx, testenv.Name(t, "missing"), msgs[:10])
@@ -290,7 +290,7 @@ func TestPublishWaitsWhileBlocked(t *testing.T) {
 	}
 
 	p.SendBlocked("low on memory (made up by the test)")
-	testenv.Eventually(t, 5*time.Second, b.Blocked, "Blocked() does not report connection.blocked")
+	testenv.Eventually(t, 5*time.Second, func() bool { return testenv.Blocked(b) }, "Check does not report connection.blocked")
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	err := pub.Publish(short, q, mq.Message{})
 	cancel()
@@ -313,14 +313,14 @@ func TestPublishWaitsWhileBlocked(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("publish still waiting after connection.unblocked")
 	}
-	if b.Blocked() {
-		t.Error("Blocked() after connection.unblocked")
+	if testenv.Blocked(b) {
+		t.Error("Check reports blocked after connection.unblocked")
 	}
 
 	// Blocked again, then the connection is lost: the next one starts
 	// unblocked, and the waiting publish goes out on it.
 	p.SendBlocked("disk alarm (made up)")
-	testenv.Eventually(t, 5*time.Second, b.Blocked, "not blocked")
+	testenv.Eventually(t, 5*time.Second, func() bool { return testenv.Blocked(b) }, "not blocked")
 	go func() { res <- pub.Publish(ctx, q, mq.Message{MessageId: "after-cut"}) }()
 	time.Sleep(100 * time.Millisecond)
 	p.Cut()
@@ -332,7 +332,7 @@ func TestPublishWaitsWhileBlocked(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("publish still waiting after the blocked connection was lost")
 	}
-	if n, err := b.MessageCount(ctx, q); err != nil || n != 3 {
+	if n, err := testenv.Ready(ctx, b, q); err != nil || n != 3 {
 		t.Fatalf("queue holds %d (%v); want 3", n, err)
 	}
 }

@@ -130,7 +130,7 @@ func TestPublishConfirmLostInCutIsResent(t *testing.T) {
 		res <- err
 	}()
 	testenv.Eventually(t, 5*time.Second, func() bool {
-		n, err := direct.MessageCount(ctx, q)
+		n, err := testenv.Ready(ctx, direct, q)
 		return err == nil && n == 11
 	}, "the broker did not take the message")
 	select {

@@ -251,8 +251,8 @@ func TestRedactionPasswordNeverShows(t *testing.T) {
 			}
 		}
 		testenv.Eventually(t, 10*time.Second, func() bool {
-			n, err := b.MessageCount(ctx, topology.DeadLetterQueue(q))
-			m, err2 := b.MessageCount(ctx, topology.ParkedQueue(q))
+			n, err := testenv.Ready(ctx, b, topology.DeadLetterQueue(q))
+			m, err2 := testenv.Ready(ctx, b, topology.ParkedQueue(q))
 			return err == nil && err2 == nil && n == 1 && m == 1
 		}, "the failed and parked messages did not land in .dlq and .parked")
 		capture.err("stop consumer", c.Stop(ctx))
@@ -267,7 +267,7 @@ func TestRedactionPasswordNeverShows(t *testing.T) {
 			t.Error("consuming a missing queue succeeded")
 		}
 		capture.err("redeclare with other arguments", b.Declare(ctx, topology.New().Queue(q, topology.Quorum())))
-		_, err = b.MessageCount(ctx, testenv.Name(t, "missing"))
+		_, err = testenv.Ready(ctx, b, testenv.Name(t, "missing"))
 		capture.err("count a missing queue", err)
 	})
 

@@ -120,7 +120,7 @@ func TestStopGivesBackWhatItNeverStarted(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("nothing was handled")
 	}
-	testenv.Eventually(t, 10*time.Second, func() bool { m, _ := b.MessageCount(testenv.Context(t, 5*time.Second), q); return m == 0 },
+	testenv.Eventually(t, 10*time.Second, func() bool { m, _ := testenv.Ready(testenv.Context(t, 5*time.Second), b, q); return m == 0 },
 		"the consumer did not receive the whole window")
 	stopped := make(chan error, 1)
 	go func() { stopped <- c.Stop(testenv.Context(t, 20*time.Second)) }()

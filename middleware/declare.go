@@ -12,7 +12,8 @@ import (
 // the consumer's queue (docs/contract.md, "Who declares what"): acemq.dlx, <queue>.dlq,
 // <queue>.parked and their bindings, and for a retry policy with broker
 // rungs, acemq.retry, the rungs and the home binding. The policy is the one
-// the consumer's retry ladder runs (mq.Subscription.RetryPolicy), never a
+// the consumer's retry ladder runs (mq.Runner.RetryPolicy of the
+// subscription's Runner; none: one attempt), never a
 // second list. It never declares the source queue itself. Leaving it out is
 // declare=false: for a login without configure permission, or a tool
 // reading a queue it does not own.
@@ -40,7 +41,8 @@ func (x *declarer) Subscribe(ctx context.Context, s *mq.Subscription) error {
 		return fmt.Errorf("DeclareOnStart: queue %q does not exist (reply 404 NOT_FOUND to a passive declare), so nothing is declared for it: %w", s.Queue, mq.ErrNotFound)
 	}
 	if err == nil {
-		err = s.Broker.Declare(ctx, topology.ForConsumer(s.Queue, s.RetryPolicy()))
+		p, _ := s.Runner.RetryPolicy() // none: the zero policy, one attempt
+		err = s.Broker.Declare(ctx, topology.ForConsumer(s.Queue, p))
 	}
 	if err != nil && s.Resubscribe && ctx.Err() == nil {
 		s.Logger.WarnContext(ctx, "acemq.declare.failed", "error", err)

@@ -28,7 +28,7 @@
 //
 // Every middleware here has one shape, an [mq.Middleware]: a
 // func([mq.Handler]) [mq.Handler] whose Handler may also implement
-// [mq.Subscriber] (work on every (re)subscribe) and [mq.Stopper]. A plain
-// func of your own composes with them the same way; [Stack] is Standard's
-// list for [mq.Chain].
+// [mq.Subscriber] (work on every (re)subscribe) and have a Stop(ctx) error
+// method (work when the consumer stops). A plain func of your own composes
+// with them the same way; [Stack] is Standard's list for [mq.Chain].
 package middleware

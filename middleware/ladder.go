@@ -35,7 +35,7 @@ import (
 // message is set aside in <queue>.dlq (reason "rung-missing"). A hop the
 // broker refuses (a full rung, a .dlq that cannot be written) is made
 // again, never replaced by another attempt: the copy waits in the
-// message's own queue, naming its target (mq.HeaderPendingHop), and a
+// message's own queue, naming its target (x-acemq-pending-hop), and a
 // restart does not forget it.
 //
 // Errors marked Park or Reject are never retried: they pass through for
@@ -54,13 +54,13 @@ type ladder struct {
 
 // declaredLadder is StandardDeclared's ladder: it runs the policy the
 // Broker declared for its queue, which Broker.Consume gives it before the
-// consumer subscribes (an mq.PolicyTaker).
+// consumer subscribes (mq looks for its TakePolicy method).
 type declaredLadder struct{ ladder }
 
 // TakePolicy sets the policy the ladder runs.
 func (l *declaredLadder) TakePolicy(p retry.Policy) { l.p = p }
 
-// RetryPolicy makes the ladder an mq.PolicyHolder: DeclareOnStart declares
+// RetryPolicy is the policy the ladder runs (mq reads it): DeclareOnStart declares
 // the rungs of this policy.
 func (l *ladder) RetryPolicy() retry.Policy { return l.p }
 

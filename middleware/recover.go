@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 
 	"github.com/acemq/acemq-go/mq"
 )
@@ -19,7 +20,7 @@ type recoverer struct{ next mq.Handler }
 func (r *recoverer) Handle(ctx context.Context, d *mq.Delivery) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			pe := mq.NewPanicError(v)
+			pe := &mq.PanicError{Value: v, Stack: debug.Stack()}
 			d.Logger().ErrorContext(ctx, "acemq.handler.panic", "message_id", d.MessageId,
 				"attempt", d.Attempt(), "panic", fmt.Sprint(v), "stack", string(pe.Stack))
 			err = pe

@@ -62,7 +62,7 @@ func Standard(p retry.Policy, opts ...StandardOption) mq.ConsumerOption {
 //	b.Declare(ctx, topology.New().Queue("orders.new", topology.DeadLetter(), topology.Retry(policy)))
 //	b.Consume(ctx, "orders.new", h, middleware.StandardDeclared())
 //
-// Broker.Consume gives the ladder that policy (mq.PolicyTaker), and
+// Broker.Consume gives the ladder that policy, and
 // refuses the consumer, mq.ErrInvalid, when the Broker declared the queue
 // with no policy (or not at all). A queue another service declares needs
 // Standard(policy); so does a consumer outside a Broker (mqtest).

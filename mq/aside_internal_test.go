@@ -84,7 +84,7 @@ func TestAsideRefusedIsMadeAgainOnTheRedelivery(t *testing.T) {
 		t.Fatalf("%d hops, want 7 (3 refused to q.dlq, each with its copy refused by q, 1 confirmed)", len(rt.hops))
 	}
 	for i, m := range rt.hops {
-		if rt.to[i] == "q" && m.Headers[HeaderPendingHop] == "q.dlq" && AttemptOf(m.Headers) == 4 {
+		if rt.to[i] == "q" && m.Headers[headerPendingHop] == "q.dlq" && AttemptOf(m.Headers) == 4 {
 			continue
 		}
 		if rt.to[i] != "q.dlq" || AttemptOf(m.Headers) != 4 || m.Headers[HeaderReason] != string(ReasonExhausted) ||

@@ -272,19 +272,6 @@ func (b *Broker) WaitReady(ctx context.Context) error {
 	return err
 }
 
-// Blocked reports whether the broker currently blocks publishing on this
-// connection (connection.blocked: a memory or disk alarm).
-func (b *Broker) Blocked() bool {
-	b.mu.Lock()
-	st := b.state
-	b.mu.Unlock()
-	if st == nil {
-		return false
-	}
-	_, blocked := st.blockState()
-	return blocked
-}
-
 // closeGrace is how long Close waits for its goroutines to end once its
 // context is over and the connection is aborted.
 const closeGrace = 5 * time.Second

@@ -20,8 +20,8 @@ const Version = "0.1.0"
 const (
 	defaultHeartbeat    = 10 * time.Second
 	defaultDialTimeout  = 10 * time.Second
-	DefaultReconnectMin = 100 * time.Millisecond
-	DefaultReconnectMax = 10 * time.Second
+	defaultReconnectMin = 100 * time.Millisecond
+	defaultReconnectMax = 10 * time.Second
 )
 
 // Config is what a [Broker] connects with.
@@ -49,9 +49,9 @@ type Config struct {
 	// ReconnectMin and ReconnectMax bound the jittered exponential backoff
 	// between connection attempts (and a consumer's resubscribes).
 	// Defaults 100 ms and 10 s. A connection or subscription that dies
-	// within [StableAfter] of coming up counts as a failed attempt, so the
+	// within 5 s of coming up counts as a failed attempt, so the
 	// backoff keeps growing across flaps; it resets only once one stayed
-	// up for StableAfter.
+	// up for 5 s.
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
 	// Logger receives the library's log records, and is the only place a
@@ -80,10 +80,10 @@ func (c Config) withDefaults() Config {
 		c.DialTimeout = defaultDialTimeout
 	}
 	if c.ReconnectMin == 0 {
-		c.ReconnectMin = DefaultReconnectMin
+		c.ReconnectMin = defaultReconnectMin
 	}
 	if c.ReconnectMax == 0 {
-		c.ReconnectMax = DefaultReconnectMax
+		c.ReconnectMax = defaultReconnectMax
 	}
 	if c.ReconnectMax < c.ReconnectMin {
 		c.ReconnectMax = c.ReconnectMin

@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// StableAfter is how long a connection or a subscription must stay up to
+// stableAfter (5 s) is how long a connection or a subscription must stay up to
 // count as healthy: one that ends sooner counts as a failed attempt, so the
 // backoff keeps growing across such flaps instead of starting again at
 // [Config.ReconnectMin]; one that stayed up this long resets it.
-const StableAfter = 5 * time.Second
+const stableAfter = 5 * time.Second
 
 // flapAlarm is how many flaps in a row make EventConnectionFlapping (or
 // EventConsumerPoison), each of them an end within flapSoon of coming up.
@@ -25,7 +25,7 @@ const flapSoon = time.Second
 // flapGuard counts the flaps of one connection or consumer session.
 type flapGuard struct {
 	upAt   time.Time
-	flaps  int // in a row: ends within StableAfter of coming up (the backoff)
+	flaps  int // in a row: ends within stableAfter of coming up (the backoff)
 	soon   int // in a row: ends within flapSoon of coming up (the alarm)
 	warned bool
 }
@@ -34,10 +34,10 @@ type flapGuard struct {
 func (g *flapGuard) up(now time.Time) { g.upAt = now }
 
 // down records that it ended and returns the flaps in a row so far (0: it
-// had been up for StableAfter, which resets the count).
+// had been up for stableAfter, which resets the count).
 func (g *flapGuard) down(now time.Time) int {
 	lived := now.Sub(g.upAt)
-	if lived >= StableAfter {
+	if lived >= stableAfter {
 		g.flaps, g.soon, g.warned = 0, 0, false
 		return 0
 	}

@@ -17,7 +17,7 @@ func TestFlapGuard(t *testing.T) {
 		}
 		g.up(now)
 	}
-	if n := g.down(now.Add(StableAfter)); n != 0 || g.flaps != 0 {
+	if n := g.down(now.Add(stableAfter)); n != 0 || g.flaps != 0 {
 		t.Errorf("a stable period did not reset the count: %d", n)
 	}
 	g.up(now)
@@ -45,7 +45,7 @@ func TestFlapGuard(t *testing.T) {
 // connection is lost, or Close aborts it, before the listeners are in).
 
 // Cuts of connections that had been up for a while are losses, not flaps
-// worth an alarm, even when they come within StableAfter of each other (the
+// worth an alarm, even when they come within stableAfter of each other (the
 // chaos scenarios cut a working connection every second or two).
 func TestFlapAlarmNeedsLossesSoonAfterOpening(t *testing.T) {
 	now := time.Now()

@@ -119,7 +119,7 @@ func TestSocketOpenGate(t *testing.T) {
 	sc.release()
 }
 
-// The flap guard counts ends within StableAfter of coming up, resets after
+// The flap guard counts ends within stableAfter of coming up, resets after
 // a stable period, and alarms once per streak.
 
 func TestSocketGateEndsWithClose(t *testing.T) {

@@ -178,7 +178,7 @@ func (c *Consumer) subscribe(ctx context.Context, resub bool) (*session, error) 
 // subscribeOnce runs the middleware's Subscribe hooks, then opens a
 // session: a channel with the consumer's prefetch, consuming its queue.
 func (c *Consumer) subscribeOnce(ctx context.Context, resub bool) (*session, error) {
-	info := &Subscription{Queue: c.queue, Broker: c.b, Logger: c.log, Resubscribe: resub, handlers: c.runner.built}
+	info := &Subscription{Queue: c.queue, Broker: c.b, Logger: c.log, Resubscribe: resub, Runner: c.runner}
 	for _, h := range c.runner.built {
 		if s, ok := h.(Subscriber); ok {
 			if err := s.Subscribe(ctx, info); err != nil {
@@ -315,7 +315,7 @@ func (c *Consumer) finish(err error) {
 		errs = append(errs, err)
 	}
 	for i := len(c.runner.built) - 1; i >= 0; i-- {
-		if s, ok := c.runner.built[i].(Stopper); ok {
+		if s, ok := c.runner.built[i].(stopper); ok {
 			if serr := s.Stop(ctx); serr != nil {
 				errs = append(errs, fmt.Errorf("mq: consumer of %q: at stop: %w", c.queue, serr))
 			}

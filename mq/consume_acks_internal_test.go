@@ -339,7 +339,7 @@ func TestReleaseRestNamesTheHighestTagStillHeld(t *testing.T) {
 		}, func(tag uint64, how giveBack) error {
 			gives = append(gives, fmt.Sprint(tag, how))
 			return nil
-		}, each, DefaultPrefetch)
+		}, each, defaultPrefetch)
 		_ = a.Ack(1)
 		_ = a.Ack(3)
 		_ = a.Give(5, giveRequeue)
@@ -359,7 +359,7 @@ func TestReleaseRestNamesTheHighestTagStillHeld(t *testing.T) {
 				t.Errorf("each=%v: released up to %d with nothing held", each, tag)
 			}
 			return nil
-		}, each, DefaultPrefetch)
+		}, each, defaultPrefetch)
 		_ = b.Ack(1)
 		_ = b.Give(2, giveReject)
 		if released, _ := b.ReleaseRest(2); released {

@@ -320,7 +320,7 @@ func (a *attemptHandler) Handle(ctx context.Context, d *Delivery) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			endAttempt(d, errPanicked)
-			pe := NewPanicError(r)
+			pe := newPanicError(r)
 			for i := len(a.hooks) - 1; i >= 0; i-- {
 				a.hooks[i].OnAttemptDone(ctx, d, pe)
 			}

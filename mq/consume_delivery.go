@@ -77,7 +77,7 @@ type Delivery struct {
 	asideFailed bool        // its set-aside failed: the return is the library's failure (see asidePause)
 	kept        bool        // its wait was cut short under InOrder: it goes back with basic.nack, keeping its place (see carry)
 	aside       *asideRetry // a hop that was refused, made again instead of another attempt (see attemptMemo, pendingFate)
-	pending     bool        // a copy that carries its refused hop (HeaderPendingHop): see refused
+	pending     bool        // a copy that carries its refused hop (headerPendingHop): see refused
 	homeCopy    bool        // its refused hop went to its own queue on a confirmed copy (see refused)
 }
 
@@ -118,7 +118,7 @@ func (d *Delivery) consumer() consumerRuntime {
 
 // received builds a Delivery holding raw's body and properties; raw's
 // Acknowledger is left out (settling belongs to the runtime), and so is its
-// MessageCount (basic.get's alone).
+// MessageCount (basic.get's alone; ops.Count counts a queue).
 func received(raw amqp.Delivery) *Delivery {
 	return &Delivery{
 		Body: raw.Body, Headers: raw.Headers, MessageId: raw.MessageId, CorrelationId: raw.CorrelationId,
@@ -176,9 +176,9 @@ func (d *Delivery) Draining() <-chan struct{} {
 // Logger is the consumer's logger.
 func (d *Delivery) Logger() *slog.Logger { return d.runtime().Logger() }
 
-// Message copies the delivery for republishing: body and properties
+// message copies the delivery for republishing: body and properties
 // unchanged, headers copied less the broker's counters (see MessageOf).
-func (d *Delivery) Message() Message { return MessageOf(d.raw()) }
+func (d *Delivery) message() Message { return MessageOf(d.raw()) }
 
 // Server is host:port of the connection the delivery came on ("" outside
 // a consumer).
@@ -201,14 +201,14 @@ var errWaitCut = errors.New("mq: in-process wait cut short")
 // names its own target); plus the original exchange and routing key in
 // headers, if the delivery carries none yet.
 func (d *Delivery) hopMessage() Message {
-	m := d.Message()
+	m := d.message()
 	if m.Headers == nil {
 		m.Headers = make(amqp.Table, 8)
 	}
 	m.Expiration = ""
 	delete(m.Headers, "CC")
 	delete(m.Headers, "BCC")
-	delete(m.Headers, HeaderPendingHop)
+	delete(m.Headers, headerPendingHop)
 	if m.UserId != "" && m.UserId != d.login() {
 		m.UserId = ""
 	}

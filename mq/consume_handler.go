@@ -26,8 +26,10 @@ type HandlerFunc func(ctx context.Context, d *Delivery) error
 func (f HandlerFunc) Handle(ctx context.Context, d *Delivery) error { return f(ctx, d) }
 
 // Middleware wraps a Handler, as net/http middleware wraps an http.Handler.
-// The Handler a middleware returns may also implement Subscriber and
-// Stopper to take part in its consumer's lifecycle.
+// The Handler a middleware returns may also implement Subscriber, and a
+// Stop(ctx context.Context) error method (called when its consumer stops,
+// after the last delivery is settled), to take part in its consumer's
+// lifecycle.
 //
 // What a consumer's middleware sees, the rule metrics and audit trails can
 // be built on: every delivery the consumer takes up passes the app's
@@ -99,36 +101,36 @@ type Subscriber interface {
 	Subscribe(ctx context.Context, s *Subscription) error
 }
 
-// Stopper is implemented by a Handler that has work to do when its consumer
+// stopper is implemented by a Handler that has work to do when its consumer
 // stops, after the last delivery is settled.
-type Stopper interface {
+type stopper interface {
 	Stop(ctx context.Context) error
 }
 
-// PolicyHolder is implemented by a Handler that runs a retry policy (the
-// retry ladder). Subscription.RetryPolicy reads it, so the queues declared
+// policyRunner is implemented by a Handler that runs a retry policy (the
+// retry ladder). Runner.RetryPolicy reads it, so the queues declared
 // for a consumer derive from the policy it runs, never from a second list.
-type PolicyHolder interface {
+type policyRunner interface {
 	RetryPolicy() retry.Policy
 }
 
-// PolicyTaker is implemented by a Handler that runs the retry policy its
+// policyTaker is implemented by a Handler that runs the retry policy its
 // Broker declared for the consumed queue (topology.Retry), as
 // middleware.StandardDeclared's ladder does, so that the policy is written
 // once. Broker.Consume gives it that policy before the consumer
 // subscribes, and refuses the consumer (ErrInvalid) when the Broker
 // declared the queue with no policy; NewRunner, which has no Broker,
 // refuses it always.
-type PolicyTaker interface {
-	PolicyHolder
+type policyTaker interface {
+	policyRunner
 	TakePolicy(p retry.Policy)
 }
 
-// takePolicies gives every PolicyTaker among hs the policy declared for
+// takePolicies gives every policyTaker among hs the policy declared for
 // queue (ok: one is declared); without one, a taker is an error.
 func takePolicies(hs []Handler, queue string, declared retry.Policy, ok bool) error {
 	for _, h := range hs {
-		t, is := h.(PolicyTaker)
+		t, is := h.(policyTaker)
 		if !is {
 			continue
 		}
@@ -150,24 +152,16 @@ type Subscription struct {
 	Logger *slog.Logger
 	// Resubscribe is false on the first subscribe, true after a reconnect.
 	Resubscribe bool
-
-	handlers []Handler
-}
-
-// RetryPolicy returns the policy of the first handler in the chain that
-// runs one (a PolicyHolder), or the zero policy (one attempt) if none does.
-func (s *Subscription) RetryPolicy() retry.Policy {
-	if ph := policyHolder(s.handlers); ph != nil {
-		return ph.RetryPolicy()
-	}
-	return retry.Policy{}
+	// Runner is the consumer's chain; [Runner.RetryPolicy] is the policy
+	// it runs, the one the queues declared for the consumer derive from.
+	Runner *Runner
 }
 
 // policyHolder is the first of hs that runs a retry policy, or nil: the
 // one whose policy the consumer's queues are declared for.
-func policyHolder(hs []Handler) PolicyHolder {
+func policyHolder(hs []Handler) policyRunner {
 	for _, h := range hs {
-		if ph, ok := h.(PolicyHolder); ok {
+		if ph, ok := h.(policyRunner); ok {
 			return ph
 		}
 	}

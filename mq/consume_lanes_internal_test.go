@@ -45,7 +45,7 @@ func (w *laneWire) multiples() []uint64 {
 // settled, waiting of them waiting in-process.
 func testLane(held, waiting int32) (*lane, *laneWire) {
 	w := &laneWire{}
-	l := &lane{acks: newAcker(w.ack, w.give, false, DefaultPrefetch)}
+	l := &lane{acks: newAcker(w.ack, w.give, false, defaultPrefetch)}
 	l.held.Store(held)
 	l.waiting.Store(waiting)
 	return l, w
@@ -280,10 +280,10 @@ func TestJoinWatchesStuckAcksOnlyWhereAMoveCanHelp(t *testing.T) {
 		cfg  consumerConfig
 		want bool
 	}{
-		{"wide window, lanes, coalesced acks", consumerConfig{prefetch: stuckMinPrefetch, maxWaiting: DefaultMaxWaiting}, true},
-		{"narrow window", consumerConfig{prefetch: stuckMinPrefetch - 1, maxWaiting: DefaultMaxWaiting}, false},
+		{"wide window, lanes, coalesced acks", consumerConfig{prefetch: stuckMinPrefetch, maxWaiting: defaultMaxWaiting}, true},
+		{"narrow window", consumerConfig{prefetch: stuckMinPrefetch - 1, maxWaiting: defaultMaxWaiting}, false},
 		{"one lane", consumerConfig{prefetch: stuckMinPrefetch, maxWaiting: 0}, false},
-		{"acks each", consumerConfig{prefetch: stuckMinPrefetch, maxWaiting: DefaultMaxWaiting, ackEach: true}, false},
+		{"acks each", consumerConfig{prefetch: stuckMinPrefetch, maxWaiting: defaultMaxWaiting, ackEach: true}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -313,8 +313,8 @@ func TestMaxLanesAndQos(t *testing.T) {
 		{consumerConfig{prefetch: 32, maxWaiting: 1}, 2, 33},
 		{consumerConfig{prefetch: 32, maxWaiting: laneWaiters}, 2, 32 + laneWaiters},
 		{consumerConfig{prefetch: 32, maxWaiting: laneWaiters + 1}, 3, 32 + laneWaiters},
-		{consumerConfig{prefetch: 32, maxWaiting: DefaultMaxWaiting}, 1 + DefaultMaxWaiting/laneWaiters, 32 + laneWaiters},
-		{consumerConfig{prefetch: 65535, maxWaiting: DefaultMaxWaiting}, 1 + DefaultMaxWaiting/laneWaiters, 65535},
+		{consumerConfig{prefetch: 32, maxWaiting: defaultMaxWaiting}, 1 + defaultMaxWaiting/laneWaiters, 32 + laneWaiters},
+		{consumerConfig{prefetch: 65535, maxWaiting: defaultMaxWaiting}, 1 + defaultMaxWaiting/laneWaiters, 65535},
 	}
 	for _, c := range cases {
 		if got := c.cfg.maxLanes(); got != c.lanes {

@@ -10,12 +10,12 @@ import (
 
 // [Consumer] defaults.
 const (
-	DefaultPrefetch     = 32
-	DefaultConcurrency  = 1
-	DefaultRequeuePause = time.Second
-	// DefaultMaxWaiting is the room for deliveries waiting in-process on
+	defaultPrefetch     = 32
+	defaultConcurrency  = 1
+	defaultRequeuePause = time.Second
+	// defaultMaxWaiting is the room for deliveries waiting in-process on
 	// top of the prefetch window ([WithMaxWaiting]).
-	DefaultMaxWaiting = 256
+	defaultMaxWaiting = 256
 )
 
 // ConsumerOption configures a consumer.
@@ -39,7 +39,7 @@ type consumerConfig struct {
 }
 
 // WithPrefetch sets how many unacknowledged deliveries the broker sends
-// ahead (basic.qos). Default [DefaultPrefetch] (32), raised to the
+// ahead (basic.qos). Default 32, raised to the
 // concurrency if that is higher; it must be at least the concurrency.
 func WithPrefetch(n int) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) {
@@ -79,7 +79,7 @@ func WithMiddleware(mws ...Middleware) ConsumerOption {
 // WithRequeuePause sets how long a message the chain returns with [Requeue]
 // (a hop that failed, a panic that escaped every middleware) is held before
 // it is returned to its queue, so a missing queue does not turn into a hot
-// loop. Default [DefaultRequeuePause] (1 s). Cut short when the consumer
+// loop. Default 1 s. Cut short when the consumer
 // stops or its channel is lost.
 func WithRequeuePause(d time.Duration) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) { c.requeuePause = max(d, 0) })
@@ -87,7 +87,7 @@ func WithRequeuePause(d time.Duration) ConsumerOption {
 
 // WithMaxWaiting sets how many deliveries may wait in-process at once for
 // their next attempt (a [Decision] to retry in-process) without slowing the rest of the
-// queue. Default [DefaultMaxWaiting] (256). A waiting delivery frees its
+// queue. Default 256. A waiting delivery frees its
 // worker, and up to n of them take no room from the prefetch window: the
 // queue flows around them at full speed. Past n, each further waiting
 // delivery takes its room from the window, so the broker sends less until
@@ -170,7 +170,7 @@ var consumerSeq atomic.Uint64
 // a broker whose connections are called conn, and notes in errs what is
 // wrong with the result.
 func consumerConfigOf(conn, queue string, h Handler, opts []ConsumerOption) consumerConfig {
-	cfg := consumerConfig{requeuePause: DefaultRequeuePause, maxWaiting: -1}
+	cfg := consumerConfig{requeuePause: defaultRequeuePause, maxWaiting: -1}
 	for _, o := range opts {
 		if o != nil {
 			o.applyConsumer(&cfg)
@@ -179,15 +179,15 @@ func consumerConfigOf(conn, queue string, h Handler, opts []ConsumerOption) cons
 	if queue == "" {
 		cfg.errs = append(cfg.errs, errors.New("the queue name is empty"))
 	}
-	cfg.errs = append(cfg.errs, CheckName("queue name", queue), CheckName("consumer tag", cfg.tag))
+	cfg.errs = append(cfg.errs, checkName("queue name", queue), checkName("consumer tag", cfg.tag))
 	if h == nil {
 		cfg.errs = append(cfg.errs, errors.New("the handler is nil"))
 	}
 	if cfg.concurrency == 0 {
-		cfg.concurrency = DefaultConcurrency
+		cfg.concurrency = defaultConcurrency
 	}
 	if cfg.prefetch == 0 {
-		cfg.prefetch = max(DefaultPrefetch, cfg.concurrency)
+		cfg.prefetch = max(defaultPrefetch, cfg.concurrency)
 	}
 	if cfg.prefetch < cfg.concurrency {
 		cfg.errs = append(cfg.errs, fmt.Errorf("prefetch %d is below the concurrency %d: handlers would sit idle", cfg.prefetch, cfg.concurrency))
@@ -199,7 +199,7 @@ func consumerConfigOf(conn, queue string, h Handler, opts []ConsumerOption) cons
 		}
 	}
 	if cfg.maxWaiting < 0 {
-		cfg.maxWaiting = DefaultMaxWaiting
+		cfg.maxWaiting = defaultMaxWaiting
 	}
 	if cfg.inOrder {
 		cfg.maxWaiting = 0 // nothing waits without its worker

@@ -484,7 +484,7 @@ func (s *session) settle(d *Delivery, err error) {
 		// would have sent.
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
-		s.requeued(d, KindCutShort, err)
+		s.requeued(d, kindCutShort, err)
 		serr = d.lane.acks.Give(d.DeliveryTag, giveRelease)
 	case err == nil:
 		if d.outcome == "" {
@@ -494,9 +494,9 @@ func (s *session) settle(d *Delivery, err error) {
 	case errors.Is(err, ErrRequeue):
 		d.outcome, d.cause = OutcomeRequeue, err
 		c.memo.remember(d)
-		why := KindRequeue
+		why := kindRequeue
 		if _, ok := errors.AsType[*PanicError](err); ok {
-			why = KindPanic
+			why = kindPanic
 		}
 		how, pause := giveRequeue, c.cfg.requeuePause // counted: the message failed
 		switch {
@@ -505,7 +505,7 @@ func (s *session) settle(d *Delivery, err error) {
 		case d.kept:
 			// InOrder, a wait cut short by a Stop: nobody's failure, and
 			// no pause (the consumer is stopping); back in its place.
-			how, pause, why = giveRelease, 0, KindCutShort
+			how, pause, why = giveRelease, 0, kindCutShort
 		}
 		s.requeued(d, why, err)
 		if pause > 0 {
@@ -557,7 +557,7 @@ const asidePauseMax = time.Minute
 // quorum queue's delivery limit (RabbitMQ 4.x: 20 by default), past which
 // the broker dead-letters the message or, with no dead-letter route, drops
 // it. The event and its metric make such loops visible.
-func (s *session) requeued(d *Delivery, why EventKind, err error) {
+func (s *session) requeued(d *Delivery, why string, err error) {
 	c := s.c
 	n, _ := deliveryCount(d.Headers)
 	c.log.Warn(EventRequeued, "message_id", d.MessageId, "attempt", d.attempt, "why", string(why),

@@ -13,7 +13,7 @@ const (
 	HeaderSourceQueue = "x-acemq-source-queue"
 	// HeaderReason says why a message was set aside: see the [Reason] values.
 	HeaderReason = "x-acemq-reason"
-	// HeaderError is the handler's error text, capped at [MaxErrorHeader] bytes.
+	// HeaderError is the handler's error text, capped at 4096 bytes.
 	HeaderError = "x-acemq-error"
 	// HeaderFailedAt is the AMQP timestamp of the failure.
 	HeaderFailedAt = "x-acemq-failed-at"
@@ -33,19 +33,21 @@ const (
 	// Delivery.RoutingKey read them). Optional extensions of the contract.
 	HeaderOriginalExchange   = "x-acemq-original-exchange"
 	HeaderOriginalRoutingKey = "x-acemq-original-routing-key"
-	// HeaderPendingHop names the queue a copy in its own queue still has to
-	// go to (its .dlq, its .parked or one of its rungs): the hop there was
-	// refused, so the copy it would have made waits at home, carrying the
-	// headers that hop wrote, until the consumer makes the hop again. A
-	// Go extension: docs/contract.md, "Go's extension headers".
-	HeaderPendingHop = "x-acemq-pending-hop"
 )
 
-// MaxErrorHeader caps [HeaderError], in bytes.
-const MaxErrorHeader = 4096
+// headerPendingHop names the queue a copy in its own queue still has to go
+// to (its .dlq, its .parked or one of its rungs): the hop there was
+// refused, so the copy it would have made waits at home, carrying the
+// headers that hop wrote, until the consumer makes the hop again. A Go
+// extension (docs/contract.md, "Go's extension headers") that only the
+// consumer runtime reads and writes, so it is not exported.
+const headerPendingHop = "x-acemq-pending-hop"
+
+// maxErrorHeader caps [HeaderError], in bytes.
+const maxErrorHeader = 4096
 
 // ErrorText is err's text as the library writes it down — in
-// x-acemq-error, and in otelmq's span statuses: at most [MaxErrorHeader]
+// x-acemq-error, and in otelmq's span statuses: at most 4096
 // bytes, cut on a rune boundary; empty for nil. Only the cut is inspected:
 // bytes that were not valid UTF-8 in the error's text are kept as they were.
 func ErrorText(err error) string {
@@ -53,12 +55,12 @@ func ErrorText(err error) string {
 		return ""
 	}
 	s := err.Error()
-	if len(s) <= MaxErrorHeader {
+	if len(s) <= maxErrorHeader {
 		return s
 	}
 	// Back off to the start of the rune the cap falls in (at most
 	// utf8.UTFMax-1 bytes).
-	n := MaxErrorHeader
+	n := maxErrorHeader
 	for i := 0; i < utf8.UTFMax-1 && n > 0 && !utf8.RuneStart(s[n]); i++ {
 		n--
 	}

@@ -16,7 +16,7 @@ import (
 
 func TestBrokerErrorLiftsOnlyServerReplies(t *testing.T) {
 	server := brokerError("declare queue", &amqp.Error{Code: 406, Reason: "PRECONDITION_FAILED", Server: true})
-	if ReplyCode(server) != 406 || !errors.Is(server, ErrPreconditionFailed) {
+	if be, ok := errors.AsType[*BrokerError](server); !ok || be.Code != 406 || !errors.Is(server, ErrPreconditionFailed) {
 		t.Errorf("a server reply is not lifted: %#v", server)
 	}
 	// amqp091-go makes up *amqp.Error values for local failures (501 for a
@@ -49,7 +49,7 @@ func TestChannelLevel(t *testing.T) {
 func TestConfigDefaults(t *testing.T) {
 	c := Config{URLs: []string{"amqp://h/"}}.withDefaults()
 	if c.Heartbeat != defaultHeartbeat || c.DialTimeout != defaultDialTimeout ||
-		c.ReconnectMin != DefaultReconnectMin || c.ReconnectMax != DefaultReconnectMax ||
+		c.ReconnectMin != defaultReconnectMin || c.ReconnectMax != defaultReconnectMax ||
 		c.Logger == nil || c.ConnectionName == "" {
 		t.Errorf("defaults not applied: %+v", c)
 	}

@@ -61,13 +61,13 @@ func (b *Broker) Declare(ctx context.Context, t *topology.Topology) error {
 	// validator as message headers, so none can fail the frame.
 	var errs []error
 	for _, e := range exchanges {
-		errs = append(errs, CheckTable(fmt.Sprintf("arguments of exchange %q", e.Name), e.Args))
+		errs = append(errs, checkTable(fmt.Sprintf("arguments of exchange %q", e.Name), e.Args))
 	}
 	for _, q := range queues {
-		errs = append(errs, CheckTable(fmt.Sprintf("arguments of queue %q", q.Name), q.Args))
+		errs = append(errs, checkTable(fmt.Sprintf("arguments of queue %q", q.Name), q.Args))
 	}
 	for _, bd := range bindings {
-		errs = append(errs, CheckTable(fmt.Sprintf("arguments of the binding of %q to %q", bd.Queue, bd.Exchange), bd.Args))
+		errs = append(errs, checkTable(fmt.Sprintf("arguments of the binding of %q to %q", bd.Queue, bd.Exchange), bd.Args))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("mq: declare: %w", err)
@@ -111,10 +111,10 @@ func ownedElsewhere(err error) error {
 
 // QueueExists reports whether queue exists (a passive declare on a
 // throwaway channel: NOT_FOUND is false; any other failure is an error). A
-// name over [MaxShortString] bytes is [ErrInvalid], as in every call here that
+// name over 255 bytes is [ErrInvalid], as in every call here that
 // takes a queue name.
 func (b *Broker) QueueExists(ctx context.Context, queue string) (bool, error) {
-	if err := CheckName("queue name", queue); err != nil {
+	if err := checkName("queue name", queue); err != nil {
 		return false, err
 	}
 	err := b.onChannel(ctx, fmt.Sprintf("inspect queue %q", queue), func(ch *amqp.Channel) (string, error) {
@@ -125,25 +125,6 @@ func (b *Broker) QueueExists(ctx context.Context, queue string) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
-}
-
-// MessageCount is the number of messages ready in queue: a message a
-// consumer holds unacknowledged is not counted. [ErrNotFound] if the queue
-// does not exist.
-func (b *Broker) MessageCount(ctx context.Context, queue string) (int, error) {
-	if err := CheckName("queue name", queue); err != nil {
-		return 0, err
-	}
-	var n int
-	err := b.onChannel(ctx, fmt.Sprintf("inspect queue %q", queue), func(ch *amqp.Channel) (string, error) {
-		q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
-		n = q.Messages
-		return fmt.Sprintf("inspect queue %q", queue), err
-	})
-	if err != nil {
-		return 0, err // n may still be written by a call ctx cut short
-	}
-	return n, nil
 }
 
 // consumerCount is the number of consumers queue.declare-ok (passive)
@@ -168,7 +149,7 @@ func (b *Broker) consumerCount(ctx context.Context, queue string) (int, error) {
 // queue that does not exist is not an error. A queue deleted this way is
 // no longer declared again by the Broker (see Declare).
 func (b *Broker) DeleteQueue(ctx context.Context, queue string) (int, error) {
-	if err := CheckName("queue name", queue); err != nil {
+	if err := checkName("queue name", queue); err != nil {
 		return 0, err
 	}
 	var n int

@@ -20,10 +20,10 @@
 // (amqp091-go's experimental Config.Recovery is never used: it reuses
 // channel objects, so an old delivery tag could be acked on the new
 // channel). A connection that keeps dying soon after it came up backs off
-// as a failed attempt ([StableAfter]). Channels are handed out, never
+// as a failed attempt (one that lived less than 5 s). Channels are handed out, never
 // shared: each publisher and consumer has its own, and every declaration or
-// inspection ([Broker.Declare], [Broker.QueueExists], [Broker.MessageCount],
-// [Broker.DeleteQueue]) runs on a throwaway channel, so a refusal kills only
+// inspection ([Broker.Declare], [Broker.QueueExists], [Broker.DeleteQueue];
+// package ops counts and peeks) runs on a throwaway channel, so a refusal kills only
 // that. [Broker.Channel] hands one to code of your own.
 //
 // What the broker forgets, the Broker declares again: it remembers what
@@ -43,7 +43,7 @@
 // so none of them reaches the broker later, behind what was sent since. TLS
 // for amqps:// is done by this package ([Config].TLS or the URL's
 // parameters), not by amqp091-go. [Broker.Check] says whether the service is
-// ready; [Broker.Blocked] whether the broker blocks publishing.
+// ready, and names a memory or disk alarm that blocks publishing.
 //
 // # Publishing
 //
@@ -56,9 +56,11 @@
 // Code that publishes depends on [Sender], which mqtest fakes.
 //
 // Every name, property and table the library sends is checked at the call
-// against what the wire and amqp091-go's reader accept ([CheckName],
-// [CheckTable]): a bad value fails its own call with [ErrInvalid] and never
-// the frame, the channel or the connection.
+// against what the wire and amqp091-go's reader accept (short strings of at
+// most 255 bytes; headers and arguments nested at most 32 deep, at most 8192
+// entries a table, of types AMQP carries; [CheckPublish] runs the same checks
+// on a publish): a bad value fails its own call with [ErrInvalid], naming the
+// field and the limit, and never the frame, the channel or the connection.
 //
 // # Consuming
 //
@@ -98,6 +100,6 @@
 //
 // Errors match sentinels with errors.Is ([ErrClosed], [ErrUnroutable],
 // [ErrNacked], [ErrInvalid], [ErrNotFound], …); a refusal by the broker is
-// a [*BrokerError] with its reply code ([ReplyCode]). Credentials never
+// a [*BrokerError] with its reply code ([BrokerError.Code]). Credentials never
 // appear in what this package logs or returns ([Redact]).
 package mq

@@ -34,7 +34,7 @@ var (
 	ErrNacked = errors.New("mq: nacked by broker")
 	// ErrInvalid: a value the wire cannot carry, or that amqp091-go's
 	// reader would refuse, was refused at the call, before anything was
-	// sent (see [InvalidError], [CheckName], [CheckTable]): the connection and
+	// sent (see [CheckPublish]; the error names the field and the limit): the connection and
 	// every other publish are untouched.
 	ErrInvalid = errors.New("mq: invalid input")
 	// ErrRequeue marks a handler outcome that puts the message back on its
@@ -90,19 +90,6 @@ func (e *BrokerError) Is(target error) bool {
 		return e.Code == codeResourceLocked
 	}
 	return false
-}
-
-// ReplyCode returns the AMQP reply code carried by err (a *[BrokerError] or
-// an *amqp.Error anywhere in its chain), or 0. It allocates nothing: the
-// instrumentation asks it on every failed attempt.
-func ReplyCode(err error) int {
-	if be, ok := errors.AsType[*BrokerError](err); ok && be.Code != 0 {
-		return be.Code
-	}
-	if ae, ok := errors.AsType[*amqp.Error](err); ok {
-		return ae.Code
-	}
-	return 0
 }
 
 // brokerError wraps err for op, lifting the reply code and reason of an
@@ -169,8 +156,8 @@ type PanicError struct {
 	Stack []byte
 }
 
-// NewPanicError captures a recovered value and the current stack.
-func NewPanicError(v any) *PanicError { return &PanicError{Value: v, Stack: debug.Stack()} }
+// newPanicError captures a recovered value and the current stack.
+func newPanicError(v any) *PanicError { return &PanicError{Value: v, Stack: debug.Stack()} }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
 

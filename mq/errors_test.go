@@ -3,7 +3,6 @@ package mq_test
 import (
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 
@@ -30,8 +29,8 @@ func TestBrokerErrorIsByReplyCode(t *testing.T) {
 					t.Errorf("code %d: errors.Is(%v, %v) = %v; want %v", code, wrapped, target, got, want)
 				}
 			}
-			if got := mq.ReplyCode(wrapped); got != code {
-				t.Errorf("ReplyCode(%v) = %d; want %d", wrapped, got, code)
+			if got, ok := errors.AsType[*mq.BrokerError](wrapped); !ok || got.Code != code {
+				t.Errorf("errors.AsType[*mq.BrokerError](%v) has no code %d", wrapped, code)
 			}
 		}
 	}
@@ -54,27 +53,6 @@ func TestBrokerErrorMessage(t *testing.T) {
 	local := &mq.BrokerError{Op: "open channel", Err: errors.New("channel id space exhausted")}
 	if got := local.Error(); !strings.Contains(got, "open channel") || !strings.Contains(got, "exhausted") {
 		t.Errorf("local failure reads %q", got)
-	}
-}
-
-func TestReplyCode(t *testing.T) {
-	tests := []struct {
-		err  error
-		want int
-	}{
-		{nil, 0},
-		{errors.New("plain"), 0},
-		{mq.ErrUnroutable, 0},
-		{&amqp.Error{Code: 404, Reason: "NOT_FOUND"}, 404},
-		{fmt.Errorf("wrapped: %w", &amqp.Error{Code: 320, Reason: "CONNECTION_FORCED"}), 320},
-		// A BrokerError without a code defers to the error it wraps.
-		{&mq.BrokerError{Op: "x", Err: &amqp.Error{Code: 501}}, 501},
-		{&mq.BrokerError{Op: "x", Code: 406, Err: &amqp.Error{Code: 406}}, 406},
-	}
-	for _, tt := range tests {
-		if got := mq.ReplyCode(tt.err); got != tt.want {
-			t.Errorf("ReplyCode(%v) = %d; want %d", tt.err, got, tt.want)
-		}
 	}
 }
 
@@ -105,60 +83,3 @@ func TestRequeueUnwrapsWithoutAllocating(t *testing.T) {
 		t.Errorf("%.0f allocations to match a requeue error, want 0", n)
 	}
 }
-
-// ReplyCode finds the code in every shape an AMQP reply code comes in, and
-// allocates nothing doing it (otelmq names every failed attempt's error
-// with it).
-func TestReplyCodeShapesWithoutAllocating(t *testing.T) {
-	for _, c := range []struct {
-		err  error
-		want int
-	}{
-		{nil, 0},
-		{io.EOF, 0},
-		{&mq.BrokerError{Op: "declare queue", Code: 406}, 406},
-		{fmt.Errorf("consume: %w", &mq.BrokerError{Code: 404}), 404},
-		{&mq.BrokerError{Op: "consume", Err: &amqp.Error{Code: 404, Server: true}}, 404},
-		{&mq.BrokerError{Op: "publish", Err: io.EOF}, 0},
-		{&amqp.Error{Code: 320}, 320},
-		{fmt.Errorf("a: %w", fmt.Errorf("b: %w", &amqp.Error{Code: 541})), 541},
-		{errors.Join(io.EOF, &amqp.Error{Code: 504}), 504},
-		{mq.Requeue(&mq.BrokerError{Code: 312}), 312},
-		{mq.Requeue(nil), 0},
-	} {
-		if got := mq.ReplyCode(c.err); got != c.want {
-			t.Errorf("ReplyCode(%v) = %d, want %d", c.err, got, c.want)
-		}
-		if testing.Short() {
-			continue
-		}
-		if n := testing.AllocsPerRun(50, func() { _ = mq.ReplyCode(c.err) }); n != 0 {
-			t.Errorf("ReplyCode(%v): %.0f allocations, want 0", c.err, n)
-		}
-	}
-}
-
-func TestRequeueError(t *testing.T) {
-	cause := errors.New("cause")
-	err := mq.Requeue(cause)
-	if !errors.Is(err, mq.ErrRequeue) || !errors.Is(err, cause) {
-		t.Errorf("Requeue(cause) = %v: must match ErrRequeue and cause", err)
-	}
-	if err := mq.Requeue(nil); !errors.Is(err, mq.ErrRequeue) || err.Error() != mq.ErrRequeue.Error() {
-		t.Errorf("Requeue(nil) = %v", err)
-	}
-}
-
-func TestPanicError(t *testing.T) {
-	cause := errors.New("inner")
-	pe := mq.NewPanicError(cause)
-	if !errors.Is(pe, cause) || len(pe.Stack) == 0 || pe.Error() != "panic: inner" {
-		t.Errorf("PanicError(err) = %v, unwraps %v, stack %d bytes", pe, errors.Unwrap(pe), len(pe.Stack))
-	}
-	if errors.Unwrap(mq.NewPanicError(42)) != nil {
-		t.Error("a non-error panic value unwraps to nil")
-	}
-}
-
-// A nil middleware in the list is skipped: the handler inside it must not
-// be listed twice, or its Subscribe and Stop hooks would run twice.

@@ -85,34 +85,27 @@ type Event struct {
 	Target string
 	// Attempt is the attempt that failed, when it applies.
 	Attempt int
-	// Kind qualifies the event: how [EventRetry] retries, why [EventRequeued]
-	// returned the delivery; empty for the others.
-	Kind EventKind
+	// Kind qualifies the event; empty for the others. For [EventRetry], how
+	// it retries: "in-process" (waits before the next attempt), "broker"
+	// (republishes to a broker rung) or "carried" (republishes to the queue
+	// itself, with its next attempt, a wait cut short by Stop). For
+	// [EventRequeued], why it returned the delivery: "cut short" (the
+	// consumer cut the handler or its wait short: a lost channel, a stop
+	// deadline), "panic" (a panic escaped every middleware) or "requeued"
+	// (the chain returned [Requeue]: a hop that could not be made, say).
+	Kind string
 	// Wait is the retry wait, for [EventRetry].
 	Wait time.Duration
 	// Err is the failure, when there was one.
 	Err error
 }
 
-// EventKind qualifies an [Event] ([Event.Kind]).
-type EventKind string
-
-// The kinds of [EventRetry] and [EventRequeued].
+// The kinds of [EventRetry] and [EventRequeued] ([Event.Kind]).
 const (
-	// KindInProcess: [EventRetry] waits in-process (a [Decision] without a queue) before the
-	// next attempt.
-	KindInProcess EventKind = "in-process"
-	// KindBroker: [EventRetry] republishes to a broker rung.
-	KindBroker EventKind = "broker"
-	// KindCarried: [EventRetry] republishes to the queue itself, with its
-	// next attempt, a wait cut short by Stop.
-	KindCarried EventKind = "carried"
-	// KindCutShort: [EventRequeued] after the consumer cut the handler or
-	// its wait short (a lost channel, a stop deadline).
-	KindCutShort EventKind = "cut short"
-	// KindPanic: [EventRequeued] after a panic that escaped every middleware.
-	KindPanic EventKind = "panic"
-	// KindRequeue: [EventRequeued] because the chain returned [Requeue] (a hop
-	// that could not be made, say).
-	KindRequeue EventKind = "requeued"
+	kindInProcess = "in-process"
+	kindBroker    = "broker"
+	kindCarried   = "carried"
+	kindCutShort  = "cut short"
+	kindPanic     = "panic"
+	kindRequeue   = "requeued"
 )

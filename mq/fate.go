@@ -44,7 +44,7 @@ import (
 //
 // A hop the broker refuses (a nack, or a .dlq or .parked that does not
 // exist) is kept pending: the copy goes to the delivery's own queue with
-// HeaderPendingHop naming its target, and its next delivery makes that hop
+// headerPendingHop naming its target, and its next delivery makes that hop
 // instead of calling the chain; the middleware outside sees nil and
 // OutcomeRequeue.
 //
@@ -127,7 +127,7 @@ type Runner struct {
 // the middleware matters here): the middleware around h, and innermost the
 // attempt counter, which numbers every call of h after the first as the
 // next attempt and runs hooks around each. An invalid option is an error,
-// as it is for Consume, and so is a PolicyTaker (a runner has no Broker to
+// as it is for Consume, and so is a policyTaker (a runner has no Broker to
 // take the declared policy from).
 func NewRunner(h Handler, hooks []AttemptHook, opts ...ConsumerOption) (*Runner, error) {
 	var cfg consumerConfig
@@ -157,7 +157,7 @@ func newRunner(h Handler, hooks []AttemptHook, mws []Middleware) *Runner {
 	// handler when no middleware runs one.
 	fallback := len(carriers) - 1
 	for i, b := range r.built {
-		if _, ok := b.(PolicyHolder); ok {
+		if _, ok := b.(policyRunner); ok {
 			fallback = i
 			break
 		}
@@ -169,8 +169,13 @@ func newRunner(h Handler, hooks []AttemptHook, mws []Middleware) *Runner {
 }
 
 // RetryPolicy is the policy of the first middleware in the chain that runs
-// one (a PolicyHolder), and whether one does.
+// one (a retry ladder), and whether one does; for a nil Runner, none. It is
+// the one way to learn the policy a consumer runs: before it runs
+// (fxmodule, mqtest) and on every subscribe ([Subscription].Runner).
 func (r *Runner) RetryPolicy() (retry.Policy, bool) {
+	if r == nil {
+		return retry.Policy{}, false
+	}
 	if ph := policyHolder(r.built); ph != nil {
 		return ph.RetryPolicy(), true
 	}
@@ -203,7 +208,7 @@ func (r *Runner) RetryPolicy() (retry.Policy, bool) {
 func (r *Runner) Deliver(ctx context.Context, d *Delivery) error {
 	rt := d.runtime()
 	// An earlier delivery decided its fate and the hop was refused (the
-	// consumer remembers it, or the copy names it: HeaderPendingHop): a
+	// consumer remembers it, or the copy names it: headerPendingHop): a
 	// carrier makes that hop again, never another attempt.
 	d.aside = d.pendingFate()
 	err := invoke(ctx, r.handler, d, rt)
@@ -251,7 +256,7 @@ type carrier struct {
 // failed, the decision itself for a reject, and any other error the
 // middleware returns. A hop this carrier made and the broker refused, on
 // an earlier delivery of the message, it makes again without calling the
-// middleware; a refused hop named by the copy (HeaderPendingHop), whose
+// middleware; a refused hop named by the copy (headerPendingHop), whose
 // carrier is not known, is made by the carrier outside the retry policy's
 // middleware.
 func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
@@ -281,8 +286,8 @@ func (c *carrier) Handle(ctx context.Context, d *Delivery) error {
 				return c.done(d, toRung(ctx, d, rt, dec))
 			}
 			rt.Logger().DebugContext(ctx, EventRetry, "message_id", d.MessageId, "attempt", d.Attempt(),
-				"kind", string(KindInProcess), "wait", dec.Wait, "error", dec.Cause)
-			rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindInProcess, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
+				"kind", kindInProcess, "wait", dec.Wait, "error", dec.Cause)
+			rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: kindInProcess, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
 			if werr := rt.Wait(ctx, d, dec.Wait); werr != nil {
 				return c.done(d, carry(ctx, d, rt, dec.Cause))
 			}
@@ -328,7 +333,7 @@ func decisionOf(err error) *Decision {
 func invoke(ctx context.Context, h Handler, d *Delivery, rt Runtime) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			pe := NewPanicError(v)
+			pe := newPanicError(v)
 			rt.Logger().Error("acemq.handler.panic", "message_id", d.MessageId, "panic", fmt.Sprint(v),
 				"outcome", string(d.outcome), "stack", string(pe.Stack))
 			err = Requeue(pe)
@@ -401,7 +406,7 @@ func carry(ctx context.Context, d *Delivery, rt Runtime, cause error) error {
 	if err := rt.Hop(ctx, d.queue, OutcomeRetry, m); err != nil {
 		return Requeue(fmt.Errorf("keep attempt %d through %s: %w", next, d.queue, err))
 	}
-	rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindCarried, Target: d.queue, Attempt: d.Attempt(), Err: cause})
+	rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: kindCarried, Target: d.queue, Attempt: d.Attempt(), Err: cause})
 	d.outcome, d.cause = OutcomeRetry, cause
 	return nil
 }
@@ -417,7 +422,7 @@ func toRung(ctx context.Context, d *Delivery, rt Runtime, dec *Decision) error {
 	err := rt.Hop(ctx, dec.Queue, OutcomeRetry, m)
 	switch {
 	case err == nil:
-		rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: KindBroker, Target: dec.Queue, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
+		rt.Event(ctx, Event{Name: EventRetry, Queue: d.queue, Kind: kindBroker, Target: dec.Queue, Attempt: d.Attempt(), Wait: dec.Wait, Err: dec.Cause})
 		d.outcome, d.cause = OutcomeRetry, dec.Cause
 		return nil
 	case errors.Is(err, ErrUnroutable):
@@ -470,7 +475,7 @@ func setAside(ctx context.Context, d *Delivery, rt Runtime, target string, o Out
 // with reject-publish, a node down): the message must make that hop, not
 // another attempt, and not before the pause. The copy the hop would have
 // made (m) goes to d's own queue instead, naming its target in
-// HeaderPendingHop, confirmed before the original is acknowledged: the
+// headerPendingHop, confirmed before the original is acknowledged: the
 // fate travels with the message, so a restart or a kill -9 cannot forget
 // it, and its next delivery makes the hop again (pendingFate). When d is
 // such a copy already, or that publish fails too, or the delivery's
@@ -481,14 +486,14 @@ func setAside(ctx context.Context, d *Delivery, rt Runtime, target string, o Out
 func refused(ctx context.Context, d *Delivery, rt Runtime, a *asideRetry, m Message, err error) error {
 	if !d.pending && ctx.Err() == nil {
 		m.Headers = cloneHeaders(m.Headers) // the refused copy is not changed
-		m.Headers[HeaderPendingHop] = a.target
+		m.Headers[headerPendingHop] = a.target
 		// A channel lost meanwhile (ctx ended) returns the original too:
 		// it then goes the way below as well, so that it does not reach
 		// the handler again (both make the hop: a duplicate, as a hop may).
 		if herr := rt.Hop(ctx, d.queue, OutcomeRequeue, m); herr == nil && ctx.Err() == nil {
 			rt.Logger().WarnContext(ctx, EventRequeued, "message_id", d.MessageId, "attempt", d.Attempt(),
-				"why", string(KindCarried), "pending_hop", a.target, "error", err)
-			rt.Event(ctx, Event{Name: EventRequeued, Queue: d.queue, Kind: KindCarried, Target: a.target, Attempt: d.Attempt(), Err: err})
+				"why", kindCarried, "pending_hop", a.target, "error", err)
+			rt.Event(ctx, Event{Name: EventRequeued, Queue: d.queue, Kind: kindCarried, Target: a.target, Attempt: d.Attempt(), Err: err})
 			d.outcome, d.cause, d.homeCopy = OutcomeRequeue, a.cause, true
 			return nil
 		}
@@ -536,7 +541,7 @@ func (a *asideRetry) redo(ctx context.Context, d *Delivery, rt Runtime) error {
 
 // pendingFate is the hop d still has to make instead of another attempt,
 // or nil: the consumer's memory of a copy it returned (d.aside), or a copy
-// that names its hop itself (HeaderPendingHop; see refused). The latter is
+// that names its hop itself (headerPendingHop; see refused). The latter is
 // honoured only for a target of d's own queue (its .dlq, its .parked, one
 // of its rungs, classic or durable, read by topology.ParseRung), so a
 // header cannot send a message anywhere else; its attempt becomes the one
@@ -544,7 +549,7 @@ func (a *asideRetry) redo(ctx context.Context, d *Delivery, rt Runtime) error {
 // counted of its returns since), so the hop writes what it wrote the first
 // time.
 func (d *Delivery) pendingFate() *asideRetry {
-	target, ok := d.Headers[HeaderPendingHop].(string)
+	target, ok := d.Headers[headerPendingHop].(string)
 	if d.aside != nil {
 		// Remembered by the consumer; a copy that names its hop is still
 		// that copy, and goes back as it is, never as a further copy.
@@ -565,7 +570,7 @@ func (d *Delivery) pendingFate() *asideRetry {
 		// Classic or durable, the rung's name says its wait.
 		a.outcome, a.wait = OutcomeRetry, wait
 	default:
-		d.runtime().Logger().Warn("acemq.pending.hop.header.ignored", "message_id", d.MessageId, "header", HeaderPendingHop, "value", target)
+		d.runtime().Logger().Warn("acemq.pending.hop.header.ignored", "message_id", d.MessageId, "header", headerPendingHop, "value", target)
 		return nil
 	}
 	if a.outcome != OutcomeRetry {

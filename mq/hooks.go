@@ -25,7 +25,7 @@ type PublishInfo struct {
 	Mandatory  bool
 	// Hop says why the library republished the message itself ("" for
 	// an application's own publish); OutcomeRequeue is a copy kept in its
-	// own queue while a refused hop is pending (HeaderPendingHop).
+	// own queue while a refused hop is pending (x-acemq-pending-hop).
 	Hop Outcome
 	// Message is the message about to be sent; hooks may edit its Headers.
 	Message *Message

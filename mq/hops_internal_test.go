@@ -200,7 +200,7 @@ func TestPendingHopOnlyToTheQueuesOwnTargets(t *testing.T) {
 		calls := 0
 		h := HandlerFunc(func(context.Context, *Delivery) error { calls++; return nil })
 		rt := &targetRuntime{}
-		raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{HeaderPendingHop: target, HeaderAttempt: int32(4)}}
+		raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{headerPendingHop: target, HeaderAttempt: int32(4)}}
 		d := NewDelivery("q", raw, rt)
 		if err := newRunner(h, nil, nil).Deliver(context.Background(), d); err != nil {
 			t.Fatalf("%q: %v", target, err)
@@ -303,7 +303,7 @@ func TestPendingHopToARungReadsItsName(t *testing.T) {
 		calls := 0
 		h := HandlerFunc(func(context.Context, *Delivery) error { calls++; return nil })
 		rt := &eventRuntime{}
-		raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{HeaderPendingHop: target, HeaderAttempt: int32(3)}}
+		raw := amqp.Delivery{MessageId: "m", Headers: amqp.Table{headerPendingHop: target, HeaderAttempt: int32(3)}}
 		d := NewDelivery("q", raw, rt)
 		if err := newRunner(h, nil, nil).Deliver(context.Background(), d); err != nil {
 			t.Fatalf("%q: %v", target, err)
@@ -320,7 +320,7 @@ func TestPendingHopToARungReadsItsName(t *testing.T) {
 				got = append(got, e)
 			}
 		}
-		if calls != 0 || len(rt.to) != 1 || rt.to[0] != target || len(got) != 1 || got[0].Wait != wait || got[0].Target != target || got[0].Kind != KindBroker {
+		if calls != 0 || len(rt.to) != 1 || rt.to[0] != target || len(got) != 1 || got[0].Wait != wait || got[0].Target != target || got[0].Kind != kindBroker {
 			t.Errorf("%q: %d handler calls, hops to %v, retry events %+v: want the hop made once as a broker wait of %v", target, calls, rt.to, got, wait)
 		}
 	}

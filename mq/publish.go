@@ -98,9 +98,6 @@ func (b *Broker) Publisher(exchange string, opts ...PublisherOption) *Publisher 
 	return p
 }
 
-// Exchange is the exchange the publisher publishes to.
-func (p *Publisher) Exchange() string { return p.exchange }
-
 // Publish sends m to the publisher's exchange with routingKey and returns
 // once the broker confirmed it. Errors: [ErrInvalid] when m (or the routing
 // key) cannot be carried by the wire — nothing was sent; [ErrNacked] when the

@@ -18,19 +18,19 @@ import (
 // receives it — so the validator refuses it at the call, the connection
 // untouched.
 const (
-	// MaxShortString is the longest AMQP short string, in bytes: exchange
+	// maxShortString is the longest AMQP short string, in bytes: exchange
 	// and queue names, routing keys, consumer tags, every string property
 	// of a message (message id, correlation id, reply-to, expiration, type,
 	// user id, app id, content type and encoding) and every header key.
-	MaxShortString = 255
-	// MaxHeaderDepth is how deeply tables and arrays may nest inside a
+	maxShortString = 255
+	// maxHeaderDepth is how deeply tables and arrays may nest inside a
 	// message's headers (or a declaration's arguments): a table directly in
 	// the headers is at depth 1. amqp091-go's reader refuses deeper ones.
-	MaxHeaderDepth = 32
-	// MaxTableEntries is the most entries one table, and the most elements
+	maxHeaderDepth = 32
+	// maxTableEntries is the most entries one table, and the most elements
 	// one array, may hold anywhere in the headers. amqp091-go's reader
 	// refuses bigger ones.
-	MaxTableEntries = 8192
+	maxTableEntries = 8192
 	// maxExpiration is the largest per-message TTL RabbitMQ takes, in ms.
 	maxExpiration = math.MaxUint32
 )
@@ -43,9 +43,9 @@ const frameOverhead = 1 + 2 + 4 + 1
 // grants by default), used before any connection was negotiated.
 const defaultFrameMax = 128 * 1024
 
-// InvalidError is a value the validator refused: which field and which
+// invalidError is a value the validator refused: which field and which
 // limit. errors.Is(err, [ErrInvalid]) matches it.
-type InvalidError struct {
+type invalidError struct {
 	// Field names the value: "routing key", "message id",
 	// `header "x-tags"[3]`, "queue name", …
 	Field string
@@ -54,25 +54,25 @@ type InvalidError struct {
 	Problem string
 }
 
-func (e *InvalidError) Error() string {
+func (e *invalidError) Error() string {
 	return "mq: invalid " + e.Field + ": " + e.Problem
 }
 
 // Is matches [ErrInvalid].
-func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
 
-func invalid(field, format string, args ...any) *InvalidError {
-	return &InvalidError{Field: field, Problem: fmt.Sprintf(format, args...)}
+func invalid(field, format string, args ...any) *invalidError {
+	return &invalidError{Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
-// CheckName checks a short string the library is about to send (a queue or
-// exchange name, a routing key, a consumer tag): at most [MaxShortString]
+// checkName checks a short string the library is about to send (a queue or
+// exchange name, a routing key, a consumer tag): at most 255 (maxShortString)
 // bytes. field names it in the error, which matches [ErrInvalid]. Every call
 // of this package that sends a name runs it; tools that use a raw channel
 // (package ops) run it too.
-func CheckName(field, s string) error {
-	if len(s) > MaxShortString {
-		return invalid(field, "is %d bytes, at most %d", len(s), MaxShortString)
+func checkName(field, s string) error {
+	if len(s) > maxShortString {
+		return invalid(field, "is %d bytes, at most %d", len(s), maxShortString)
 	}
 	return nil
 }
@@ -92,10 +92,10 @@ type checkedPublish struct {
 // never modified) and the size of the header frame, which the caller
 // compares with the connection's frame_max (fitsFrame).
 func checkPublish(exchange, key string, pub amqp.Publishing) (checkedPublish, error) {
-	if err := CheckName("exchange name", exchange); err != nil {
+	if err := checkName("exchange name", exchange); err != nil {
 		return checkedPublish{}, err
 	}
-	if err := CheckName("routing key", key); err != nil {
+	if err := checkName("routing key", key); err != nil {
 		return checkedPublish{}, err
 	}
 	size := 2 + 2 + 8 + 2 // class, weight, body size, property flags
@@ -115,7 +115,7 @@ func checkPublish(exchange, key string, pub amqp.Publishing) (checkedPublish, er
 		if p.v == "" {
 			continue
 		}
-		if err := CheckName(p.field, p.v); err != nil {
+		if err := checkName(p.field, p.v); err != nil {
 			return checkedPublish{}, err
 		}
 		size += 1 + len(p.v)
@@ -175,13 +175,13 @@ func (c checkedPublish) fitsFrame(frameMax int) error {
 	return nil
 }
 
-// CheckTable validates a table the library is about to send (a message's
+// checkTable validates a table the library is about to send (a message's
 // headers, a declaration's arguments) the way checkPublish validates
-// headers: keys of at most [MaxShortString] bytes, values of types AMQP can
-// carry, nesting within [MaxHeaderDepth], sizes within [MaxTableEntries], no
+// headers: keys of at most 255 (maxShortString) bytes, values of types AMQP can
+// carry, nesting within maxHeaderDepth (32), sizes within maxTableEntries (8192), no
 // Go int that would be truncated. field names it in the error, which
 // matches [ErrInvalid].
-func CheckTable(field string, t amqp.Table) error {
+func checkTable(field string, t amqp.Table) error {
 	_, _, _, err := normalizeTable(fieldPath{root: field}, t, 0)
 	return err
 }
@@ -190,14 +190,14 @@ func CheckTable(field string, t amqp.Table) error {
 // to write — t itself when nothing needed changing, a copy otherwise (and
 // changed true) — and its encoded size (length prefix included).
 func normalizeTable(path fieldPath, t amqp.Table, depth int) (_ amqp.Table, size int, changed bool, _ error) {
-	if len(t) > MaxTableEntries {
-		return nil, 0, false, invalid(path.String(), "has %d entries, at most %d", len(t), MaxTableEntries)
+	if len(t) > maxTableEntries {
+		return nil, 0, false, invalid(path.String(), "has %d entries, at most %d", len(t), maxTableEntries)
 	}
 	size = 4
 	var out amqp.Table
 	for k, v := range t {
-		if len(k) > MaxShortString {
-			return nil, 0, false, invalid(path.String()+" key "+strconv.Quote(truncateKey(k)), "is %d bytes, at most %d", len(k), MaxShortString)
+		if len(k) > maxShortString {
+			return nil, 0, false, invalid(path.String()+" key "+strconv.Quote(truncateKey(k)), "is %d bytes, at most %d", len(k), maxShortString)
 		}
 		nv, n, ch, err := normalizeField(path.to(pathStep{key: k}), v, depth)
 		if err != nil {
@@ -248,8 +248,8 @@ func normalizeField(path fieldPath, v any, depth int) (any, int, bool, error) {
 	case []byte:
 		return v, 5 + len(x), false, nil
 	case amqp.Table:
-		if depth+1 > MaxHeaderDepth {
-			return nil, 0, false, invalid(path.String(), "nests tables and arrays %d deep, at most %d", depth+1, MaxHeaderDepth)
+		if depth+1 > maxHeaderDepth {
+			return nil, 0, false, invalid(path.String(), "nests tables and arrays %d deep, at most %d", depth+1, maxHeaderDepth)
 		}
 		t, n, changed, err := normalizeTable(path, x, depth+1)
 		if err != nil {
@@ -257,11 +257,11 @@ func normalizeField(path fieldPath, v any, depth int) (any, int, bool, error) {
 		}
 		return t, 1 + n, changed, nil
 	case []any:
-		if depth+1 > MaxHeaderDepth {
-			return nil, 0, false, invalid(path.String(), "nests tables and arrays %d deep, at most %d", depth+1, MaxHeaderDepth)
+		if depth+1 > maxHeaderDepth {
+			return nil, 0, false, invalid(path.String(), "nests tables and arrays %d deep, at most %d", depth+1, maxHeaderDepth)
 		}
-		if len(x) > MaxTableEntries {
-			return nil, 0, false, invalid(path.String(), "has %d elements, at most %d", len(x), MaxTableEntries)
+		if len(x) > maxTableEntries {
+			return nil, 0, false, invalid(path.String(), "has %d elements, at most %d", len(x), maxTableEntries)
 		}
 		size := 5
 		var out []any

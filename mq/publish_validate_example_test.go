@@ -13,30 +13,25 @@ import (
 )
 
 // Input the wire cannot carry is refused at the call, naming the field and
-// the limit; the connection is untouched.
-func ExampleCheckName() {
-	err := mq.CheckName("routing key", strings.Repeat("k", 300))
+// the limit; the connection is untouched. Headers go through the same rules
+// as everything else the library sends: nesting within what amqp091-go's
+// reader accepts, keys within 255 bytes, types AMQP can carry.
+func ExampleCheckPublish() {
+	err := mq.CheckPublish("", "orders.new", mq.Message{MessageId: strings.Repeat("i", 300)})
 	fmt.Println(errors.Is(err, mq.ErrInvalid))
 	fmt.Println(err)
-	// Output:
-	// true
-	// mq: invalid routing key: is 300 bytes, at most 255
-}
-
-// Headers go through the same rules as everything else the library sends:
-// nesting within what amqp091-go's reader accepts, keys within 255 bytes,
-// types AMQP can carry.
-func ExampleCheckTable() {
 	var deep any = "leaf"
-	for range mq.MaxHeaderDepth + 1 {
+	for range 33 {
 		deep = amqp.Table{"n": deep}
 	}
-	fmt.Println(mq.CheckTable("header", amqp.Table{"deep": deep}))
-	fmt.Println(mq.CheckTable("header", amqp.Table{"count": uint64(1)}))
-	fmt.Println(mq.CheckTable("header", amqp.Table{"big": 5_000_000_000})) // written as 64 bits: fine
+	fmt.Println(mq.CheckPublish("orders", "order.placed", mq.Message{Headers: amqp.Table{"deep": deep}}))
+	fmt.Println(mq.CheckPublish("orders", "order.placed", mq.Message{Headers: amqp.Table{"count": uint64(1)}}))
+	fmt.Println(mq.CheckPublish("orders", "order.placed", mq.Message{Headers: amqp.Table{"big": 5_000_000_000}})) // written as 64 bits: fine
 	// Output:
-	// mq: invalid header "deep" "n" "n" …: nests tables and arrays 33 deep, at most 32
-	// mq: invalid header "count": is a uint64, which AMQP cannot carry (use bool, the sized integers, int, float32/64, string, []byte, time.Time, amqp.Decimal, amqp.Table or []any)
+	// true
+	// mq: publish to queue "orders.new": mq: invalid message id: is 300 bytes, at most 255
+	// mq: publish to exchange "orders" with key "order.placed": mq: invalid header "deep" "n" "n" …: nests tables and arrays 33 deep, at most 32
+	// mq: publish to exchange "orders" with key "order.placed": mq: invalid header "count": is a uint64, which AMQP cannot carry (use bool, the sized integers, int, float32/64, string, []byte, time.Time, amqp.Decimal, amqp.Table or []any)
 	// <nil>
 }
 

@@ -87,7 +87,7 @@ func (f *fuzzBytes) value(depth int) any {
 		}
 		n := int(f.byte() % 5)
 		if f.byte() == 255 {
-			n = MaxTableEntries + int(f.byte()%2)
+			n = maxTableEntries + int(f.byte()%2)
 		}
 		a := make([]any, n)
 		for i := range a {
@@ -105,7 +105,7 @@ func (f *fuzzBytes) table(depth int) amqp.Table {
 	n := int(f.byte() % 6)
 	t := amqp.Table{}
 	if f.byte() == 255 {
-		for i := range MaxTableEntries + int(f.byte()%2) {
+		for i := range maxTableEntries + int(f.byte()%2) {
 			t[string(rune(0x4e00+i))] = int32(i)
 		}
 		return t
@@ -232,7 +232,7 @@ func refTable(w *bytes.Buffer, t amqp.Table) bool {
 func refLimits(v any, depth int) bool {
 	switch x := v.(type) {
 	case amqp.Table:
-		if depth > MaxHeaderDepth || len(x) > MaxTableEntries {
+		if depth > maxHeaderDepth || len(x) > maxTableEntries {
 			return false
 		}
 		for _, e := range x {
@@ -241,7 +241,7 @@ func refLimits(v any, depth int) bool {
 			}
 		}
 	case []any:
-		if depth > MaxHeaderDepth || len(x) > MaxTableEntries {
+		if depth > maxHeaderDepth || len(x) > maxTableEntries {
 			return false
 		}
 		for _, e := range x {
@@ -276,7 +276,7 @@ func FuzzValidator(f *testing.F) {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("refused without ErrInvalid: %v", err)
 			}
-			var ie *InvalidError
+			var ie *invalidError
 			if !errors.As(err, &ie) || ie.Field == "" || ie.Problem == "" {
 				t.Fatalf("the refusal names no field or limit: %v", err)
 			}

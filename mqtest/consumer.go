@@ -181,7 +181,7 @@ func (c *Consumer) Run(m mq.Message) []Result {
 		}
 		hop, wait := r.Hops[len(r.Hops)-1], time.Duration(0)
 		for _, e := range r.Events {
-			if e.Name == mq.EventRetry && e.Kind == mq.KindBroker {
+			if e.Name == mq.EventRetry && e.Kind == "broker" {
 				wait = e.Wait
 			}
 		}

@@ -155,7 +155,7 @@ func TestRefusedHops(t *testing.T) {
 	c.Refuse("orders.dlq", mq.ErrUnroutable)
 	r = c.Deliver(mq.Message{})
 	if r.Outcome != mq.OutcomeRequeue || r.Err != nil || len(r.Hops) != 1 || r.Hops[0].Queue != "orders" ||
-		r.Hops[0].Message.Headers[mq.HeaderPendingHop] != "orders.dlq" {
+		r.Hops[0].Message.Headers["x-acemq-pending-hop"] != "orders.dlq" {
 		t.Fatalf("result %v, want the set-aside kept pending on a copy in orders", r)
 	}
 	// Delivered again, to a new process, the copy makes the set-aside, not

@@ -24,7 +24,7 @@ func invalidPublishes() []struct {
 } {
 	long := strings.Repeat("x", 256)
 	var deep any = "leaf"
-	for range mq.MaxHeaderDepth + 1 {
+	for range 32 + 1 {
 		deep = amqp.Table{"n": deep}
 	}
 	return []struct {

@@ -58,7 +58,7 @@ func inspect(ctx context.Context, b *mq.Broker, q string) (amqp.Queue, error) {
 	if q == "" {
 		return amqp.Queue{}, errors.New("ops: the queue name is empty")
 	}
-	if err := mq.CheckName("queue name", q); err != nil {
+	if err := checkQueue(q); err != nil {
 		return amqp.Queue{}, err
 	}
 	ch, err := b.Channel(ctx)
@@ -78,6 +78,20 @@ func inspect(ctx context.Context, b *mq.Broker, q string) (amqp.Queue, error) {
 		return amqp.Queue{}, refusal(fmt.Sprintf("inspect queue %q", q), err)
 	}
 	return info, nil
+}
+
+// checkQueue refuses a queue name the wire cannot carry (over 255 bytes)
+// before a raw channel sends it: mq's validator checks it as what it is on
+// the default exchange, a routing key. The error matches mq.ErrInvalid.
+func checkQueue(q string) error {
+	err := mq.CheckPublish("", q, mq.Message{})
+	if err == nil {
+		return nil
+	}
+	if inner := errors.Unwrap(err); inner != nil {
+		err = inner // "mq: invalid routing key: is 300 bytes, at most 255", without the 300 bytes
+	}
+	return fmt.Errorf("ops: invalid queue name (a routing key on the default exchange): %w", err)
 }
 
 // refusal lifts an *amqp.Error into an *mq.BrokerError, so errors.Is
@@ -213,7 +227,7 @@ func Peek(ctx context.Context, b *mq.Broker, queue string, n int) ([]Peeked, err
 	if n < 1 {
 		return nil, fmt.Errorf("ops: peek %q: n is %d, must be at least 1", queue, n)
 	}
-	if err := mq.CheckName("queue name", queue); err != nil {
+	if err := checkQueue(queue); err != nil {
 		return nil, fmt.Errorf("ops: peek: %w", err)
 	}
 	return peek(ctx, b, queue, n, math.MaxInt, Filter{})

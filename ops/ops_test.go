@@ -132,3 +132,18 @@ func TestPeeked(t *testing.T) {
 		t.Fatalf("no headers: %+v", p)
 	}
 }
+
+// A queue name the wire cannot carry is refused before a channel is
+// opened, by mq's validator (the name is a routing key on the default
+// exchange): errors.Is matches mq.ErrInvalid and the error says it is the
+// queue name.
+func TestQueueNameTooLongIsInvalid(t *testing.T) {
+	long := strings.Repeat("q", 256)
+	_, err := Count(t.Context(), nil, long)
+	if !errors.Is(err, mq.ErrInvalid) || !strings.Contains(err.Error(), "invalid queue name") || strings.Contains(err.Error(), long) {
+		t.Errorf("Count: %v; want mq.ErrInvalid naming the queue name (without repeating 256 bytes)", err)
+	}
+	if _, err := Peek(t.Context(), nil, long, 1); !errors.Is(err, mq.ErrInvalid) {
+		t.Errorf("Peek: %v; want mq.ErrInvalid", err)
+	}
+}

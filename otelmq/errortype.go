@@ -21,7 +21,7 @@ import (
 //	unroutable            mq.ErrUnroutable: a mandatory publish came back
 //	nacked                mq.ErrNacked: the broker refused a publish
 //	closed                mq.ErrClosed
-//	<reply code name>     an AMQP reply code (mq.ReplyCode) in the chain:
+//	<reply code name>     an AMQP reply code (a *mq.BrokerError or *amqp.Error) in the chain:
 //	                      content-too-large (311), no-route (312),
 //	                      no-consumers (313), connection-forced (320),
 //	                      invalid-path (402), access-refused (403),
@@ -53,7 +53,7 @@ func ErrorType(err error) string {
 	case errors.Is(err, mq.ErrClosed):
 		return "closed"
 	}
-	if name := replyCodeName(mq.ReplyCode(err)); name != "" {
+	if name := replyCodeName(replyCode(err)); name != "" {
 		return name
 	}
 	if errors.Is(err, mq.ErrRequeue) {

@@ -19,8 +19,8 @@ func TestErrorType(t *testing.T) {
 		want string
 	}{
 		{nil, ""},
-		{mq.NewPanicError("oops"), "panic"},
-		{wrap(mq.NewPanicError(context.DeadlineExceeded)), "panic"},
+		{&mq.PanicError{Value: "oops"}, "panic"},
+		{wrap(&mq.PanicError{Value: context.DeadlineExceeded}), "panic"},
 		{wrap(context.DeadlineExceeded), "timeout"},
 		{context.Canceled, "canceled"},
 		{wrap(mq.ErrUnroutable), "unroutable"},
@@ -54,7 +54,7 @@ func TestErrorTypeAllocatesNothing(t *testing.T) {
 		errors.New("anything"),
 		fmt.Errorf("handler: %w", &mq.BrokerError{Code: 406}),
 		&amqp.Error{Code: 320},
-		mq.NewPanicError("oops"),
+		&mq.PanicError{Value: "oops"},
 		context.DeadlineExceeded,
 		// mq.Requeue's is held to it in package mq
 		// (TestRequeueUnwrapsWithoutAllocating).

@@ -159,7 +159,7 @@ func (ins *Instrumentation) OnPublish(ctx context.Context, p *mq.PublishInfo) co
 			attrs = append(attrs, ReasonKey.String(r))
 		}
 		if p.Hop == mq.OutcomeRetry {
-			attrs = append(attrs, RetryKindKey.String(string(mq.KindBroker)))
+			attrs = append(attrs, RetryKindKey.String("broker"))
 			if w, ok := rungWait(p.RoutingKey); ok {
 				attrs = append(attrs, RetryWaitKey.Int64(w.Milliseconds()))
 			}

@@ -103,6 +103,9 @@ func TestPublishRefusesTheUncarriable(t *testing.T) {
 		"message id":  {key: "k", m: mq.Message{MessageId: long}},
 		"header":      {key: "k", m: mq.Message{Headers: amqp.Table{"ch": make(chan int)}}},
 		"uint64":      {key: "k", m: mq.Message{Headers: amqp.Table{"n": uint64(1)}}},
+		// Checked as the publish the row becomes (mq.CheckPublish): the
+		// caller's transaction learns it, not a row set aside later.
+		"expiration": {key: "k", m: mq.Message{Expiration: "soon"}},
 	} {
 		if err := o.Publish(t.Context(), nil, "", c.key, c.m); !errors.Is(err, mq.ErrInvalid) {
 			t.Errorf("%s: err = %v, want mq.ErrInvalid", name, err)

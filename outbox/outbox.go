@@ -66,8 +66,13 @@ func (o *Outbox) Publish(ctx context.Context, tx *sql.Tx, exchange, routingKey s
 	if o.err != nil {
 		return o.err
 	}
-	if err := check(exchange, routingKey, &m); err != nil {
-		return fmt.Errorf("outbox: publish to exchange %q with key %q: %w", exchange, routingKey, err)
+	// Refuse, before anything is written, what the broker's wire could
+	// never carry: the row is checked as the publish it will become
+	// (names and short strings too long, header values AMQP cannot hold, a
+	// malformed expiration, a header frame too big), so the caller's
+	// transaction learns it, not a set-aside row.
+	if err := mq.CheckPublish(exchange, routingKey, m); err != nil {
+		return fmt.Errorf("outbox: %w", err)
 	}
 	if m.DeliveryMode == 0 {
 		m.DeliveryMode = amqp.Persistent
@@ -120,25 +125,6 @@ func (o *Outbox) Publish(ctx context.Context, tx *sql.Tx, exchange, routingKey s
 		return fmt.Errorf("outbox: write to %s: %w", o.schema.Outbox, err)
 	}
 	return nil
-}
-
-// check refuses, before anything is written, what the broker's wire could
-// never carry (mq's validator: names and short strings too long, header
-// values AMQP cannot hold), so the caller's transaction learns it, not a
-// set-aside row. What only the publish itself can find out (the frame
-// size, the expiration's form) the relay sets aside.
-func check(exchange, routingKey string, m *mq.Message) error {
-	for _, f := range [...]struct{ name, v string }{
-		{"exchange name", exchange}, {"routing key", routingKey},
-		{"content type", m.ContentType}, {"content encoding", m.ContentEncoding},
-		{"correlation id", m.CorrelationId}, {"reply-to", m.ReplyTo}, {"expiration", m.Expiration},
-		{"message id", m.MessageId}, {"type", m.Type}, {"user id", m.UserId}, {"app id", m.AppId},
-	} {
-		if err := mq.CheckName(f.name, f.v); err != nil {
-			return err
-		}
-	}
-	return mq.CheckTable("headers", m.Headers)
 }
 
 // checkText refuses names the outbox's text columns cannot hold: an

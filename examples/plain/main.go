@@ -15,6 +15,7 @@ import (
 
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/ops"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -107,8 +108,9 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if err := c.Stop(stopCtx); err != nil {
 		return err
 	}
-	parked, _ := b.MessageCount(stopCtx, topology.ParkedQueue(queue))
-	log.Info("done", "parked", parked)
+	if counts, err := ops.Count(stopCtx, b, topology.ParkedQueue(queue)); err == nil {
+		log.Info("done", "parked", counts[0].Ready)
+	}
 	return nil
 }
 

@@ -2,12 +2,15 @@ package testenv
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/ops"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -78,10 +81,23 @@ func Publish(t testing.TB, b *mq.Broker, q string, msgs ...mq.Message) {
 	}
 }
 
+// Ready is the number of messages ready in q (ops.Count's Ready), and an
+// error wrapping mq.ErrNotFound when q does not exist.
+func Ready(ctx context.Context, b *mq.Broker, q string) (int, error) {
+	cs, err := ops.Count(ctx, b, q)
+	if err != nil {
+		return 0, err
+	}
+	if !cs[0].Exists {
+		return 0, fmt.Errorf("count %q: %w", q, mq.ErrNotFound)
+	}
+	return cs[0].Ready, nil
+}
+
 // Count is the number of ready messages in q, or a failed test.
 func Count(t testing.TB, b *mq.Broker, q string) int {
 	t.Helper()
-	n, err := b.MessageCount(Context(t, 15*time.Second), q)
+	n, err := Ready(Context(t, 15*time.Second), b, q)
 	if err != nil {
 		t.Fatalf("count %s: %v", q, err)
 	}
@@ -143,4 +159,11 @@ func DeleteBehind(t testing.TB, b *mq.Broker, q string) {
 	if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 		t.Fatalf("delete %s: %v", q, err)
 	}
+}
+
+// Blocked reports whether b's readiness (Broker.Check) names a
+// connection.blocked: the broker blocks publishing (a memory or disk alarm).
+func Blocked(b *mq.Broker) bool {
+	err := b.Check(context.Background())
+	return err != nil && strings.Contains(err.Error(), "the broker blocks publishing")
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/acemq/acemq-go/internal/field/history"
 	"github.com/acemq/acemq-go/internal/field/workload"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/ops"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -416,12 +417,12 @@ func quiet(ctx context.Context, s site, b *mq.Broker, db *sql.DB, out string) bo
 	q := s.names.Queues()
 	work, inbox, dlq, parked, rungs := q[0], q[1], q[2], q[3], q[6:]
 	for _, name := range append([]string{work, inbox}, rungs...) {
-		if n, err := b.MessageCount(c, name); err != nil || n > 0 {
+		if cs, err := ops.Count(c, b, name); err != nil || !cs[0].Exists || cs[0].Ready > 0 {
 			return false
 		}
 	}
 	for name, w := range map[string]int{dlq: want[history.EndDLQ], parked: want[history.EndParked]} {
-		if n, err := b.MessageCount(c, name); err != nil || n < w {
+		if cs, err := ops.Count(c, b, name); err != nil || !cs[0].Exists || cs[0].Ready < w {
 			return false
 		}
 	}

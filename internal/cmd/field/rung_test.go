@@ -15,6 +15,7 @@ import (
 	"github.com/acemq/acemq-go/internal/field/history"
 	"github.com/acemq/acemq-go/middleware"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/ops"
 	"github.com/acemq/acemq-go/retry"
 	"github.com/acemq/acemq-go/topology"
 )
@@ -127,8 +128,8 @@ func rungAcrossPartition(t *testing.T, durable bool) {
 	// Once the hop to the rung is confirmed (attempt 1 acknowledged), cut
 	// f1 (the rung's node) from f2 and f3 for longer than the rung's TTL.
 	for {
-		n, err := admin.MessageCount(ctx, rung)
-		if err == nil && n == 1 {
+		cs, err := ops.Count(ctx, admin, rung)
+		if err == nil && cs[0].Ready == 1 {
 			break
 		}
 		if ctx.Err() != nil {
@@ -165,9 +166,9 @@ func rungAcrossPartition(t *testing.T, durable bool) {
 	mu.Unlock()
 	where := map[string]int{}
 	for _, x := range []string{q, rung, topology.DeadLetterQueue(q), topology.ParkedQueue(q)} {
-		n, err := admin.MessageCount(ctx, x)
-		if err != nil {
-			n = -1
+		n := -1
+		if cs, err := ops.Count(ctx, admin, x); err == nil && cs[0].Exists {
+			n = cs[0].Ready
 		}
 		where[x] = n
 		if n != 0 {

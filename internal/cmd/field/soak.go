@@ -17,6 +17,7 @@ import (
 
 	"github.com/acemq/acemq-go/internal/field/history"
 	"github.com/acemq/acemq-go/mq"
+	"github.com/acemq/acemq-go/ops"
 )
 
 // quietLogger is the orchestrator's own broker's logger: errors only.
@@ -52,10 +53,9 @@ func sampleBroker(ctx context.Context, o options, s site, b *mq.Broker, db *sql.
 		if db.QueryRowContext(c, "SELECT count(*) FROM "+s.names.Schema().Outbox).Scan(&rows) == nil {
 			st.Backlog += rows
 		}
-		for _, name := range append([]string{q[0], q[1]}, q[6:]...) {
-			if n, err := b.MessageCount(c, name); err == nil {
-				st.Backlog += n
-			}
+		counts, _ := ops.Count(c, b, append([]string{q[0], q[1]}, q[6:]...)...) // those counted before a failure
+		for _, qc := range counts {
+			st.Backlog += qc.Ready
 		}
 		cancel()
 		_ = h.Add(history.Record{Kind: history.KindStats, Stats: &st})
