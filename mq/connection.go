@@ -152,15 +152,26 @@ func (b *Broker) supervise(c *conn) {
 		b.mu.Unlock()
 		close(c.lost)
 		c.setBlocked(false, "")
+		if b.life.Err() != nil {
+			// Close is closing the connection politely, here (watch) or in
+			// Close, whichever came first: let that end before the socket
+			// is closed, or the socket, closed before the broker's
+			// close-ok was read, would be reset (see socket.Close). Close
+			// aborts the socket when its context ends, which ends this too.
+			_ = c.c.Close()
+			// amqp091-go closes c.closes at the end of its shutdown.
+			for range c.closes {
+			}
+			if c.netc != nil {
+				_ = c.netc.Close()
+			}
+			return
+		}
 		// The connection is gone: so is its socket, now. amqp091-go closes
 		// it only at the end of its shutdown, which waits for the lock of
 		// a publish blocked writing to that very socket.
 		if c.netc != nil {
 			_ = c.netc.Close()
-		}
-		if b.life.Err() != nil {
-			_ = c.c.Close()
-			return
 		}
 		b.log.Warn(EventConnectionLost, "url", c.url, "error", err)
 		lostAt := time.Now()
