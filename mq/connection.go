@@ -312,9 +312,16 @@ func (b *Broker) Close(ctx context.Context) error {
 		b.mu.Unlock()
 		return nil
 	}
+	// The connection live now is aborted too when ctx ends, also once the
+	// supervisor has let go of it (b.state nil): its polite close, here or
+	// in the supervisor, waits for a close-ok that a quiet network never
+	// brings, and the supervisor leaves the socket to it (see supervise).
+	first := b.state
 	abort := context.AfterFunc(ctx, func() {
-		if st := b.stateNow(); st != nil && st.netc != nil {
-			_ = st.netc.Close()
+		for _, st := range []*conn{first, b.stateNow()} {
+			if st != nil && st.netc != nil {
+				_ = st.netc.Close()
+			}
 		}
 	})
 	defer abort()
