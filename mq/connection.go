@@ -152,15 +152,26 @@ func (b *Broker) supervise(c *conn) {
 		b.mu.Unlock()
 		close(c.lost)
 		c.setBlocked(false, "")
+		if b.life.Err() != nil {
+			// Close is closing the connection politely, here (watch) or in
+			// Close, whichever came first: let that end before the socket
+			// is closed, or the socket, closed before the broker's
+			// close-ok was read, would be reset (see socket.Close). Close
+			// aborts the socket when its context ends, which ends this too.
+			_ = c.c.Close()
+			// amqp091-go closes c.closes at the end of its shutdown.
+			for range c.closes {
+			}
+			if c.netc != nil {
+				_ = c.netc.Close()
+			}
+			return
+		}
 		// The connection is gone: so is its socket, now. amqp091-go closes
 		// it only at the end of its shutdown, which waits for the lock of
 		// a publish blocked writing to that very socket.
 		if c.netc != nil {
 			_ = c.netc.Close()
-		}
-		if b.life.Err() != nil {
-			_ = c.c.Close()
-			return
 		}
 		b.log.Warn(EventConnectionLost, "url", c.url, "error", err)
 		lostAt := time.Now()
@@ -288,9 +299,16 @@ func (b *Broker) Close(ctx context.Context) error {
 		b.mu.Unlock()
 		return nil
 	}
+	// The connection live now is aborted too when ctx ends, also once the
+	// supervisor has let go of it (b.state nil): its polite close, here or
+	// in the supervisor, waits for a close-ok that a quiet network never
+	// brings, and the supervisor leaves the socket to it (see supervise).
+	first := b.state
 	abort := context.AfterFunc(ctx, func() {
-		if st := b.stateNow(); st != nil && st.netc != nil {
-			_ = st.netc.Close()
+		for _, st := range []*conn{first, b.stateNow()} {
+			if st != nil && st.netc != nil {
+				_ = st.netc.Close()
+			}
 		}
 	})
 	defer abort()

@@ -229,6 +229,7 @@ func (b *Broker) dial(ctx context.Context, raw string) (*amqp.Connection, *socke
 			}
 			// Under mu: the AfterFunc's Close reads sc.gate (to open it).
 			g := newGate(top)
+			g.closedOK = &sc.closedOK
 			mu.Lock()
 			sc.gate = g
 			mu.Unlock()

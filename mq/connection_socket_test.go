@@ -267,20 +267,25 @@ func TestSocketClosedByAFailedSendSaysWhy(t *testing.T) {
 // A socket closed with bytes the broker never acknowledged resets the
 // connection, so the kernel cannot deliver them later (field seed
 // 1063112964: a relay's publishes, given up during a cut, reached the
-// broker when it healed); one whose bytes all arrived ends with a FIN,
-// which the broker logs as an orderly close. Here the peer stops reading,
-// so what fills its window stays in the client's kernel.
+// broker when it healed); one whose bytes all arrived and whose last read
+// was the broker's connection.close-ok ends with a FIN, which the broker
+// logs as an orderly close. Here the peer stops reading, so what fills its
+// window stays in the client's kernel. One whose bytes all arrived but
+// whose connection was given up (no close-ok) resets too: see
+// TestSocketCloseResetsAConnectionGivenUpBehindAProxy.
 func TestSocketCloseResetsWhatTheBrokerNeverGot(t *testing.T) {
 	// Only Linux says what a socket holds (unacked); elsewhere every close
 	// resets.
 	linux := runtime.GOOS == "linux"
 	for _, tc := range []struct {
 		name      string
-		size      int // written before the close; the peer reads it only after
+		size      int  // written before the close; the peer reads it only after
+		closeOK   bool // the broker's connection.close-ok was read last
 		wantReset bool
 	}{
-		{"everything acknowledged", 1 << 10, !linux},
-		{"more than the peer's window", 64 << 20, true},
+		{"everything acknowledged, close-ok read", 1 << 10, true, !linux},
+		{"everything acknowledged, given up", 1 << 10, false, true},
+		{"more than the peer's window, close-ok read", 64 << 20, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -306,6 +311,18 @@ func TestSocketCloseResetsWhatTheBrokerNeverGot(t *testing.T) {
 			if linux && tc.size < 64<<10 && !drained(s.Conn, 5*time.Second) {
 				t.Fatal("1 KiB to a listening peer on loopback not acknowledged within 5 s")
 			}
+			if tc.closeOK {
+				// What the gate above does when it reads close-ok.
+				g := newGate(s)
+				g.closedOK = &s.closedOK
+				g.passed = true
+				g.saw([]byte{0xCE})
+				g.saw(closeOKFrame[:5])
+				g.saw(closeOKFrame[5:])
+				if !s.closedOK.Load() {
+					t.Fatal("the gate did not see connection.close-ok read in two pieces")
+				}
+			}
 			start := time.Now()
 			_ = s.Close()
 			if took := time.Since(start); took > closeDrain+time.Second {
@@ -321,5 +338,49 @@ func TestSocketCloseResetsWhatTheBrokerNeverGot(t *testing.T) {
 				t.Errorf("the peer read to %v; want the end of the stream (a FIN)", err)
 			}
 		})
+	}
+}
+
+// A connection given up (a heartbeat timeout, a stall, Close's context
+// ending) is reset even when the kernel holds nothing the peer has not
+// acknowledged. Behind a TCP proxy (the field's, a load balancer) the
+// proxy acknowledges every byte at once and may still hold them for a
+// broker it cannot reach: closed with a FIN, the proxy delivers them when
+// it can; reset, it throws them away as a direct connection's kernel would.
+// Field seed 2014027197: both relays gave their connections to f3 up 15 s
+// into isolate-clients f3 and sent their rows again through another node;
+// the publishes they had written before reached f3 through the field's
+// proxy 3.7 s after the heal (f3: "Channel is stopping with 2 pending
+// publisher confirms") and took effect behind later orders of their key.
+// Here the peer is the proxy: it reads everything (its kernel acknowledged
+// it) and must see a reset, not the end of the stream.
+func TestSocketCloseResetsAConnectionGivenUpBehindAProxy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	s := newSocket(c, time.Minute)
+	if _, err := s.Write([]byte("a publish the broker never confirmed")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 64)
+	_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := peer.Read(got); err != nil {
+		t.Fatalf("the proxy's read: %v", err)
+	}
+	_ = s.Close() // given up: no connection.close-ok was read
+	_, err = io.Copy(io.Discard, peer)
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("the proxy read to %v after the client gave its connection up; want a reset (with the end of the stream, a FIN, a proxy delivers what it holds for the broker once it can)", err)
 	}
 }

@@ -39,8 +39,11 @@
 // The library owns the socket under each connection: a write that moves no
 // byte for two heartbeat intervals ends the connection, so no call waits on
 // a dead socket, and every call takes a context and returns by its end. A
-// connection given up with bytes the broker never acknowledged is reset,
-// so none of them reaches the broker later, behind what was sent since. TLS
+// connection that did not end cleanly (the broker's close-ok read, every
+// byte acknowledged) is reset, not closed, so nothing written to it
+// reaches the broker later, behind what was sent since: neither what the
+// kernel holds nor what a TCP proxy or load balancer that passes resets on
+// holds (it acknowledged the bytes, and would deliver them after a FIN). TLS
 // for amqps:// is done by this package ([Config].TLS or the URL's
 // parameters), not by amqp091-go. [Broker.Check] says whether the service is
 // ready, and names a memory or disk alarm that blocks publishing.

@@ -27,10 +27,19 @@
 // rows with one key, when the transaction that wrote the first committed
 // before the second was written (or both are in one transaction, in
 // write order), the first is confirmed by the broker before the second is
-// sent. Rows of different keys never wait for each other: the relay claims
-// no row whose key's first pending row waits for its retry. A relay claims
-// nothing while its broker has no connection, and the database ends the
-// transaction of a relay that froze holding rows after PublishTimeout.
+// sent. A row whose publish lost its connection before the confirm is sent
+// again (a relay deletes it only once a copy is confirmed), and the
+// connection it was first written to is reset, not closed, so that neither
+// the kernel nor a TCP proxy or load balancer that passes resets on
+// delivers that first copy later, behind the key's next row (mq: a
+// connection given up is reset). Every copy of a row carries its message
+// id, so where a path still delivers one late, an inbox keyed by message
+// id acknowledges it as a duplicate once the copy sent again was handled;
+// see docs/reliability.md. Rows of different keys never wait for each
+// other: the relay claims no row whose key's first pending row waits for
+// its retry. A relay claims nothing while its broker has no connection,
+// and the database ends the transaction of a relay that froze holding
+// rows after PublishTimeout.
 //
 // # The inbox
 //

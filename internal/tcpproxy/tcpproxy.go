@@ -27,6 +27,7 @@ type Proxy struct {
 	wg      sync.WaitGroup
 	cuts    atomic.Int64
 	accepts atomic.Int64
+	resets  atomic.Int64
 
 	sentMu sync.Mutex
 	sent   map[[2]uint16]int64  // methods clients sent, by {class, method}
@@ -153,6 +154,11 @@ func (p *Proxy) Opened() int64 { return p.opened.Load() }
 
 // Accepted is how many client connections the proxy has forwarded.
 func (p *Proxy) Accepted() int64 { return p.accepts.Load() }
+
+// ClientResets is how many client connections ended with a reset from the
+// client (rather than the end of the stream, a FIN), passed on to the
+// broker's side as a reset.
+func (p *Proxy) ClientResets() int64 { return p.resets.Load() }
 
 // Close stops listening, cuts every connection and waits for the proxy's
 // goroutines to end.
@@ -392,6 +398,9 @@ func (p *Proxy) pipe(w *framer, src net.Conn, dir int) {
 		if err != nil { // io.EOF or a cut: either way this pair is done
 			if reset(err) {
 				abort(dst)
+				if dir == toBroker {
+					p.resets.Add(1)
+				}
 			}
 			break
 		}
