@@ -66,8 +66,24 @@ func TestChaosWaitsUnderCutsAndRestarts(t *testing.T) {
 		led.done(d.MessageId)
 		return nil
 	})
+	// returns is, per message, the highest x-delivery-count a delivery of
+	// it carried into the chain: the returns the broker counted (quorum
+	// queues), which past the consumer's grace of 2 count as attempts used
+	// (mq's returnGrace: a message that keeps coming back still reaches
+	// .dlq). Outermost, so it sees every delivery the ladder decides on.
+	returns := map[string]int64{}
+	seen := mq.Middleware(func(next mq.Handler) mq.Handler {
+		return mq.HandlerFunc(func(ctx context.Context, d *mq.Delivery) error {
+			if n, ok := d.Headers["x-delivery-count"].(int64); ok {
+				mu.Lock()
+				returns[d.MessageId] = max(returns[d.MessageId], n)
+				mu.Unlock()
+			}
+			return next.Handle(ctx, d)
+		})
+	})
 	consume := func() *mq.Consumer {
-		return chaosConsume(t, ctx, b, q, h, middleware.Standard(p), mq.WithConcurrency(4))
+		return chaosConsume(t, ctx, b, q, h, mq.WithMiddleware(seen), middleware.Standard(p), mq.WithConcurrency(4))
 	}
 	c := consume()
 	pub := b.Publisher("")
@@ -101,8 +117,12 @@ func TestChaosWaitsUnderCutsAndRestarts(t *testing.T) {
 	healthy := func() bool {
 		led.mu.Lock()
 		defer led.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
 		for id := range led.confirmed {
-			if num(id)%50 != 0 && led.handled[id] == 0 {
+			// One returned more than twice may have gone to .dlq instead
+			// (see below); the report counts it lost if it is in neither.
+			if num(id)%50 != 0 && led.handled[id] == 0 && returns[id] <= 2 {
 				return false
 			}
 		}
@@ -129,8 +149,20 @@ func TestChaosWaitsUnderCutsAndRestarts(t *testing.T) {
 		dead[d.MessageId]++
 	}
 	for id, n := range dead {
-		if num(id)%50 != 0 {
-			t.Errorf("%s is in .dlq but only fails twice under a 4-attempt policy", id)
+		// A message that fails twice under a 4-attempt policy reaches .dlq
+		// only when the broker returned it often enough for its returns to
+		// count (more than 2, mq's grace): cuts, restarts, and on 3.10 the
+		// channels the broker itself crashes in this scenario
+		// (rabbit_channel:handle_deliver0 function_clause, INTERNAL_ERROR).
+		mu.Lock()
+		r := returns[id]
+		mu.Unlock()
+		switch {
+		case num(id)%50 == 0:
+		case r <= 2:
+			t.Errorf("%s is in .dlq but only fails twice under a 4-attempt policy, and was returned %d times (at most 2 are free)", id, r)
+		default:
+			t.Logf("%s is in .dlq after failing at most twice: returned %d times, %d of them counted as attempts (returnGrace)", id, r, r-2)
 		}
 		if n > 1 {
 			t.Logf("%s is in .dlq %d times (a duplicate: at least once)", id, n)
