@@ -288,20 +288,7 @@ func TestSocketCloseResetsWhatTheBrokerNeverGot(t *testing.T) {
 		{"more than the peer's window, close-ok read", 64 << 20, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			peer, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer peer.Close()
+			c, peer := loopbackPair(t)
 			_ = peer.(*net.TCPConn).SetReadBuffer(64 << 10)
 			s := newSocket(c, time.Minute)
 			// The write ends when the kernel took it all, or (a full
@@ -329,7 +316,7 @@ func TestSocketCloseResetsWhatTheBrokerNeverGot(t *testing.T) {
 				t.Errorf("Close took %v; want at most about %v", took, closeDrain)
 			}
 			_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
-			_, err = io.Copy(io.Discard, peer)
+			_, err := io.Copy(io.Discard, peer)
 			reset := errors.Is(err, syscall.ECONNRESET)
 			switch {
 			case tc.wantReset && !reset:
@@ -355,20 +342,7 @@ func TestSocketCloseResetsWhatTheBrokerNeverGot(t *testing.T) {
 // Here the peer is the proxy: it reads everything (its kernel acknowledged
 // it) and must see a reset, not the end of the stream.
 func TestSocketCloseResetsAConnectionGivenUpBehindAProxy(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	c, peer := loopbackPair(t)
 	s := newSocket(c, time.Minute)
 	if _, err := s.Write([]byte("a publish the broker never confirmed")); err != nil {
 		t.Fatal(err)
@@ -379,8 +353,30 @@ func TestSocketCloseResetsAConnectionGivenUpBehindAProxy(t *testing.T) {
 		t.Fatalf("the proxy's read: %v", err)
 	}
 	_ = s.Close() // given up: no connection.close-ok was read
-	_, err = io.Copy(io.Discard, peer)
+	_, err := io.Copy(io.Discard, peer)
 	if !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("the proxy read to %v after the client gave its connection up; want a reset (with the end of the stream, a FIN, a proxy delivers what it holds for the broker once it can)", err)
 	}
+}
+
+// loopbackPair is a TCP connection on loopback, both ends: c to wrap in a
+// socket, peer to read what reaches the other side. The test closes both.
+func loopbackPair(t *testing.T) (c, peer net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	peer, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	return c, peer
 }
