@@ -108,8 +108,8 @@ var _ = main // compiled, not run: it would connect
 func handle(ctx context.Context, d *mq.Delivery) error { return nil }
 
 func serve(ctx context.Context, body []byte) error {
-	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
+	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}})
+	if err := b.Start(ctx); err != nil {
 		return err
 	}
 	defer b.Close(context.Background())

@@ -39,7 +39,7 @@ func TestReadyHandlerRunsAppChecks(t *testing.T) {
 	}
 	defer b.Close(context.Background())
 	code, body := probe(ReadyHandler(b))
-	want := "mq: broker not started\nmq: not ready: db: connection refused\nlag: 3 rows behind\n"
+	want := "mq: not ready: the broker was not started (call Start first)\nmq: not ready: db: connection refused\nlag: 3 rows behind\n"
 	if code != http.StatusServiceUnavailable || body != want {
 		t.Fatalf("readyz: %d %q, want 503 %q", code, body, want)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -78,14 +79,14 @@ type Result struct {
 // work can be reproduced without Module.
 func New(p Params) (Result, error) {
 	cfg := p.Config
-	var opts []mq.Option
 	if p.TracerProvider != nil || p.MeterProvider != nil {
-		opts = append(opts, mq.WithHooks(otelmq.New(
+		// A copy: the supplied Config's own slice is never appended to.
+		cfg.Hooks = append(slices.Clip(cfg.Hooks), otelmq.New(
 			otelmq.WithTracerProvider(p.TracerProvider),
 			otelmq.WithMeterProvider(p.MeterProvider),
-		)))
+		))
 	}
-	b := mq.New(cfg, opts...)
+	b := mq.New(cfg)
 	p.Lifecycle.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
 			sctx, cancel := beforeDeadline(ctx)

@@ -218,16 +218,16 @@ func (r *runner) start(ctx context.Context) error {
 		}
 		r.running = append(r.running, mc)
 	}
-	for _, mc := range r.running {
+	for i, mc := range r.running {
 		r.watch.Add(1)
-		go r.watchConsumer(mc)
+		go r.watchConsumer(r.consumers[i].Queue, mc)
 	}
 	return nil
 }
 
-// watchConsumer asks the app to shut down when mc ends on its own with an
-// error (it gave up resubscribing), until stop.
-func (r *runner) watchConsumer(mc *mq.Consumer) {
+// watchConsumer asks the app to shut down when mc, the consumer of queue,
+// ends on its own with an error (it gave up resubscribing), until stop.
+func (r *runner) watchConsumer(queue string, mc *mq.Consumer) {
 	defer r.watch.Done()
 	select {
 	case <-r.quit:
@@ -238,7 +238,7 @@ func (r *runner) watchConsumer(mc *mq.Consumer) {
 		default:
 		}
 		if err := mc.Err(); err != nil {
-			r.log.Error("acemq.consumer.ended", "queue", mc.Queue(), "error", err)
+			r.log.Error("acemq.consumer.ended", "queue", queue, "error", err)
 			if serr := r.shutdown.Shutdown(fx.ExitCode(1)); serr != nil {
 				r.log.Error("acemq.shutdown.failed", "error", serr)
 			}

@@ -154,7 +154,7 @@ func TestReadyHandlerBeforeStart(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "not started") {
 		t.Fatalf("readyz before start: %d %q", rec.Code, rec.Body.String())
 	}
-	if err := b.Check(context.Background()); !errors.Is(err, mq.ErrNotStarted) {
+	if err := b.Check(context.Background()); !errors.Is(err, mq.ErrNotReady) {
 		t.Fatalf("Check before start: %v", err)
 	}
 	_ = b.Close(context.Background())

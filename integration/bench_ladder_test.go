@@ -36,13 +36,11 @@ import (
 func BenchmarkLadderWaiting(b *testing.B) {
 	// Coalesced acks lose most of their gain while deliveries wait: a
 	// multiple ack cannot cover a waiting one, so the acks above it go one
-	// by one. AckEach compares the waits alone, acks costing the same on
-	// both sides.
+	// by one.
 	b.Run("coalesced-acks", func(b *testing.B) { benchLadderWaiting(b) })
-	b.Run("ack-each", func(b *testing.B) { benchLadderWaiting(b, mq.AckEach()) })
 	// One channel, as before the subscription moved: every ack walks past
 	// the waiting deliveries in front of it.
-	b.Run("ack-each,one-channel", func(b *testing.B) { benchLadderWaiting(b, mq.AckEach(), mq.WithMaxWaiting(0)) })
+	b.Run("one-channel", func(b *testing.B) { benchLadderWaiting(b, mq.WithMaxWaiting(0)) })
 }
 
 func benchLadderWaiting(b *testing.B, opts ...mq.ConsumerOption) {

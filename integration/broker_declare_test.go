@@ -295,8 +295,8 @@ func TestBrokerQueueExistsOtherErrors(t *testing.T) {
 		t.Fatalf("QueueExists on another connection's exclusive queue = %v, nil; want an error", ok)
 	}
 	t.Logf("exclusive queue: %v", err)
-	if errors.Is(err, mq.ErrNotFound) || func() bool { be, ok := errors.AsType[*mq.BrokerError](err); return !ok || be.Code != 405 }() || !errors.Is(err, mq.ErrResourceLocked) {
-		t.Errorf("want RESOURCE_LOCKED (405); got %v", err)
+	if errors.Is(err, mq.ErrNotFound) || func() bool { be, ok := errors.AsType[*mq.BrokerError](err); return !ok || be.Code != 405 }() || !errors.Is(err, mq.ErrAccessRefused) {
+		t.Errorf("want RESOURCE_LOCKED (405), matching ErrAccessRefused; got %v", err)
 	}
 	if !strings.Contains(err.Error(), q) {
 		t.Errorf("the error does not name the queue: %v", err)

@@ -145,13 +145,13 @@ func TestConformanceHops(t *testing.T) {
 	v := loadHops(t)
 	for _, mode := range []string{"without tracing", "with tracing"} {
 		t.Run(mode, func(t *testing.T) {
-			var opts []mq.Option
+			cfg := mq.Config{Logger: testenv.Logger(t)}
 			if mode == "with tracing" {
 				tp := sdktrace.NewTracerProvider()
 				t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-				opts = append(opts, mq.WithHooks(otelmq.New(otelmq.WithTracerProvider(tp))))
+				cfg.Hooks = []any{otelmq.New(otelmq.WithTracerProvider(tp))}
 			}
-			b := testenv.Broker(t, mq.Config{Logger: testenv.Logger(t)}, opts...)
+			b := testenv.Broker(t, cfg)
 			got := map[string]conformance.Run{}
 			for _, c := range v.Cases {
 				t.Run(c.Name, func(t *testing.T) {

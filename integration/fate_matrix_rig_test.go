@@ -503,7 +503,7 @@ func fmChild(v string) int {
 		defer db.Close()
 		env.db = db
 	}
-	b := mq.New(mq.Config{URLs: []string{a.URL}, Logger: testenv.Discard(), ConnectionName: "goit.fate-matrix.child"}, mq.WithHooks(r))
+	b := mq.New(mq.Config{URLs: []string{a.URL}, Logger: testenv.Discard(), ConnectionName: "goit.fate-matrix.child", Hooks: []any{r}})
 	if err := b.Start(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "fate child: broker:", err)
 		return 2
@@ -622,7 +622,8 @@ func fmRun(t *testing.T, path fmPath, ev string, note func(string)) fmVerdict {
 	if ev == evAckLost {
 		env.cut = func() { proxy.Cut() }
 	}
-	cb = testenv.Broker(t, cfg, mq.WithHooks(r))
+	cfg.Hooks = []any{r}
+	cb = testenv.Broker(t, cfg)
 	home := []topology.QueueOption{}
 	decl := setup
 	if s.declared {

@@ -252,7 +252,7 @@ func TestFateOuterSeesRepeatedSetAsides(t *testing.T) {
 	t.Parallel()
 	seen := &outerSeen{}
 	lg := testenv.NewLogRecorder(t)
-	b := testenv.Broker(t, mq.Config{Logger: lg.Logger()}, mq.WithHooks(seen))
+	b := testenv.Broker(t, mq.Config{Logger: lg.Logger(), Hooks: []any{seen}})
 	p := retry.Waits(10*time.Millisecond, 10*time.Millisecond)
 	q := testenv.Queue(t, b, p, topology.Classic())
 	refusingQueue(t, b, topology.DeadLetterQueue(q))
@@ -287,7 +287,7 @@ func TestFateOuterSeesInboxDuplicate(t *testing.T) {
 	lg := testenv.NewLogRecorder(t, "acemq.message.settled", outbox.EventDuplicate)
 	db := outboxOpen(t, outboxURL())
 	s := outboxTables(t, db)
-	b := testenv.Broker(t, mq.Config{Logger: lg.Logger()}, mq.WithHooks(seen))
+	b := testenv.Broker(t, mq.Config{Logger: lg.Logger(), Hooks: []any{seen}})
 	p := retry.Waits(50 * time.Millisecond)
 	q := testenv.Queue(t, b, p, topology.Classic())
 	var calls atomic.Int32
@@ -333,7 +333,7 @@ func TestFateOuterSeesWhatWasCarriedOut(t *testing.T) {
 	t.Parallel()
 	seen := &outerSeen{}
 	lg := testenv.NewLogRecorder(t, "acemq.message.settled")
-	b := testenv.Broker(t, mq.Config{Logger: lg.Logger()}, mq.WithHooks(seen))
+	b := testenv.Broker(t, mq.Config{Logger: lg.Logger(), Hooks: []any{seen}})
 	// Attempt 1 waits in-process, attempt 2 goes through the 1 s rung,
 	// attempt 3 is the last.
 	p := retry.Waits(50*time.Millisecond, time.Second).With(retry.InProcessLimit(500 * time.Millisecond))

@@ -68,7 +68,7 @@ func otelBenchConsume(b *testing.B, prefetch int) {
 	})
 	ins := otelmq.New(otelmq.WithTracerProvider(tp), otelmq.WithMeterProvider(mp), otelmq.WithPropagators(propagation.TraceContext{}))
 	plain := testenv.Broker(b, mq.Config{Logger: consBenchInfo})
-	traced := testenv.Broker(b, mq.Config{Logger: consBenchInfo}, mq.WithHooks(ins))
+	traced := testenv.Broker(b, mq.Config{Logger: consBenchInfo, Hooks: []any{ins}})
 
 	p := retry.Exponential(5, time.Second)
 	q := testenv.Queue(b, plain, p, topology.Classic())

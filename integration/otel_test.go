@@ -73,7 +73,7 @@ func newOtelRig(t *testing.T, opts ...otelmq.Option) *otelRig {
 		otelmq.WithPropagators(propagation.TraceContext{}),
 	}, opts...)...)
 	r.log = slog.New(otelmq.LogHandler(r.logs))
-	r.b = testenv.Broker(t, mq.Config{Logger: r.log}, mq.WithHooks(ins))
+	r.b = testenv.Broker(t, mq.Config{Logger: r.log, Hooks: []any{ins}})
 	return r
 }
 

@@ -197,7 +197,7 @@ func TestRedactionPasswordNeverShows(t *testing.T) {
 		otelmq.WithPropagators(propagation.TraceContext{}))
 	newBroker := func(urls ...string) *mq.Broker {
 		return mq.New(mq.Config{URLs: urls, Logger: capture.logger(), Heartbeat: 2 * time.Second,
-			ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}, mq.WithHooks(ins))
+			ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond, Hooks: []any{ins}})
 	}
 	closeBroker := func(b *mq.Broker) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

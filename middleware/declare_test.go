@@ -23,8 +23,8 @@ func TestDeclareOnStartFailsFirstSubscribeButNotResubscribe(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 
 	err := sub.Subscribe(context.Background(), &mq.Subscription{Queue: "orders", Broker: b, Logger: log})
-	if !errors.Is(err, mq.ErrNotStarted) {
-		t.Fatalf("first subscribe: err = %v, want ErrNotStarted", err)
+	if !errors.Is(err, mq.ErrNotReady) {
+		t.Fatalf("first subscribe: err = %v, want ErrNotReady (not started)", err)
 	}
 	if buf.Len() != 0 {
 		t.Errorf("first subscribe logged %q: the error is returned, not logged", buf.String())

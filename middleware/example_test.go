@@ -18,8 +18,8 @@ var errInvalid = errors.New("invalid order")
 // decides the outcome.
 func ExampleStandard() {
 	ctx := context.Background()
-	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
+	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}})
+	if err := b.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close(ctx)
@@ -45,8 +45,8 @@ func ExampleStandard() {
 // the policy is written once.
 func ExampleStandardDeclared() {
 	ctx := context.Background()
-	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
+	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}})
+	if err := b.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close(ctx)

@@ -43,26 +43,13 @@ type Broker struct {
 }
 
 // New returns a [Broker] for cfg. It does not connect: Start does.
-func New(cfg Config, opts ...Option) *Broker {
+func New(cfg Config) *Broker {
 	cfg = cfg.withDefaults()
 	b := &Broker{cfg: cfg, log: cfg.Logger, changed: make(chan struct{}),
 		publishers: map[*Publisher]struct{}{}, consumers: map[*Consumer]struct{}{}}
 	b.life, b.endLife = context.WithCancel(context.Background())
-	for _, o := range opts {
-		if o != nil {
-			o.apply(b)
-		}
-	}
+	b.hooks.add(cfg.Hooks...)
 	return b
-}
-
-// Dial is [New] with a single URL followed by Start.
-func Dial(ctx context.Context, url string, opts ...Option) (*Broker, error) {
-	b := New(Config{URLs: []string{url}}, opts...)
-	if err := b.Start(ctx); err != nil {
-		return nil, err
-	}
-	return b, nil
 }
 
 // Logger is the logger the broker and everything built on it log to.
@@ -257,7 +244,7 @@ func (b *Broker) current(ctx context.Context) (*conn, error) {
 		case closed:
 			return nil, ErrClosed
 		case !started:
-			return nil, ErrNotStarted
+			return nil, errNotStarted
 		case st != nil && !st.isLost():
 			return st, nil
 		}

@@ -67,6 +67,15 @@ type Config struct {
 	// must not create queues; its consumers then retry a missing queue
 	// with backoff until somebody else declares it.
 	NoRedeclare bool
+	// Hooks instrument the Broker: values implementing any of
+	// [PublishHook], [DeliveryHook], [AttemptHook] and [EventHook]
+	// (otelmq.New returns one). They see every publish (the library's own
+	// hops included) and every delivery of every consumer of the Broker,
+	// in the order given; nil entries are skipped, and a value that
+	// implements none of the interfaces makes Start fail. Hooks observe:
+	// they must be quick, must not block, and must not keep the values
+	// they are given past the call. New reads them once.
+	Hooks []any
 }
 
 func (c Config) withDefaults() Config {
@@ -254,22 +263,4 @@ func redactQuery(q url.Values) string {
 		}
 	}
 	return q.Encode()
-}
-
-// Option adjusts a [Broker] beyond its [Config].
-type Option interface{ apply(*Broker) }
-
-type optionFunc func(*Broker)
-
-func (f optionFunc) apply(b *Broker) { f(b) }
-
-// WithHooks installs instrumentation hooks: values implementing any of
-// [PublishHook], [DeliveryHook], [AttemptHook] and [EventHook]. They see every
-// publish (the library's own hops included) and every delivery of every
-// consumer of the broker. Hooks run in the order given. A value that
-// implements none of the interfaces makes Start fail. Hooks observe: they
-// must be quick, must not block, and must not keep the values they are
-// given past the call.
-func WithHooks(hooks ...any) Option {
-	return optionFunc(func(b *Broker) { b.hooks.add(hooks...) })
 }

@@ -3,6 +3,7 @@ package mq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -170,21 +171,27 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-// A broker that was never started refuses work with ErrNotStarted instead
-// of waiting for a connection that is not coming; a closed one with
-// ErrClosed.
+// A broker that was never started refuses work with ErrNotReady, saying
+// to call Start, instead of waiting for a connection that is not coming;
+// a closed one with ErrClosed.
 func TestBrokerNotStartedAndClosed(t *testing.T) {
+	notStarted := func(err error) bool {
+		return errors.Is(err, mq.ErrNotReady) && strings.Contains(fmt.Sprint(err), "Start")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	b := mq.New(mq.Config{URLs: []string{"amqp://127.0.0.1:1/"}})
-	if _, err := b.QueueExists(ctx, "q"); !errors.Is(err, mq.ErrNotStarted) {
-		t.Errorf("QueueExists before Start: %v; want ErrNotStarted", err)
+	if _, err := b.QueueExists(ctx, "q"); !notStarted(err) {
+		t.Errorf("QueueExists before Start: %v; want ErrNotReady, naming Start", err)
 	}
-	if err := b.Publisher("").Publish(ctx, "q", mq.Message{}); !errors.Is(err, mq.ErrNotStarted) {
-		t.Errorf("Publish before Start: %v; want ErrNotStarted", err)
+	if err := b.Publisher("").Publish(ctx, "q", mq.Message{}); !notStarted(err) {
+		t.Errorf("Publish before Start: %v; want ErrNotReady, naming Start", err)
 	}
-	if err := b.WaitReady(ctx); !errors.Is(err, mq.ErrNotStarted) {
-		t.Errorf("WaitReady before Start: %v; want ErrNotStarted", err)
+	if err := b.WaitReady(ctx); !notStarted(err) {
+		t.Errorf("WaitReady before Start: %v; want ErrNotReady, naming Start", err)
+	}
+	if err := b.Check(ctx); !notStarted(err) {
+		t.Errorf("Check before Start: %v; want ErrNotReady, naming Start", err)
 	}
 	if err := b.Close(ctx); err != nil {
 		t.Fatalf("Close of a broker never started: %v", err)
@@ -207,7 +214,28 @@ func TestPublishRefusesBadHeaders(t *testing.T) {
 	b := mq.New(mq.Config{URLs: []string{"amqp://127.0.0.1:1/"}})
 	defer b.Close(ctx)
 	err := b.Publisher("").Publish(ctx, "q", mq.Message{Headers: map[string]any{"bad": struct{}{}}})
-	if err == nil || errors.Is(err, mq.ErrNotStarted) {
+	if err == nil || errors.Is(err, mq.ErrNotReady) {
 		t.Fatalf("Publish with an unencodable header: %v; want a header error first", err)
 	}
 }
+
+// Hooks are given in Config, with everything else a Broker is built from:
+// one that implements none of the hook interfaces fails Start, naming its
+// place in Config.Hooks, before anything is dialled; a nil one is skipped.
+func TestConfigHooks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	b := mq.New(mq.Config{URLs: []string{"amqp://127.0.0.1:1/"}, Hooks: []any{nil, eventCounter{}, "not a hook"}})
+	defer b.Close(ctx)
+	err := b.Start(ctx)
+	if err == nil || !strings.Contains(err.Error(), "Config.Hooks[2]") || !strings.Contains(err.Error(), "string") {
+		t.Fatalf("Start with a hook that is none: %v; want an error naming Config.Hooks[2] and its type", err)
+	}
+	if strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("Start dialled before refusing the hook: %v", err)
+	}
+}
+
+type eventCounter struct{}
+
+func (eventCounter) OnEvent(context.Context, mq.Event) {}

@@ -8,10 +8,15 @@ import (
 	"strings"
 )
 
-// ErrNotReady: [Broker.Check] found the broker not ready to serve (no
-// connection, publishing blocked, a consumer not subscribed or ended with
-// an error).
+// ErrNotReady: the broker is not ready to serve. A Broker not started
+// yet says so at once, on every call that needs a connection (the error
+// says to call Start); [Broker.Check] also reports with it a lost
+// connection, blocked publishing, and a consumer not subscribed or ended
+// with an error.
 var ErrNotReady = errors.New("mq: not ready")
+
+// errNotStarted is what a Broker used before Start returns.
+var errNotStarted = fmt.Errorf("%w: the broker was not started (call Start first)", ErrNotReady)
 
 // Check is the service's readiness: nil when the broker is connected, the
 // broker does not block publishing (no memory or disk alarm), and every
@@ -19,7 +24,7 @@ var ErrNotReady = errors.New("mq: not ready")
 // channel and its resubscribe); a consumer that ended with an error (it
 // gave up: see [Consumer.Err]) keeps it failing until [Consumer.Stop].
 // Otherwise it names every problem at once, each wrapping [ErrNotReady]
-// ([ErrClosed] after Close, [ErrNotStarted] before Start). It does not block: it reads state, sends nothing to the broker.
+// ([ErrClosed] after Close; before Start, that it was not started). It does not block: it reads state, sends nothing to the broker.
 func (b *Broker) Check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -35,7 +40,7 @@ func (b *Broker) Check(ctx context.Context) error {
 	case closed:
 		return ErrClosed
 	case !started:
-		return ErrNotStarted
+		return errNotStarted
 	}
 	var errs []error
 	if st == nil || st.isLost() {

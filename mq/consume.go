@@ -104,9 +104,6 @@ func (b *Broker) Consume(ctx context.Context, queue string, h Handler, opts ...C
 // so it would start at the stream's end.
 var errStreamConsume = fmt.Errorf("%w: a stream queue (x-queue-type='stream') cannot be consumed by the consumer runtime, which requeues and dead-letters; read it with an x-stream-offset on a channel of your own (Broker.Channel)", ErrInvalid)
 
-// Queue is the queue consumed.
-func (c *Consumer) Queue() string { return c.queue }
-
 // Done is closed when the consumer has ended: stopped, given up (see
 // WithGiveUpAfter), or found its queue is a stream (see Consume). Err then
 // says why.

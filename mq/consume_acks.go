@@ -28,7 +28,6 @@ const (
 type acker struct {
 	ack  func(tag uint64, multiple bool) error
 	give func(tag uint64, how giveBack) error
-	each bool
 	// flushAt is how many positive acks may wait before a flush.
 	flushAt int
 
@@ -68,8 +67,8 @@ const (
 	giveReleaseUpTo                 // giveRelease, multiple: every delivery up to the tag not settled yet
 )
 
-func newAcker(ack func(uint64, bool) error, give func(uint64, giveBack) error, each bool, prefetch int) *acker {
-	return &acker{ack: ack, give: give, each: each, flushAt: max(1, prefetch/2), next: 1, above: make(map[uint64]uint8)}
+func newAcker(ack func(uint64, bool) error, give func(uint64, giveBack) error, prefetch int) *acker {
+	return &acker{ack: ack, give: give, flushAt: max(1, prefetch/2), next: 1, above: make(map[uint64]uint8)}
 }
 
 // Ack records a positive settlement of tag and sends what is due.
@@ -78,9 +77,6 @@ func (a *acker) Ack(tag uint64) error {
 	defer a.mu.Unlock()
 	if a.closed {
 		return ErrClosed
-	}
-	if a.each {
-		return a.sentLocked(tag, a.ack(tag, false))
 	}
 	if tag == a.next {
 		// In order, the common case: the prefix grows by one, with no map
@@ -117,9 +113,6 @@ func (a *acker) Give(tag uint64, how giveBack) error {
 	if a.closed {
 		return ErrClosed
 	}
-	if a.each {
-		return a.sentLocked(tag, a.give(tag, how))
-	}
 	ferr := a.flushLocked(false)
 	if err := a.give(tag, how); err != nil {
 		return err
@@ -127,17 +120,6 @@ func (a *acker) Give(tag uint64, how giveBack) error {
 	a.above[tag] = tagReturned
 	a.advanceLocked()
 	return ferr
-}
-
-// sentLocked notes tag settled on the wire, unless err says the send
-// failed (AckEach): ReleaseRest must know which deliveries the broker
-// still holds.
-func (a *acker) sentLocked(tag uint64, err error) error {
-	if err == nil {
-		a.above[tag] = tagSent
-		a.advanceLocked()
-	}
-	return err
 }
 
 // ReleaseRest sends the positive acks due, then gives back every delivery
@@ -151,9 +133,7 @@ func (a *acker) ReleaseRest(top uint64) (released bool, err error) {
 	if a.closed {
 		return false, ErrClosed
 	}
-	if !a.each {
-		err = a.flushLocked(true)
-	}
+	err = a.flushLocked(true)
 	a.closed = true
 	for tag := top; tag >= a.next && tag > 0; tag-- {
 		if _, done := a.above[tag]; done {
@@ -182,9 +162,6 @@ func (a *acker) Flush() error { return a.flush(false) }
 func (a *acker) Close() error { return a.flush(true) }
 
 func (a *acker) flush(end bool) error {
-	if a.each {
-		return nil
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {

@@ -81,7 +81,7 @@ func TestAckerNeverCoversAnUnsettledDelivery(t *testing.T) {
 				defer stateMu.Unlock()
 				return !positive[tag]
 			}
-			a := newAcker(f.ack, f.give, false, 100)
+			a := newAcker(f.ack, f.give, 100)
 			// Half the seeds also move on now and then: the acker holds acks
 			// on a "left" channel and promises moves at random.
 			moves := seed%2 == 1
@@ -166,7 +166,7 @@ func TestAckerNeverCoversAnUnsettledDelivery(t *testing.T) {
 func TestAckerCoalescesInOrderAcks(t *testing.T) {
 	const n = 1000
 	f := newFakeBroker(n)
-	a := newAcker(f.ack, f.give, false, 100)
+	a := newAcker(f.ack, f.give, 100)
 	for tag := uint64(1); tag <= n; tag++ {
 		if err := a.Ack(tag); err != nil {
 			t.Fatal(err)
@@ -188,7 +188,7 @@ func TestAckerCoalescesInOrderAcks(t *testing.T) {
 // fill with handled messages.
 func TestAckerAcksAboveAWaitingDeliveryAlone(t *testing.T) {
 	f := newFakeBroker(10)
-	a := newAcker(f.ack, f.give, false, 100)
+	a := newAcker(f.ack, f.give, 100)
 	for tag := uint64(2); tag <= 10; tag++ { // tag 1 is waiting
 		if err := a.Ack(tag); err != nil {
 			t.Fatal(err)
@@ -213,10 +213,10 @@ func TestAckerAcksAboveAWaitingDeliveryAlone(t *testing.T) {
 	}
 }
 
-// The timer sends what waits within ackDelay; AckEach sends every ack at once.
-func TestAckerTimerAndAckEach(t *testing.T) {
+// The timer sends what waits within ackDelay.
+func TestAckerTimer(t *testing.T) {
 	f := newFakeBroker(3)
-	a := newAcker(f.ack, f.give, false, 100)
+	a := newAcker(f.ack, f.give, 100)
 	_ = a.Ack(1)
 	_ = a.Ack(2)
 	deadline := time.Now().Add(time.Second)
@@ -236,13 +236,6 @@ func TestAckerTimerAndAckEach(t *testing.T) {
 	if err := a.Ack(3); err == nil {
 		t.Error("Ack after Drop succeeded")
 	}
-	g := newFakeBroker(2)
-	e := newAcker(g.ack, g.give, true, 100)
-	_ = e.Ack(2)
-	_ = e.Ack(1)
-	if g.frames != 2 || len(g.outstanding) != 0 {
-		t.Errorf("AckEach: %d frames, %d outstanding", g.frames, len(g.outstanding))
-	}
 }
 
 // Acks sent one by one above a waiting delivery go lowest tag first: the
@@ -257,7 +250,7 @@ func TestAckerAcksAboveAHoleLowestFirst(t *testing.T) {
 		}
 		return f.ack(tag, multiple)
 	}
-	a := newAcker(ack, f.give, false, 1000)
+	a := newAcker(ack, f.give, 1000)
 	for tag := uint64(2); tag <= 41; tag++ { // tag 1 is waiting
 		if err := a.Ack(tag); err != nil {
 			t.Fatal(err)
@@ -280,7 +273,7 @@ func TestAckerAcksAboveAHoleLowestFirst(t *testing.T) {
 // wait for it (up to leftDelay) and then go out as one multiple ack.
 func TestAckerOnALeftChannelWaitsForTheHole(t *testing.T) {
 	f := newFakeBroker(81)
-	a := newAcker(f.ack, f.give, false, 100)
+	a := newAcker(f.ack, f.give, 100)
 	a.Leave(true)
 	for tag := uint64(2); tag <= 81; tag++ { // tag 1 waits
 		if err := a.Ack(tag); err != nil {
@@ -308,7 +301,7 @@ func TestAckerStuckAsksToMoveOn(t *testing.T) {
 	for _, promise := range []bool{true, false} {
 		t.Run(fmt.Sprint(promise), func(t *testing.T) {
 			f := newFakeBroker(101)
-			a := newAcker(f.ack, f.give, false, 100)
+			a := newAcker(f.ack, f.give, 100)
 			asked := 0
 			a.stuck = func() bool { asked++; return promise }
 			for tag := uint64(2); tag <= 101; tag++ { // tag 1 waits
@@ -330,41 +323,39 @@ func TestAckerStuckAsksToMoveOn(t *testing.T) {
 }
 
 func TestReleaseRestNamesTheHighestTagStillHeld(t *testing.T) {
-	for _, each := range []bool{false, true} {
-		var gives []string
-		var acks []string
-		a := newAcker(func(tag uint64, multiple bool) error {
-			acks = append(acks, fmt.Sprint(tag, multiple))
-			return nil
-		}, func(tag uint64, how giveBack) error {
-			gives = append(gives, fmt.Sprint(tag, how))
-			return nil
-		}, each, defaultPrefetch)
-		_ = a.Ack(1)
-		_ = a.Ack(3)
-		_ = a.Give(5, giveRequeue)
-		released, err := a.ReleaseRest(6)
-		if err != nil || !released {
-			t.Fatalf("each=%v: released %v, %v", each, released, err)
-		}
-		want := []string{fmt.Sprint(5, giveRequeue), fmt.Sprint(6, giveReleaseUpTo)}
-		if fmt.Sprint(gives) != fmt.Sprint(want) {
-			t.Errorf("each=%v: gave %v, want %v (one multiple nack naming 6)", each, gives, want)
-		}
-		if err := a.Ack(2); err == nil {
-			t.Errorf("each=%v: an ack after ReleaseRest was taken", each)
-		}
-		b := newAcker(func(uint64, bool) error { return nil }, func(tag uint64, how giveBack) error {
-			if how == giveReleaseUpTo {
-				t.Errorf("each=%v: released up to %d with nothing held", each, tag)
-			}
-			return nil
-		}, each, defaultPrefetch)
-		_ = b.Ack(1)
-		_ = b.Give(2, giveReject)
-		if released, _ := b.ReleaseRest(2); released {
-			t.Errorf("each=%v: released with every tag settled", each)
-		}
-		_ = acks
+	var gives []string
+	var acks []string
+	a := newAcker(func(tag uint64, multiple bool) error {
+		acks = append(acks, fmt.Sprint(tag, multiple))
+		return nil
+	}, func(tag uint64, how giveBack) error {
+		gives = append(gives, fmt.Sprint(tag, how))
+		return nil
+	}, defaultPrefetch)
+	_ = a.Ack(1)
+	_ = a.Ack(3)
+	_ = a.Give(5, giveRequeue)
+	released, err := a.ReleaseRest(6)
+	if err != nil || !released {
+		t.Fatalf("released %v, %v", released, err)
 	}
+	want := []string{fmt.Sprint(5, giveRequeue), fmt.Sprint(6, giveReleaseUpTo)}
+	if fmt.Sprint(gives) != fmt.Sprint(want) {
+		t.Errorf("gave %v, want %v (one multiple nack naming 6)", gives, want)
+	}
+	if err := a.Ack(2); err == nil {
+		t.Error("an ack after ReleaseRest was taken")
+	}
+	b := newAcker(func(uint64, bool) error { return nil }, func(tag uint64, how giveBack) error {
+		if how == giveReleaseUpTo {
+			t.Errorf("released up to %d with nothing held", tag)
+		}
+		return nil
+	}, defaultPrefetch)
+	_ = b.Ack(1)
+	_ = b.Give(2, giveReject)
+	if released, _ := b.ReleaseRest(2); released {
+		t.Error("released with every tag settled")
+	}
+	_ = acks
 }

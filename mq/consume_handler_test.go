@@ -42,8 +42,8 @@ func TestChainSkipsNilMiddleware(t *testing.T) {
 	b := mq.New(mq.Config{URLs: []string{"amqp://127.0.0.1:1/"}})
 	_, err := b.Consume(context.Background(), "q", mq.HandlerFunc(func(context.Context, *mq.Delivery) error { return nil }),
 		mq.WithMiddleware(nil, counting, nil))
-	if !errors.Is(err, mq.ErrNotStarted) {
-		t.Fatalf("Consume on a broker never started: %v, want ErrNotStarted", err)
+	if !errors.Is(err, mq.ErrNotReady) {
+		t.Fatalf("Consume on a broker never started: %v, want ErrNotReady", err)
 	}
 	if subscribes != 1 {
 		t.Errorf("the middleware's Subscribe ran %d times, want 1", subscribes)

@@ -116,7 +116,7 @@ func openLane(ctx context.Context, c *Consumer) (*lane, *conn, error) {
 		return nil, nil, brokerError(fmt.Sprintf("set prefetch for queue %q", c.queue), err)
 	}
 	l := &lane{ch: ch,
-		acks:   newAcker(ch.Ack, giveOn(ch), c.cfg.ackEach, c.cfg.prefetch),
+		acks:   newAcker(ch.Ack, giveOn(ch), c.cfg.prefetch),
 		closes: ch.NotifyClose(make(chan *amqp.Error, 1)),
 		cancel: ch.NotifyCancel(make(chan string, 1))}
 	return l, st, nil
@@ -181,7 +181,7 @@ const stuckMinPrefetch = 64
 // move when its acks get stuck.
 func (s *session) join(l *lane) {
 	cfg := s.c.cfg
-	if cfg.maxLanes() > 1 && cfg.prefetch >= stuckMinPrefetch && !cfg.ackEach {
+	if cfg.maxLanes() > 1 && cfg.prefetch >= stuckMinPrefetch {
 		l.acks.stuck = s.stuckAcks(l)
 	}
 	s.watch(l)

@@ -45,7 +45,7 @@ func (w *laneWire) multiples() []uint64 {
 // settled, waiting of them waiting in-process.
 func testLane(held, waiting int32) (*lane, *laneWire) {
 	w := &laneWire{}
-	l := &lane{acks: newAcker(w.ack, w.give, false, defaultPrefetch)}
+	l := &lane{acks: newAcker(w.ack, w.give, defaultPrefetch)}
 	l.held.Store(held)
 	l.waiting.Store(waiting)
 	return l, w
@@ -283,7 +283,6 @@ func TestJoinWatchesStuckAcksOnlyWhereAMoveCanHelp(t *testing.T) {
 		{"wide window, lanes, coalesced acks", consumerConfig{prefetch: stuckMinPrefetch, maxWaiting: defaultMaxWaiting}, true},
 		{"narrow window", consumerConfig{prefetch: stuckMinPrefetch - 1, maxWaiting: defaultMaxWaiting}, false},
 		{"one lane", consumerConfig{prefetch: stuckMinPrefetch, maxWaiting: 0}, false},
-		{"acks each", consumerConfig{prefetch: stuckMinPrefetch, maxWaiting: defaultMaxWaiting, ackEach: true}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -34,7 +34,6 @@ type consumerConfig struct {
 	giveUp       time.Duration
 	maxWaiting   int
 	inOrder      bool
-	ackEach      bool
 	errs         []error
 }
 
@@ -61,12 +60,6 @@ func WithConcurrency(n int) ConsumerOption {
 		}
 		c.concurrency = n
 	})
-}
-
-// WithConsumerTag sets the consumer tag. Default: connection name, queue
-// and a sequence number.
-func WithConsumerTag(tag string) ConsumerOption {
-	return consumerOption(func(c *consumerConfig) { c.tag = tag })
 }
 
 // WithMiddleware adds middleware around the handler, the first outermost.
@@ -136,18 +129,6 @@ func WithGiveUpAfter(d time.Duration) ConsumerOption {
 	return consumerOption(func(c *consumerConfig) { c.giveUp = max(d, 0) })
 }
 
-// AckEach makes the consumer acknowledge every delivery on its own, one
-// frame each, as soon as it is settled. Default off: acknowledgements are
-// coalesced into one basic.ack with multiple=true, sent within a few
-// milliseconds, which costs the broker far less per message. A multiple
-// ack never covers a delivery still being handled, waiting in-process or
-// returned. What coalescing costs: a connection lost in those milliseconds
-// redelivers the messages whose acknowledgement had not been sent yet (at
-// least once, as always). DESIGN.md ("Acknowledgements") has the timings.
-func AckEach() ConsumerOption {
-	return consumerOption(func(c *consumerConfig) { c.ackEach = true })
-}
-
 // qos is what each of the consumer's channels asks of basic.qos: the
 // window for the deliveries being handled plus room for the few that may
 // wait in-process on it before the session moves (consume_lanes.go), which
@@ -179,7 +160,7 @@ func consumerConfigOf(conn, queue string, h Handler, opts []ConsumerOption) cons
 	if queue == "" {
 		cfg.errs = append(cfg.errs, errors.New("the queue name is empty"))
 	}
-	cfg.errs = append(cfg.errs, checkName("queue name", queue), checkName("consumer tag", cfg.tag))
+	cfg.errs = append(cfg.errs, checkName("queue name", queue))
 	if h == nil {
 		cfg.errs = append(cfg.errs, errors.New("the handler is nil"))
 	}
@@ -192,11 +173,12 @@ func consumerConfigOf(conn, queue string, h Handler, opts []ConsumerOption) cons
 	if cfg.prefetch < cfg.concurrency {
 		cfg.errs = append(cfg.errs, fmt.Errorf("prefetch %d is below the concurrency %d: handlers would sit idle", cfg.prefetch, cfg.concurrency))
 	}
-	if cfg.tag == "" {
-		cfg.tag = fmt.Sprintf("%s.%s.%d", conn, queue, consumerSeq.Add(1))
-		if len(cfg.tag) > 255 {
-			cfg.tag = cfg.tag[len(cfg.tag)-255:]
-		}
+	// The consumer tag names the connection, the queue and the consumer,
+	// so the management UI tells the consumers of a queue apart; the end
+	// is kept when it is too long for a short string.
+	cfg.tag = fmt.Sprintf("%s.%s.%d", conn, queue, consumerSeq.Add(1))
+	if len(cfg.tag) > 255 {
+		cfg.tag = cfg.tag[len(cfg.tag)-255:]
 	}
 	if cfg.maxWaiting < 0 {
 		cfg.maxWaiting = defaultMaxWaiting

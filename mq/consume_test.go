@@ -50,8 +50,8 @@ func TestConsumeBeforeStartFailsFast(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err := b.Consume(ctx, "orders", nopHandler, mq.WithConcurrency(4))
-	if !errors.Is(err, mq.ErrNotStarted) {
-		t.Fatalf("Consume on a broker not started = %v, want ErrNotStarted", err)
+	if !errors.Is(err, mq.ErrNotReady) {
+		t.Fatalf("Consume on a broker not started = %v, want ErrNotReady (not started)", err)
 	}
 	if !strings.Contains(err.Error(), `"orders"`) {
 		t.Errorf("error %q does not name the queue", err)

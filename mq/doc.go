@@ -4,7 +4,8 @@
 // plug in through [Middleware] and the hook interfaces; mq imports none of
 // them, so the core is usable on its own.
 //
-//	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
+//	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}})
+//	err := b.Start(ctx) // connects; supervised until Close
 //	...
 //	err = b.Publisher("").Publish(ctx, "orders.new", mq.Message{Body: body})
 //	c, err := b.Consume(ctx, "orders.new", handler, middleware.Standard(policy))
@@ -74,8 +75,11 @@
 // outcome: nil acknowledges, [Requeue] returns the message to its queue
 // after a pause, any other error that reaches the runtime rejects it without
 // requeue. Options: [WithPrefetch], [WithConcurrency], [WithMiddleware],
-// [WithMaxWaiting], [InOrder], [AckEach], [WithRequeuePause],
-// [WithGiveUpAfter], [WithConsumerTag].
+// [WithMaxWaiting], [InOrder], [WithRequeuePause], [WithGiveUpAfter].
+// Acknowledgements are coalesced: one basic.ack with multiple=true covers
+// the settled prefix of a channel's deliveries, sent within a few
+// milliseconds, and never covers a delivery still being handled, waiting
+// or returned.
 //
 // Middleware decides; the consumer acts. A middleware's answer for a
 // delivery is a [Decision] (an [Outcome]: wait in-process and call again,
@@ -93,7 +97,7 @@
 //
 // # Hooks and events
 //
-// [WithHooks] installs instrumentation: values implementing [PublishHook]
+// [Config].Hooks installs instrumentation: values implementing [PublishHook]
 // (each publish, as a [PublishInfo]), [DeliveryHook], [AttemptHook] and
 // [EventHook] (the contract's events, [Event]). Each event is also the
 // message of the log record that reports it, so it is greppable and the

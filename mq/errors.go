@@ -13,19 +13,17 @@ import (
 var (
 	// ErrClosed: the broker, publisher or consumer was closed.
 	ErrClosed = errors.New("mq: closed")
-	// ErrNotStarted: the broker was used before Start.
-	ErrNotStarted = errors.New("mq: broker not started")
 	// ErrPreconditionFailed: reply code 406, e.g. a queue redeclared with
 	// different arguments.
 	ErrPreconditionFailed = errors.New("mq: precondition failed")
 	// ErrNotFound: reply code 404, e.g. a queue or exchange that does not
 	// exist.
 	ErrNotFound = errors.New("mq: not found")
-	// ErrAccessRefused: reply code 403 (permissions, or an exclusive queue
-	// owned by another connection).
+	// ErrAccessRefused: reply code 403 ACCESS_REFUSED (permissions, a
+	// queue another consumer holds exclusively) or 405 RESOURCE_LOCKED
+	// (an exclusive queue of another connection): what this connection
+	// may not use; [BrokerError].Code says which.
 	ErrAccessRefused = errors.New("mq: access refused")
-	// ErrResourceLocked: reply code 405.
-	ErrResourceLocked = errors.New("mq: resource locked")
 	// ErrUnroutable: a mandatory publish came back (basic.return): no queue
 	// was bound for it. On the default exchange: the queue does not exist.
 	ErrUnroutable = errors.New("mq: unroutable")
@@ -85,9 +83,7 @@ func (e *BrokerError) Is(target error) bool {
 	case ErrNotFound:
 		return e.Code == codeNotFound
 	case ErrAccessRefused:
-		return e.Code == codeAccessRefused
-	case ErrResourceLocked:
-		return e.Code == codeResourceLocked
+		return e.Code == codeAccessRefused || e.Code == codeResourceLocked
 	}
 	return false
 }

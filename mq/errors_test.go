@@ -12,14 +12,16 @@ import (
 )
 
 func TestBrokerErrorIsByReplyCode(t *testing.T) {
+	// 405 RESOURCE_LOCKED is what RabbitMQ answers for another
+	// connection's exclusive queue: access refused, as 403 is.
 	sentinels := map[int]error{
 		403: mq.ErrAccessRefused,
 		404: mq.ErrNotFound,
-		405: mq.ErrResourceLocked,
+		405: mq.ErrAccessRefused,
 		406: mq.ErrPreconditionFailed,
 	}
-	all := []error{mq.ErrAccessRefused, mq.ErrNotFound, mq.ErrResourceLocked, mq.ErrPreconditionFailed,
-		mq.ErrUnroutable, mq.ErrNacked, mq.ErrClosed, mq.ErrNotStarted}
+	all := []error{mq.ErrAccessRefused, mq.ErrNotFound, mq.ErrPreconditionFailed,
+		mq.ErrUnroutable, mq.ErrNacked, mq.ErrClosed, mq.ErrNotReady}
 	for _, code := range []int{0, 200, 312, 403, 404, 405, 406, 501, 541} {
 		be := &mq.BrokerError{Op: `declare queue "q"`, Code: code, Reason: "why", Err: &amqp.Error{Code: code, Reason: "why", Server: true}}
 		for _, wrapped := range []error{be, fmt.Errorf("outer: %w", be), errors.Join(errors.New("other"), be)} {

@@ -20,8 +20,8 @@ import (
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
+	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}})
+	if err := b.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close(context.Background())
@@ -59,14 +59,14 @@ func ExampleNew() {
 // exchange a publish to a queue that does not exist is ErrUnroutable.
 func ExamplePublisher_Publish() {
 	ctx := context.Background()
-	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
+	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}})
+	if err := b.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close(ctx)
 	p := b.Publisher("orders-events")
 	defer p.Close()
-	err = p.Publish(ctx, "order.placed", mq.Message{Body: []byte(`{"id":"A-100"}`), ContentType: "application/json"})
+	err := p.Publish(ctx, "order.placed", mq.Message{Body: []byte(`{"id":"A-100"}`), ContentType: "application/json"})
 	switch {
 	case errors.Is(err, mq.ErrUnroutable):
 		log.Print("no queue is bound for order.placed")
@@ -78,8 +78,8 @@ func ExamplePublisher_Publish() {
 // PublishBatch pipelines many publishes and waits for all their confirms.
 func ExamplePublisher_PublishBatch() {
 	ctx := context.Background()
-	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
+	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}})
+	if err := b.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close(ctx)

@@ -62,11 +62,12 @@ type hookSet struct {
 	delivery []DeliveryHook
 	attempt  []AttemptHook
 	event    []EventHook
-	bad      []any
+	bad      []int // indexes in Config.Hooks of values that are no hook
+	badType  any
 }
 
 func (s *hookSet) add(hooks ...any) {
-	for _, h := range hooks {
+	for i, h := range hooks {
 		if h == nil {
 			continue
 		}
@@ -85,14 +86,17 @@ func (s *hookSet) add(hooks ...any) {
 			s.event, used = append(s.event, x), true
 		}
 		if !used {
-			s.bad = append(s.bad, h)
+			if len(s.bad) == 0 {
+				s.badType = h
+			}
+			s.bad = append(s.bad, i)
 		}
 	}
 }
 
 func (s *hookSet) check() error {
 	if len(s.bad) > 0 {
-		return fmt.Errorf("mq: hook %T implements none of PublishHook, DeliveryHook, AttemptHook, EventHook", s.bad[0])
+		return fmt.Errorf("mq: Config.Hooks[%d] (%T) implements none of PublishHook, DeliveryHook, AttemptHook, EventHook", s.bad[0], s.badType)
 	}
 	return nil
 }

@@ -39,8 +39,8 @@ func ExampleCheckPublish() {
 // ErrUnroutable. Events that may have no audience say so.
 func ExampleAllowUnroutable() {
 	ctx := context.Background()
-	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
+	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}})
+	if err := b.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close(ctx)

@@ -14,8 +14,8 @@ import (
 // /dlq, for the queues it consumes.
 func ExampleNewConsole() {
 	ctx := context.Background()
-	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
+	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}})
+	if err := b.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close(ctx)
@@ -34,8 +34,8 @@ func ExampleNewConsole() {
 // the console has a token; Serve answers until ctx ends.
 func ExampleConsole_Serve() {
 	ctx := context.Background()
-	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
+	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}})
+	if err := b.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close(ctx)

@@ -13,8 +13,8 @@ import (
 // time, acknowledging each only after its republish is confirmed.
 func ExampleReplay() {
 	ctx := context.Background()
-	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
+	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}})
+	if err := b.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close(ctx)
@@ -28,8 +28,8 @@ func ExampleReplay() {
 // Peek shows what is in a queue without taking it out.
 func ExamplePeek() {
 	ctx := context.Background()
-	b, err := mq.Dial(ctx, "amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
+	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}})
+	if err := b.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close(ctx)

@@ -2,13 +2,14 @@
 // and log correlation for everything a broker publishes and consumes.
 //
 //	ins := otelmq.New() // the global TracerProvider, MeterProvider and propagator
-//	b := mq.New(cfg, mq.WithHooks(ins))
+//	cfg.Hooks = append(cfg.Hooks, ins)
+//	b := mq.New(cfg)
 //
 // # What it owns
 //
 //   - [Instrumentation], one value implementing all four of mq's hook
 //     interfaces ([mq.PublishHook], [mq.DeliveryHook], [mq.AttemptHook],
-//     [mq.EventHook]). Installed with [mq.WithHooks], it sees every publish (the
+//     [mq.EventHook]). Installed in [mq.Config].Hooks, it sees every publish (the
 //     library's own hops included), every delivery, every call of the
 //     application's handler and the library's events.
 //   - The trace of a message's whole life, in one trace: a PRODUCER span

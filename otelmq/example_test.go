@@ -19,8 +19,8 @@ func ExampleNew() {
 	defer tp.Shutdown(context.Background())
 	logger := slog.New(otelmq.LogHandler(slog.NewJSONHandler(os.Stderr, nil)))
 
-	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}, Logger: logger},
-		mq.WithHooks(otelmq.New(otelmq.WithTracerProvider(tp))))
+	b := mq.New(mq.Config{URLs: []string{"amqp://guest:guest@127.0.0.1:5672/"}, Logger: logger,
+		Hooks: []any{otelmq.New(otelmq.WithTracerProvider(tp))}})
 	if err := b.Start(context.Background()); err != nil {
 		log.Fatal(err)
 	}

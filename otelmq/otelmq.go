@@ -135,7 +135,7 @@ func WithLinksOnly() Option {
 
 // Instrumentation is AceMQ's OpenTelemetry instrumentation. It implements
 // [mq.PublishHook], [mq.DeliveryHook], [mq.AttemptHook] and [mq.EventHook]; install
-// it with [mq.WithHooks]. It is safe for concurrent use and holds no state
+// it in [mq.Config].Hooks. It is safe for concurrent use and holds no state
 // between calls: whatever a publish or a delivery needs is carried in the
 // context the hooks hand on.
 type Instrumentation struct {

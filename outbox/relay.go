@@ -188,7 +188,7 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}, stats bool) erro
 					r.stats(ctx)
 					lastStats = time.Now()
 				}
-				if errors.Is(err, mq.ErrNotStarted) && !sleep(ctx, max(r.c.poll, time.Second)) {
+				if errors.Is(err, mq.ErrNotReady) && !sleep(ctx, max(r.c.poll, time.Second)) {
 					return nil
 				}
 				continue

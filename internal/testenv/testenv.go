@@ -75,7 +75,7 @@ func Context(t testing.TB, d time.Duration) context.Context {
 // Broker starts a broker on URL() (or the given URLs) for the test and
 // closes it when the test ends, before anything Cleanup, CleanupDerived or
 // CleanupExchanges deletes. A broker that does not answer fails the test.
-func Broker(t testing.TB, cfg mq.Config, opts ...mq.Option) *mq.Broker {
+func Broker(t testing.TB, cfg mq.Config) *mq.Broker {
 	t.Helper()
 	if len(cfg.URLs) == 0 {
 		cfg.URLs = []string{URL()}
@@ -89,7 +89,7 @@ func Broker(t testing.TB, cfg mq.Config, opts ...mq.Option) *mq.Broker {
 	if cfg.ReconnectMax == 0 {
 		cfg.ReconnectMax = 500 * time.Millisecond
 	}
-	b := mq.New(cfg, opts...)
+	b := mq.New(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := b.Start(ctx); err != nil {

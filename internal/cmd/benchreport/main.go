@@ -62,9 +62,9 @@ func envOr(k, def string) string {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
-// dial connects a Broker to -url that logs to quiet.
-func dial(ctx context.Context, opts ...mq.Option) (*mq.Broker, error) {
-	b := mq.New(mq.Config{URLs: []string{*url}, Logger: quiet}, opts...)
+// dial connects a Broker to -url that logs to quiet, with hooks.
+func dial(ctx context.Context, hooks ...any) (*mq.Broker, error) {
+	b := mq.New(mq.Config{URLs: []string{*url}, Logger: quiet, Hooks: hooks})
 	if err := b.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -500,7 +500,7 @@ func run(ctx context.Context) error {
 	defer tp.Shutdown(context.Background())
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	defer mp.Shutdown(context.Background())
-	hooks := mq.WithHooks(otelmq.New(otelmq.WithTracerProvider(tp), otelmq.WithMeterProvider(mp)))
+	hooks := otelmq.New(otelmq.WithTracerProvider(tp), otelmq.WithMeterProvider(mp))
 	traced, err := dial(ctx, hooks)
 	if err != nil {
 		return err
@@ -509,7 +509,7 @@ func run(ctx context.Context) error {
 	// The same, traces only: the metric SDK's own work per measurement is
 	// a good part of the whole.
 	tracesOnly, err := dial(ctx,
-		mq.WithHooks(otelmq.New(otelmq.WithTracerProvider(tp), otelmq.WithMeterProvider(metricnoop.NewMeterProvider()))))
+		otelmq.New(otelmq.WithTracerProvider(tp), otelmq.WithMeterProvider(metricnoop.NewMeterProvider())))
 	if err != nil {
 		return err
 	}

@@ -95,11 +95,11 @@ func rungAcrossPartition(t *testing.T, durable bool) {
 		r.T = time.Now()
 		recs = append(recs, r)
 	}
-	b := mq.New(mq.Config{URLs: urls, ConnectionName: "rungcut"}, mq.WithHooks(hopHook(func(id, queue string) {
+	b := mq.New(mq.Config{URLs: urls, ConnectionName: "rungcut", Hooks: []any{hopHook(func(id, queue string) {
 		if queue == rung {
 			add(history.Record{Kind: history.KindRungHop, ID: id, Queue: queue})
 		}
-	})))
+	})}})
 	if err := b.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

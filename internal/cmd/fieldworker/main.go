@@ -89,9 +89,9 @@ func run() error {
 	// Every hop to a broker rung the broker confirmed goes to the history:
 	// the checker needs it to tell a loss the contract forces (RungLoss)
 	// from one it does not.
-	b, err := workload.NewBroker(ctx, p.urls, p.name, p.log, mq.WithHooks(p.names.RungHook(func(id, rung string) {
+	b, err := workload.NewBroker(ctx, p.urls, p.name, p.log, p.names.RungHook(func(id, rung string) {
 		_ = p.hist.Add(history.Record{Kind: history.KindRungHop, ID: id, Queue: rung})
-	})))
+	}))
 	if err != nil {
 		return err
 	}

@@ -187,10 +187,10 @@ type OrderEvent struct {
 // keyHeader carries an order's ordering key to the outbox's OrderBy.
 const keyHeader = "x-field-key"
 
-// NewBroker is a broker on urls, named proc, with opts, started
-// (retrying until ctx ends).
-func NewBroker(ctx context.Context, urls []string, proc string, log *slog.Logger, opts ...mq.Option) (*mq.Broker, error) {
-	b := mq.New(mq.Config{URLs: urls, ConnectionName: proc, Logger: log}, opts...)
+// NewBroker is a broker on urls, named proc, with hooks (mq.Config.Hooks),
+// started (retrying until ctx ends).
+func NewBroker(ctx context.Context, urls []string, proc string, log *slog.Logger, hooks ...any) (*mq.Broker, error) {
+	b := mq.New(mq.Config{URLs: urls, ConnectionName: proc, Logger: log, Hooks: hooks})
 	if err := b.Start(ctx); err != nil {
 		return nil, err
 	}
