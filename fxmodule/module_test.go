@@ -270,3 +270,25 @@ func TestBeforeDeadline(t *testing.T) {
 		t.Error("a context without deadline got one")
 	}
 }
+
+type eventHook struct{}
+
+func (eventHook) OnEvent(context.Context, mq.Event) {}
+
+// With a TracerProvider, New adds otelmq's hooks to the app's own
+// Config.Hooks, never writing into the slice the app supplied.
+func TestNewAddsOtelHooksToACopy(t *testing.T) {
+	hooks := make([]any, 1, 2)
+	hooks[0] = eventHook{}
+	c := cfg()
+	c.Hooks = hooks
+	lc := fxtest.NewLifecycle(t)
+	res, err := New(Params{Lifecycle: lc, Config: c, TracerProvider: nooptrace.NewTracerProvider()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Broker.Close(context.Background())
+	if spare := hooks[:2][1]; spare != nil {
+		t.Errorf("New wrote %T into the app's Config.Hooks", spare)
+	}
+}
