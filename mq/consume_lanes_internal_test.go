@@ -2,6 +2,8 @@ package mq
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -412,5 +414,21 @@ func TestServeReadsDeliveriesEndedByADeadChannelAsItsLoss(t *testing.T) {
 	}()
 	if why := s.serve(); why != dead.Error() {
 		t.Errorf("serve ended with %q, want the channel's close %q", why, dead.Error())
+	}
+}
+
+// The consumer tag is the library's own: the connection's name, the queue
+// and a sequence number, its end kept when the whole is too long for the
+// short string AMQP carries it in, so the tag stays unique per consumer.
+func TestConsumerTagNamesConnectionAndQueue(t *testing.T) {
+	h := HandlerFunc(func(context.Context, *Delivery) error { return nil })
+	a := consumerConfigOf("billing", "orders", h, nil)
+	b := consumerConfigOf("billing", "orders", h, nil)
+	if errors.Join(a.errs...) != nil || !strings.HasPrefix(a.tag, "billing.orders.") || a.tag == b.tag {
+		t.Errorf("tags %q and %q (errors %v): want billing.orders.<n>, distinct", a.tag, b.tag, errors.Join(a.errs...))
+	}
+	long := consumerConfigOf(strings.Repeat("c", 300), "orders", h, nil)
+	if errors.Join(long.errs...) != nil || len(long.tag) != 255 || !strings.Contains(long.tag, ".orders.") {
+		t.Errorf("tag of a 300-byte connection name: %d bytes %q (errors %v); want its last 255 bytes", len(long.tag), long.tag, errors.Join(long.errs...))
 	}
 }
