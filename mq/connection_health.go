@@ -24,7 +24,8 @@ var errNotStarted = fmt.Errorf("%w: the broker was not started (call Start first
 // channel and its resubscribe); a consumer that ended with an error (it
 // gave up: see [Consumer.Err]) keeps it failing until [Consumer.Stop].
 // Otherwise it names every problem at once, each wrapping [ErrNotReady]
-// ([ErrClosed] after Close; before Start, that it was not started). It does not block: it reads state, sends nothing to the broker.
+// ([ErrClosed] after Close; before Start, that it was not started). It
+// does not block: it reads state, sends nothing to the broker.
 func (b *Broker) Check(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err

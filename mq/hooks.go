@@ -57,13 +57,11 @@ type EventHook interface {
 }
 
 type hookSet struct {
-	all      []any
 	publish  []PublishHook
 	delivery []DeliveryHook
 	attempt  []AttemptHook
 	event    []EventHook
-	bad      []int // indexes in Config.Hooks of values that are no hook
-	badType  any
+	bad      error // the first value in Config.Hooks that is no hook (Start fails with it)
 }
 
 func (s *hookSet) add(hooks ...any) {
@@ -71,7 +69,6 @@ func (s *hookSet) add(hooks ...any) {
 		if h == nil {
 			continue
 		}
-		s.all = append(s.all, h)
 		used := false
 		if x, ok := h.(PublishHook); ok {
 			s.publish, used = append(s.publish, x), true
@@ -85,21 +82,13 @@ func (s *hookSet) add(hooks ...any) {
 		if x, ok := h.(EventHook); ok {
 			s.event, used = append(s.event, x), true
 		}
-		if !used {
-			if len(s.bad) == 0 {
-				s.badType = h
-			}
-			s.bad = append(s.bad, i)
+		if !used && s.bad == nil {
+			s.bad = fmt.Errorf("mq: Config.Hooks[%d] (%T) implements none of PublishHook, DeliveryHook, AttemptHook, EventHook", i, h)
 		}
 	}
 }
 
-func (s *hookSet) check() error {
-	if len(s.bad) > 0 {
-		return fmt.Errorf("mq: Config.Hooks[%d] (%T) implements none of PublishHook, DeliveryHook, AttemptHook, EventHook", s.bad[0], s.badType)
-	}
-	return nil
-}
+func (s *hookSet) check() error { return s.bad }
 
 func (s *hookSet) emit(ctx context.Context, e Event) {
 	for _, h := range s.event {
