@@ -45,8 +45,8 @@ type runner struct {
 	consumers []Consumer
 	mws       []mq.Middleware
 
-	running []*mq.Consumer
-	quit    chan struct{} // closed at stop: the watchers end
+	running []*mq.Consumer // running[i] consumes consumers[i].Queue (start stops at the first failure)
+	quit    chan struct{}  // closed at stop: the watchers end
 	watch   sync.WaitGroup
 }
 
